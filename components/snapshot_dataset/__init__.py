@@ -1,0 +1,1 @@
+"""snapshot_dataset: an immutable, content-addressed DVC snapshot pushed to a remote."""

@@ -1,0 +1,50 @@
+"""snapshot_dataset: typed config and result. Imports nothing heavy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trainpipe.contract.config import StrictModel
+from trainpipe.contract.entrypoint import INPUT, OUTPUT
+
+NAME = "snapshot_dataset"
+SNAPSHOT_FILE = "snapshot.json"
+
+
+class SnapshotDatasetParams(StrictModel):
+    """Settings of snapshot_dataset that are not artifacts."""
+
+    repo_dir: str = Field(..., min_length=1, description="the git+DVC workspace that tracks snapshots (created if missing)")
+    remote_url: str = Field(..., min_length=1, description="DVC remote: a local directory, or s3://, gs://, azure:// … URL")
+    remote_name: str = Field("storage", pattern=r"^[A-Za-z0-9_-]+$", description="the DVC remote's name")
+    dataset_name: str = Field(
+        "dataset", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the dataset's folder in the workspace: data/<name>/"
+    )
+
+
+class SnapshotDatasetConfig(SnapshotDatasetParams):
+    """Everything snapshot_dataset needs, artifacts included."""
+
+    data: str = Field(..., min_length=1, description="the validated dataset artifact (validate_data's output)", json_schema_extra=INPUT)
+    output_dir: str = Field(..., min_length=1, description="where the snapshot reference and data go", json_schema_extra=OUTPUT)
+
+
+class SnapshotDatasetResult(BaseModel):
+    """What snapshot_dataset reports."""
+
+    md5: str = Field(description="content hash of the dataset (DVC's md5)")
+    size: int
+    rev: str = Field(description="git commit of the workspace that records this snapshot")
+    path: str = Field(description="the dataset's path inside the workspace")
+    repo_dir: str
+    remote_name: str
+    remote_url: str
+    pushed: int = Field(description="files uploaded to the remote by this run (0 when already there)")
+    committed: bool = Field(description="whether this run made a new git commit")
+    data_file: str = Field(description="the dataset file inside output_dir")
+    lineage: dict[str, Any] = Field(default_factory=dict)
+
+    def summary(self) -> str:
+        return f"md5 {self.md5} at rev {self.rev[:12]} on {self.remote_url} ({self.pushed} pushed)"

@@ -1,0 +1,197 @@
+"""The container entrypoint shared by every component.
+
+``python -m trainpipe.components.<name> [--config FILE] [--<field> VALUE ...]``
+
+Flags are generated from the component's config model, so the CLI, the KFP face
+and the Airflow face can never drift from the spec. The entrypoint reads the
+lineage of its input artifacts, runs the core, marks each output directory
+complete, writes the result JSON, and maps errors to documented exit codes
+(see :mod:`trainpipe.contract.errors`). User mistakes print one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from pydantic import BaseModel
+
+from trainpipe.contract import artifacts, lineage as lineage_mod
+from trainpipe.contract.config import build, load_file
+from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, TrainpipeError
+from trainpipe.contract.io import atomic_write_json
+
+INPUT = {"role": "input"}
+OUTPUT = {"role": "output"}
+
+
+def _role_fields(model: type[BaseModel], role: str) -> list[str]:
+    out = []
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if extra.get("role") == role:
+            out.append(name)
+    return out
+
+
+def input_fields(model: type[BaseModel]) -> list[str]:
+    """Config fields that name input artifact directories."""
+    return _role_fields(model, "input")
+
+
+def output_fields(model: type[BaseModel]) -> list[str]:
+    """Config fields that name output artifact directories."""
+    return _role_fields(model, "output")
+
+
+def _is_plain_string(annotation: Any) -> bool:
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        return len(non_none) == 1 and _is_plain_string(non_none[0])
+    return annotation in (str, Path) or origin is typing.Literal
+
+
+def _parse_value(raw: str, annotation: Any) -> Any:
+    if _is_plain_string(annotation):
+        return raw
+    import yaml
+
+    try:
+        return yaml.safe_load(raw)
+    except Exception:
+        return raw
+
+
+def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.ArgumentParser:
+    """Build the argument parser for a component from its config model."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m trainpipe.components.{name}",
+        description=doc,
+        epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 data failed its suite, "
+        "4 gate not passed, 75 service unavailable (retry).",
+    )
+    parser.add_argument("--config", help="YAML or JSON file of settings; flags override it")
+    parser.add_argument("--result", help="where to write the result JSON (default: stdout only)")
+    parser.add_argument("--run-id", help="orchestrator run id, recorded in the lineage")
+    parser.add_argument("--orchestrator", help="orchestrator name (kfp, airflow, manual), recorded in the lineage")
+    group = parser.add_argument_group("settings")
+    for fname, f in model.model_fields.items():
+        flag = "--" + fname.replace("_", "-")
+        help_ = (f.description or "") + ("" if f.is_required() else f" (default: {f.get_default(call_default_factory=True)!r})")
+        group.add_argument(flag, dest=fname, default=argparse.SUPPRESS, metavar="VALUE", help=help_)
+    return parser
+
+
+
+def run(
+    name: str,
+    model: type[BaseModel],
+    core: Callable[[Any, dict[str, Any]], BaseModel],
+    argv: Sequence[str] | None = None,
+    doc: str = "",
+) -> int:
+    """Run one component: parse, validate, run the core, write outputs.
+
+    Args:
+        name: The component's name (folder, core function and CLI share it).
+        model: The component's config model.
+        core: ``core(config, lineage) -> result``; the result has a ``lineage`` field.
+        argv: Arguments (default: ``sys.argv[1:]``).
+        doc: Help text.
+
+    Returns:
+        The exit code.
+    """
+    parser = make_parser(name, model, doc)
+    ns = vars(parser.parse_args(argv))
+    prefix = f"trainpipe {name}"
+    t0 = time.perf_counter()
+    with _stdout_to_stderr() as result_out:
+        code, payload, result = _run(name, model, core, ns, prefix)
+        if code != EXIT_OK:
+            return code
+        summary = getattr(result, "summary", None)
+        line = summary() if callable(summary) else "done"
+        print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {line}", file=sys.stderr)
+        result_out.write(json.dumps(payload, sort_keys=True, default=str) + "\n")
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[typing.TextIO]:
+    """Send everything libraries print to stderr; stdout carries only the result JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    real = os.fdopen(os.dup(saved), "w", encoding="utf-8")
+    try:
+        yield real
+    finally:
+        sys.stdout.flush()
+        real.flush()
+        real.close()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]], BaseModel], ns: dict[str, Any], prefix: str) -> tuple[int, dict[str, Any], Any]:
+    payload: dict[str, Any] = {}
+    try:
+        data: dict[str, Any] = {}
+        if ns.get("config"):
+            data.update(load_file(ns["config"]))
+        for fname, f in model.model_fields.items():
+            if fname in ns:
+                data[fname] = _parse_value(ns[fname], f.annotation)
+        config = build(model, data, where=name)
+        upstream = [
+            artifacts.read_artifact(getattr(config, f), f).lineage
+            for f in input_fields(model)
+            if getattr(config, f) and Path(getattr(config, f)).is_dir()
+        ]
+        record = lineage_mod.merge(upstream)
+        record["code"] = lineage_mod.code_version()
+        record["orchestrator"] = lineage_mod.orchestrator(ns.get("orchestrator"), ns.get("run_id"))
+        record["image"] = lineage_mod.image()
+        outs = [getattr(config, f) for f in output_fields(model) if getattr(config, f)]
+        for out in outs:
+            artifacts.begin_output(out)
+        result = core(config, record)
+        payload = result.model_dump(mode="json")
+        final_lineage = payload.get("lineage", record)
+        steps = final_lineage.setdefault("steps", [])
+        if name not in steps:
+            steps.append(name)
+        payload["lineage"] = final_lineage
+        for out in outs:
+            artifacts.finish_output(out, name, payload, final_lineage)
+        if ns.get("result"):
+            atomic_write_json(ns["result"], payload)
+    except TrainpipeError as exc:
+        print(f"{prefix}: error: {exc}", file=sys.stderr)
+        return exc.exit_code, payload, None
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130, payload, None
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(f"{prefix}: internal error (a bug in trainpipe; the traceback above says where)", file=sys.stderr)
+        return EXIT_INTERNAL, payload, None
+    return EXIT_OK, payload, result
+
+
+def main(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]], BaseModel], doc: str = "") -> None:
+    """``python -m`` entry: run and exit with the documented code."""
+    sys.exit(run(name, model, core, doc=doc))

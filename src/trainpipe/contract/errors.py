@@ -1,0 +1,71 @@
+"""One error hierarchy, one exit code per kind of failure.
+
+Orchestrators retry only what can succeed on retry: an unreachable service is
+transient; bad input, a failed data suite and a failed gate are permanent.
+
+| exit code | meaning                                   | retried |
+|-----------|-------------------------------------------|---------|
+| 0         | success                                   | -       |
+| 1         | internal error (a bug: traceback printed) | no      |
+| 2         | bad input: config, arguments, data, paths | no      |
+| 3         | data failed its expectation suite         | no      |
+| 4         | model gate not passed (when asked to fail)| no      |
+| 75        | a service is unreachable (EX_TEMPFAIL)    | yes     |
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = 2
+EXIT_VALIDATION_FAILED = 3
+EXIT_GATE_FAILED = 4
+EXIT_TRANSIENT = 75
+
+#: Exit codes an orchestrator may retry. A process killed by a signal
+#: (exit status > 128, or negative from subprocess) is also retryable.
+RETRYABLE_EXIT_CODES = frozenset({EXIT_TRANSIENT})
+
+
+class TrainpipeError(Exception):
+    """Base of every error trainpipe reports to a user as one line."""
+
+    exit_code = EXIT_INTERNAL
+    retryable = False
+
+
+class InputError(TrainpipeError):
+    """Bad config, arguments, paths or data: permanent."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ValidationFailed(TrainpipeError):
+    """The data did not pass its expectation suite: permanent."""
+
+    exit_code = EXIT_VALIDATION_FAILED
+
+
+class GateFailed(TrainpipeError):
+    """The model did not pass its gate: permanent."""
+
+    exit_code = EXIT_GATE_FAILED
+
+
+class ServiceUnavailable(TrainpipeError):
+    """A service (tracking server, remote) could not be reached: transient."""
+
+    exit_code = EXIT_TRANSIENT
+    retryable = True
+
+
+def is_retryable_exit(code: int) -> bool:
+    """Whether an orchestrator should retry a step that exited with ``code``.
+
+    Args:
+        code: The process exit status (negative for a signal, as subprocess reports it).
+
+    Returns:
+        True for transient failures and for processes killed by a signal.
+    """
+    return code in RETRYABLE_EXIT_CODES or code < 0 or code > 128

@@ -1,0 +1,118 @@
+"""Atomic, idempotent file output and content hashing.
+
+Every output is written to a temporary path beside its destination, fsynced and
+renamed into place, so a reader never sees a partial file: a step killed while
+writing leaves the previous state (or nothing), never half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 1 << 20
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename).
+
+    Args:
+        path: Destination file; its parent directory is created.
+        data: The bytes to write.
+
+    Returns:
+        The destination path.
+    """
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(dest.parent)
+    return dest
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON atomically (stable bytes for equal content)."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def atomic_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Copy a file atomically: a reader of ``dest`` sees the old file or the whole new one."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(dest.parent)
+    return dest
+
+
+def file_digest(path: str | os.PathLike[str], algorithm: str = "md5") -> str:
+    """Hex digest of a file's bytes (md5 by default, the hash DVC uses)."""
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file written by :func:`atomic_write_json`."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def link_or_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Place ``src`` at ``dest`` by hard link when possible, else by atomic copy.
+
+    Artifacts are immutable (every write replaces, never edits in place), so a
+    hard link is a safe zero-copy way to hand a large file to the next step.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        return atomic_copy(src, dest)
+    os.replace(tmp, dest)
+    return dest
