@@ -1,0 +1,8 @@
+"""Container entrypoint: ``python -m trainpipe.components.profile_training``."""
+
+from trainpipe.components.profile_training.core import profile_training
+from trainpipe.components.profile_training.spec import NAME, ProfileTrainingConfig
+from trainpipe.contract.entrypoint import main
+
+if __name__ == "__main__":
+    main(NAME, ProfileTrainingConfig, profile_training, doc="Report throughput, step-time breakdown and memory of a training run.")

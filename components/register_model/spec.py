@@ -1,0 +1,50 @@
+"""register_model: typed config and result. Imports nothing heavy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trainpipe.contract.config import StrictModel
+from trainpipe.contract.entrypoint import INPUT, OUTPUT
+
+NAME = "register_model"
+LINEAGE_FILE = "lineage.json"
+
+
+class RegisterModelParams(StrictModel):
+    """Settings of register_model that are not artifacts."""
+
+    model_name: str = Field(
+        "trainpipe-model", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$", description="registered model name"
+    )
+    alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias set on the new version")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+
+
+class RegisterModelConfig(RegisterModelParams):
+    """Everything register_model needs, artifacts included."""
+
+    model: str = Field(..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT)
+    decision: str = Field(..., min_length=1, description="the gate decision (evaluate_model's output)", json_schema_extra=INPUT)
+    profile: str | None = Field(None, description="the profile (profile_training's output), for the lineage", json_schema_extra=INPUT)
+    output_dir: str = Field(..., min_length=1, description="where the registration record goes", json_schema_extra=OUTPUT)
+
+
+class RegisterModelResult(BaseModel):
+    """What register_model reports."""
+
+    registered: bool
+    created: bool = Field(description="False when an identical version already existed (idempotent rerun)")
+    model_name: str
+    version: str | None
+    alias: str | None
+    model_uri: str | None
+    reason: str
+    lineage: dict[str, Any] = Field(default_factory=dict)
+
+    def summary(self) -> str:
+        if not self.registered:
+            return f"not registered: {self.reason}"
+        return f"{self.model_uri} (version {self.version}, {'new' if self.created else 'existing'})"

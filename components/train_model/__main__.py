@@ -1,0 +1,8 @@
+"""Container entrypoint: ``python -m trainpipe.components.train_model``."""
+
+from trainpipe.components.train_model.core import train_model
+from trainpipe.components.train_model.spec import NAME, TrainModelConfig
+from trainpipe.contract.entrypoint import main
+
+if __name__ == "__main__":
+    main(NAME, TrainModelConfig, train_model, doc="Train a model with PyTorch DDP under torchrun and log it to MLflow.")

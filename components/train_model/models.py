@@ -1,0 +1,116 @@
+"""Models train_model builds, and the loader every later step uses.
+
+A model artifact is ``model.safetensors`` (weights only: loading never runs
+code) plus ``model.json`` (architecture, feature columns, classes, scaling).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
+from trainpipe.contract.errors import InputError
+
+
+def build_mlp(input_dim: int, hidden_units: list[int], n_outputs: int) -> Any:
+    """A plain MLP for tabular data: Linear → ReLU per hidden width, then a linear head."""
+    import torch.nn as nn
+
+    layers: list[Any] = []
+    width = input_dim
+    for h in hidden_units:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    layers.append(nn.Linear(width, n_outputs))
+    return nn.Sequential(*layers)
+
+
+def read_meta(model_dir: str | Path) -> dict[str, Any]:
+    """Read ``model.json`` of a model artifact."""
+    path = Path(model_dir) / MODEL_META
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"model: {str(path)!r} does not exist (not a train_model artifact)") from None
+    except ValueError as exc:
+        raise InputError(f"model: {str(path)!r} is not valid JSON: {exc}") from None
+
+
+def load_model(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
+    """Load a trained model for inference, weights only (safetensors).
+
+    Returns:
+        ``(module in eval mode, meta)``.
+
+    Raises:
+        InputError: the artifact is incomplete or its weights do not match its architecture.
+    """
+    from safetensors.torch import load_file
+
+    meta = read_meta(model_dir)
+    if meta.get("arch") != "mlp":
+        raise InputError(f"model: unsupported architecture {meta.get('arch')!r}")
+    model = build_mlp(int(meta["input_dim"]), list(meta["hidden_units"]), len(meta["classes"]))
+    try:
+        state = load_file(str(Path(model_dir) / MODEL_FILE))
+        model.load_state_dict(state)
+    except Exception as exc:
+        raise InputError(f"model: weights in {str(Path(model_dir) / MODEL_FILE)!r} cannot be loaded: {str(exc).splitlines()[0]}") from None
+    model.eval()
+    return model, meta
+
+
+def predict_proba(model: Any, meta: dict[str, Any], x: Any) -> Any:
+    """Class probabilities for raw feature rows (scaling from ``meta`` applied)."""
+    import numpy as np
+    import torch
+
+    mean = np.asarray(meta["mean"], dtype=np.float32)
+    std = np.asarray(meta["std"], dtype=np.float32)
+    xs = torch.from_numpy(((np.asarray(x, dtype=np.float32) - mean) / std).astype(np.float32))
+    with torch.no_grad():
+        return torch.softmax(model(xs), dim=1).numpy()
+
+
+def serving_module(model: Any, meta: dict[str, Any]) -> Any:
+    """The module to serve: raw features in, class probabilities out (scaling built in).
+
+    This is what register_model logs with the MLflow pytorch flavor, so a model
+    loaded back from the registry predicts on raw rows exactly as evaluation did.
+    """
+    import sys
+
+    import torch
+
+    serving_cls = getattr(sys.modules[__name__], "_Serving")
+    return serving_cls(model, torch.tensor(meta["mean"], dtype=torch.float32), torch.tensor(meta["std"], dtype=torch.float32))
+
+
+def _serving_class() -> Any:
+    import torch
+
+    class Serving(torch.nn.Module):
+        def __init__(self, model: Any, mean: Any, std: Any) -> None:
+            super().__init__()
+            self.model = model
+            self.register_buffer("mean", mean)
+            self.register_buffer("std", std)
+
+        def forward(self, x: Any) -> Any:
+            return torch.softmax(self.model((x.float() - self.mean) / self.std), dim=1)
+
+    Serving.__module__ = __name__
+    Serving.__qualname__ = "_Serving"
+    return Serving
+
+
+def __getattr__(name: str) -> Any:
+    # The serving class subclasses torch.nn.Module; it is built on first use so that
+    # importing this module stays free of torch, and stays picklable by name.
+    if name == "_Serving":
+        cls = _serving_class()
+        globals()["_Serving"] = cls
+        return cls
+    raise AttributeError(name)
