@@ -1,0 +1,1 @@
+"""The reference training pipeline for KFP, and its config."""

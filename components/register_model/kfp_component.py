@@ -1,0 +1,40 @@
+"""KFP v2 face of register_model. Holds no logic: it calls the entrypoint."""
+
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Input, Model, Output
+
+from trainpipe.faces.kfp_face import component
+
+
+@component
+def register_model(
+    model: Input[Model],
+    decision: Input[Artifact],
+    profile: Input[Artifact],
+    registration: Output[Artifact],
+    model_name: str = "trainpipe-model",
+    alias: str = "champion",
+    tracking_uri: str = "",
+    run_id: str = "",
+) -> NamedTuple("RegisterOutputs", [("model_uri", str), ("version", str)]):
+    """Register the gated model in MLflow with its lineage; idempotent."""
+    from collections import namedtuple
+
+    from trainpipe.faces.kfp_runtime import run_entrypoint
+
+    result = run_entrypoint(
+        "register_model",
+        {
+            "model": model.path,
+            "decision": decision.path,
+            "profile": profile.path,
+            "output_dir": registration.path,
+            "model_name": model_name,
+            "alias": alias,
+            "tracking_uri": tracking_uri or None,
+        },
+        run_id=run_id,
+    )
+    registration.metadata.update({k: result[k] for k in ("model_name", "version", "alias", "model_uri", "created")})
+    return namedtuple("RegisterOutputs", ["model_uri", "version"])(result["model_uri"] or "", result["version"] or "")

@@ -1,0 +1,124 @@
+"""The reference training pipeline (KFP v2), composed from the six KFP faces.
+
+validate → snapshot → train → (profile ∥ evaluate) → if the gate passed: register.
+Every task has a retry policy with exponential backoff, a timeout, and the
+resources of one hardware profile. Importing this module loads kfp only.
+"""
+
+# No `from __future__ import annotations`: KFP reads the real annotations.
+
+from typing import Any
+
+from kfp import dsl
+from kfp.dsl import Dataset
+
+from trainpipe.components.evaluate_model.kfp_component import evaluate_model
+from trainpipe.components.profile_training.kfp_component import profile_training
+from trainpipe.components.register_model.kfp_component import register_model
+from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
+from trainpipe.components.train_model.kfp_component import train_model
+from trainpipe.components.validate_data.kfp_component import validate_data
+from trainpipe.profiles import PROFILES, HardwareProfile, Resources
+
+PIPELINE_NAME = "trainpipe-training"
+
+
+def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: bool = True) -> Any:
+    task.set_cpu_request(res.cpu_request).set_cpu_limit(res.cpu_limit)
+    task.set_memory_request(res.memory_request).set_memory_limit(res.memory_limit)
+    if res.accelerator_type and res.accelerator_count:
+        task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerator_count)
+    # backoff_max_duration is the cap on one wait, chosen on purpose: KFP's default
+    # (3600 s) is the same, but we say it so nobody has to guess.
+    task.set_retry(num_retries=profile.retries, backoff_duration="30s", backoff_factor=2.0, backoff_max_duration="600s")
+    task.set_caching_options(caching)
+    return task
+
+
+def build_pipeline(profile: HardwareProfile) -> Any:
+    """The reference pipeline with one hardware profile's settings."""
+
+    @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, train, profile, evaluate and register a model.")
+    def training_pipeline(
+        raw_data_uri: str,
+        dvc_repo_dir: str,
+        dvc_remote_url: str,
+        tracking_uri: str,
+        label_column: str = "label",
+        suite: str = "builtin:default",
+        dataset_name: str = "dataset",
+        experiment_name: str = "trainpipe",
+        model_name: str = "trainpipe-model",
+        alias: str = "champion",
+        thresholds: dict = {"accuracy": 0.8},
+        nproc_per_node: int = 2,
+        device: str = "auto",
+        epochs: int = 10,
+        batch_size: int = 64,
+        learning_rate: float = 0.05,
+        hidden_units: list = [64],
+        test_fraction: float = 0.2,
+        seed: int = 0,
+        max_restarts: int = 1,
+    ):
+        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        raw = dsl.importer(artifact_uri=raw_data_uri, artifact_class=Dataset, reimport=False)
+        raw.set_display_name("raw-data")
+        validated = validate_data(raw_data=raw.output, label_column=label_column, suite=suite, run_id=run_id)
+        snap = snapshot_dataset(
+            validated=validated.outputs["validated"],
+            repo_dir=dvc_repo_dir,
+            remote_url=dvc_remote_url,
+            dataset_name=dataset_name,
+            run_id=run_id,
+        )
+        trained = train_model(
+            snapshot=snap.outputs["snapshot"],
+            label_column=label_column,
+            nproc_per_node=nproc_per_node,
+            device=device,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            hidden_units=hidden_units,
+            test_fraction=test_fraction,
+            seed=seed,
+            max_restarts=max_restarts,
+            tracking_uri=tracking_uri,
+            experiment_name=experiment_name,
+            run_id=run_id,
+        )
+        profiled = profile_training(model=trained.outputs["model"], run_id=run_id)
+        evaluated = evaluate_model(
+            model=trained.outputs["model"],
+            snapshot=snap.outputs["snapshot"],
+            label_column=label_column,
+            thresholds=thresholds,
+            run_id=run_id,
+        )
+        with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
+            registered = register_model(
+                model=trained.outputs["model"],
+                decision=evaluated.outputs["decision"],
+                profile=profiled.outputs["profile"],
+                model_name=model_name,
+                alias=alias,
+                tracking_uri=tracking_uri,
+                run_id=run_id,
+            )
+            _configure(registered, profile.default, profile, caching=False)
+        for task in (validated, snap, profiled, evaluated):
+            _configure(task, profile.default, profile)
+        _configure(trained, profile.train, profile)
+        if profile.node_selector:
+            from kfp import kubernetes
+
+            for task in (validated, snap, trained, profiled, evaluated, registered):
+                for key, value in profile.node_selector.items():
+                    kubernetes.add_node_selector(task, label_key=key, label_value=value)
+
+    return training_pipeline
+
+
+#: The pipeline with the CPU profile: what ``trainpipe compile`` emits by default.
+training_pipeline = build_pipeline(PROFILES["cpu"])

@@ -1,0 +1,47 @@
+"""What a KFP component body calls inside its container: the same entrypoint a
+person would run by hand, as a subprocess. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+
+def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "") -> dict[str, Any]:
+    """Run ``python -m trainpipe.components.<name>`` with ``settings`` as flags.
+
+    Exits the process with the entrypoint's own exit code when it fails, so the
+    task fails with the documented code.
+
+    Returns:
+        The component's result JSON.
+    """
+    cmd = [sys.executable, "-m", f"trainpipe.components.{name}", "--orchestrator", "kfp", "--run-id", run_id]
+    for key, value in settings.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        cmd += [flag, value if isinstance(value, str) else json.dumps(value)]
+    env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        sys.exit(proc.returncode)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def copy_file(src: str, dest: str) -> None:
+    """Copy one file to an output artifact path (for Output[HTML] and the like)."""
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    shutil.copyfile(src, dest)
+
+
+def log_metrics(metrics_artifact: Any, values: dict[str, Any]) -> None:
+    """Log every numeric value onto a KFP ``Output[Metrics]``."""
+    for key, value in values.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            metrics_artifact.log_metric(key, float(value))

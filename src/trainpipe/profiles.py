@@ -1,0 +1,70 @@
+"""Hardware profiles: the cluster settings of each step, in one place.
+
+A profile names CPU/memory requests and limits per step and, for training, the
+accelerator. The KFP pipeline and the Airflow DAG both read it. Custom profiles
+load from YAML with the same fields.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from trainpipe.contract.config import StrictModel, build, load_file
+
+
+class Resources(StrictModel):
+    """Kubernetes resources of one step."""
+
+    cpu_request: str = "500m"
+    cpu_limit: str = "2"
+    memory_request: str = "1G"
+    memory_limit: str = "4G"
+    accelerator_type: str | None = Field(None, description="e.g. nvidia.com/gpu, or a MIG resource name")
+    accelerator_count: int = Field(0, ge=0, le=64)
+
+
+class HardwareProfile(StrictModel):
+    """Resources for every step, and the training step's own."""
+
+    name: str
+    default: Resources = Field(default_factory=Resources)
+    train: Resources = Field(default_factory=Resources)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    timeout_s: int = Field(3600, ge=60, le=7 * 86_400, description="per-task timeout")
+    retries: int = Field(3, ge=0, le=20)
+
+
+PROFILES: dict[str, HardwareProfile] = {
+    "cpu": HardwareProfile(
+        name="cpu",
+        train=Resources(cpu_request="2", cpu_limit="4", memory_request="4G", memory_limit="8G"),
+    ),
+    "gpu": HardwareProfile(
+        name="gpu",
+        train=Resources(
+            cpu_request="8",
+            cpu_limit="16",
+            memory_request="32G",
+            memory_limit="64G",
+            accelerator_type="nvidia.com/gpu",
+            accelerator_count=1,
+        ),
+        node_selector={"nvidia.com/gpu.present": "true"},
+        timeout_s=6 * 3600,
+    ),
+}
+
+
+def get_profile(name_or_path: str) -> HardwareProfile:
+    """A built-in profile by name, or one loaded from a YAML file.
+
+    Raises:
+        InputError: unknown name, or an invalid profile file.
+    """
+    if name_or_path in PROFILES:
+        return PROFILES[name_or_path]
+    if name_or_path.endswith((".yaml", ".yml", ".json")):
+        return build(HardwareProfile, load_file(name_or_path), where="profile")
+    from trainpipe.contract.errors import InputError
+
+    raise InputError(f"profile: unknown profile {name_or_path!r} (built in: {', '.join(PROFILES)}; or a YAML file)")
