@@ -63,6 +63,11 @@ def _is_plain_string(annotation: Any) -> bool:
 
 def _parse_value(raw: str, annotation: Any) -> Any:
     if _is_plain_string(annotation):
+        if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+            try:  # a JSON-quoted string, as templating engines emit with tojson
+                return json.loads(raw)
+            except ValueError:
+                return raw
         return raw
     import yaml
 

@@ -1,0 +1,9 @@
+"""Airflow 3 face of evaluate_model. Holds no logic: it runs the entrypoint."""
+
+from trainpipe.faces.airflow_face import TrainpipeOperator
+
+
+class EvaluateModelOperator(TrainpipeOperator):
+    """Run `python -m trainpipe.components.evaluate_model` on the worker; the result JSON is the XCom value."""
+
+    component = "evaluate_model"

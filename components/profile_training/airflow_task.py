@@ -1,0 +1,9 @@
+"""Airflow 3 face of profile_training. Holds no logic: it runs the entrypoint."""
+
+from trainpipe.faces.airflow_face import TrainpipeOperator
+
+
+class ProfileTrainingOperator(TrainpipeOperator):
+    """Run `python -m trainpipe.components.profile_training` on the worker; the result JSON is the XCom value."""
+
+    component = "profile_training"

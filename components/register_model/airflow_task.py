@@ -1,0 +1,9 @@
+"""Airflow 3 face of register_model. Holds no logic: it runs the entrypoint."""
+
+from trainpipe.faces.airflow_face import TrainpipeOperator
+
+
+class RegisterModelOperator(TrainpipeOperator):
+    """Run `python -m trainpipe.components.register_model` on the worker; the result JSON is the XCom value."""
+
+    component = "register_model"

@@ -1,0 +1,9 @@
+"""Airflow 3 face of validate_data. Holds no logic: it runs the entrypoint."""
+
+from trainpipe.faces.airflow_face import TrainpipeOperator
+
+
+class ValidateDataOperator(TrainpipeOperator):
+    """Run `python -m trainpipe.components.validate_data` on the worker; the result JSON is the XCom value."""
+
+    component = "validate_data"

@@ -1,0 +1,137 @@
+"""trainpipe reference training DAG (Airflow 3).
+
+validate_data → snapshot_dataset → train_model → profile_training, evaluate_model
+→ gate (short-circuit) → register_model.
+
+Settings come from the pipeline config named by ``TRAINPIPE_CONFIG`` (read once at
+parse time: a small YAML file, no database or connection lookups) and can be
+overridden per run through DAG params. ``TRAINPIPE_AIRFLOW_MODE=kubernetes`` runs
+each step as a KubernetesPodOperator with the component image; ``local`` (the
+default) runs the same entrypoint on the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.providers.standard.operators.python import ShortCircuitOperator
+from airflow.sdk import DAG
+
+from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
+from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
+from trainpipe.components.register_model.airflow_task import RegisterModelOperator
+from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
+from trainpipe.components.train_model.airflow_task import TrainModelOperator
+from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
+from trainpipe.faces.airflow_face import gate_passed, kubernetes_task
+from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
+
+_config_path = os.environ.get("TRAINPIPE_CONFIG")
+CONFIG = load_pipeline_config(_config_path) if _config_path else PipelineConfig(data="data.csv").resolved()
+MODE = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
+IMAGE = os.environ.get("TRAINPIPE_IMAGE", "ghcr.io/trainpipe/trainpipe-cpu:0.1.0")
+
+RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+
+default_args = {
+    "retries": 3,
+    "retry_delay": timedelta(seconds=10),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+    "execution_timeout": timedelta(hours=1),
+}
+
+
+def step(operator_cls, task_id: str, settings: dict, **kwargs):
+    """Local mode: the operator on the worker. Kubernetes mode: the same command in a pod."""
+    if MODE == "kubernetes":
+        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=IMAGE, **kwargs)
+    return operator_cls(task_id=task_id, settings=settings, **kwargs)
+
+
+with DAG(
+    dag_id="trainpipe_training",
+    description="Validate, snapshot, train, profile, evaluate and register a model.",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args=default_args,
+    doc_md=__doc__,
+    tags=["trainpipe"],
+    params={
+        "data": CONFIG.data,
+        "label_column": CONFIG.label_column,
+        "workspace": CONFIG.workspace,
+        "suite": CONFIG.suite,
+        "dataset_name": CONFIG.dataset_name,
+        "dvc_repo_dir": CONFIG.dvc_repo_dir,
+        "dvc_remote_url": CONFIG.dvc_remote_url,
+        "tracking_uri": CONFIG.tracking_uri,
+        "experiment_name": CONFIG.experiment_name,
+        "model_name": CONFIG.model_name,
+        "alias": CONFIG.alias,
+        "thresholds": CONFIG.thresholds,
+        "train": CONFIG.train.model_dump(),
+    },
+) as dag:
+    validate = step(
+        ValidateDataOperator,
+        "validate_data",
+        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data", "label_column": "{{ params.label_column }}", "suite": "{{ params.suite }}"},
+        retries=0,  # a failed suite or a bad file does not fix itself
+    )
+    snapshot = step(
+        SnapshotDatasetOperator,
+        "snapshot_dataset",
+        {
+            "data": f"{RUN_DIR}/validate_data",
+            "output_dir": f"{RUN_DIR}/snapshot_dataset",
+            "repo_dir": "{{ params.dvc_repo_dir }}",
+            "remote_url": "{{ params.dvc_remote_url }}",
+            "dataset_name": "{{ params.dataset_name }}",
+        },
+    )
+    train = step(
+        TrainModelOperator,
+        "train_model",
+        {
+            "data": f"{RUN_DIR}/snapshot_dataset",
+            "output_dir": f"{RUN_DIR}/train_model",
+            "label_column": "{{ params.label_column }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+            "experiment_name": "{{ params.experiment_name }}",
+            **{k: "{{ params.train.%s | tojson }}" % k for k in CONFIG.train.model_dump()},
+        },
+        execution_timeout=timedelta(hours=6),
+    )
+    profile = step(ProfileTrainingOperator, "profile_training", {"model": f"{RUN_DIR}/train_model", "output_dir": f"{RUN_DIR}/profile_training"})
+    evaluate = step(
+        EvaluateModelOperator,
+        "evaluate_model",
+        {
+            "model": f"{RUN_DIR}/train_model",
+            "data": f"{RUN_DIR}/snapshot_dataset",
+            "output_dir": f"{RUN_DIR}/evaluate_model",
+            "label_column": "{{ params.label_column }}",
+            "thresholds": "{{ params.thresholds | tojson }}",
+        },
+    )
+    gate = ShortCircuitOperator(task_id="gate", python_callable=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")
+    register = step(
+        RegisterModelOperator,
+        "register_model",
+        {
+            "model": f"{RUN_DIR}/train_model",
+            "decision": f"{RUN_DIR}/evaluate_model",
+            "profile": f"{RUN_DIR}/profile_training",
+            "output_dir": f"{RUN_DIR}/register_model",
+            "model_name": "{{ params.model_name }}",
+            "alias": "{{ params.alias }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+        },
+    )
+    validate >> snapshot >> train >> [profile, evaluate]
+    evaluate >> gate >> register
+    profile >> register
