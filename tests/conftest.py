@@ -1,0 +1,98 @@
+"""Shared fixtures: demo data, a real MLflow tracking server process, entrypoint runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_component(name: str, *args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run a component's entrypoint as a container would."""
+    return subprocess.run(
+        [sys.executable, "-m", f"trainpipe.components.{name}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def result_of(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def digits_csv(tmp_path_factory) -> Path:
+    from trainpipe.demo import write_digits
+
+    return write_digits(tmp_path_factory.mktemp("raw") / "digits.csv")
+
+
+@pytest.fixture(scope="session")
+def tiny_csv(tmp_path_factory) -> Path:
+    """A small, generic dataset with a non-default label column name."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(240, 4))
+    y = np.where(x[:, 0] + x[:, 1] > 0, "yes", "no")
+    df = pd.DataFrame(x, columns=["f1", "f2", "f3", "f4"]).assign(target=y)
+    path = tmp_path_factory.mktemp("tiny") / "tiny.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server process on 127.0.0.1 with a SQLite backend."""
+    root = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination", str(root / "artifacts"),
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        ],
+        stdout=open(root / "server.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+        if proc.poll() is not None:
+            raise RuntimeError("mlflow server exited: " + (root / "server.log").read_text()[-2000:])
+    else:
+        proc.kill()
+        raise RuntimeError("mlflow server did not come up in 120 s")
+    yield uri
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()

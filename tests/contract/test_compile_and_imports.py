@@ -1,0 +1,133 @@
+"""Contract tier: the KFP compile, DagBag load, import hygiene, operator construction."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.contract
+
+HEAVY = ("torch", "tensorflow", "horovod", "great_expectations", "dvc", "mlflow")
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["import trainpipe", "import trainpipe.pipelines.training_pipeline", "LOAD:dags/training_dag.py", "import trainpipe.cli"],
+)
+def test_import_loads_no_heavy_library(target, tmp_path):
+    if target.startswith("LOAD:"):
+        code = (
+            "import importlib.util\n"
+            f"spec = importlib.util.spec_from_file_location('d', {str(REPO / target[5:])!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        )
+    else:
+        code = target + "\n"
+    code += f"import sys; print('heavy=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "heavy=", f"{target} loaded {proc.stdout.strip()}"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    from trainpipe.pipelines.compile import compile_pipeline
+
+    out = {}
+    for profile in ("cpu", "gpu"):
+        path = compile_pipeline(tmp_path_factory.mktemp(profile) / "p.yaml", profile)
+        out[profile] = list(yaml.safe_load_all(path.read_text()))
+    return out
+
+
+def test_every_task_has_retry_and_resources(compiled):
+    spec = compiled["cpu"][0]
+    executors = spec["deploymentSpec"]["executors"]
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for t in spec["components"].values():
+        tasks.update(t.get("dag", {}).get("tasks", {}))
+    component_tasks = {n: t for n, t in tasks.items() if not n.startswith(("importer", "condition"))}
+    assert set(component_tasks) == {"validate-data", "snapshot-dataset", "train-model", "profile-training", "evaluate-model", "register-model"}
+    for name, task in component_tasks.items():
+        policy = task.get("retryPolicy")
+        assert policy and policy["maxRetryCount"] >= 1 and policy["backoffFactor"] == 2, name
+        assert policy["backoffMaxDuration"] == "600s", name
+        exe = executors[spec["components"][task["componentRef"]["name"]]["executorLabel"]]
+        res = exe["container"]["resources"]
+        assert res["cpuLimit"] > 0 and res["memoryLimit"] > 0, name
+        assert "pip install" not in " ".join(exe["container"]["command"]), name
+
+
+def test_gate_is_a_condition(compiled):
+    spec = compiled["cpu"][0]
+    cond = spec["root"]["dag"]["tasks"]["condition-1"]
+    assert "evaluate-model" in cond["triggerPolicy"]["condition"]
+    assert "register-model" in spec["components"]["comp-condition-1"]["dag"]["tasks"]
+
+
+def test_gpu_profile_requests_gpus_for_training_only(compiled):
+    spec = compiled["gpu"][0]
+    execs = spec["deploymentSpec"]["executors"]
+    train = execs["exec-train-model"]["container"]["resources"]
+    assert train["accelerator"]["resourceType"] == "nvidia.com/gpu" and int(train["accelerator"]["resourceCount"]) == 1
+    assert "accelerator" not in execs["exec-validate-data"]["container"]["resources"]
+    platform = compiled["gpu"][1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert platform["exec-train-model"]["nodeSelector"]["labels"] == {"nvidia.com/gpu.present": "true"}
+
+
+def test_compiled_yaml_holds_no_local_paths_or_secrets(compiled):
+    text = yaml.safe_dump(compiled["cpu"])
+    assert "MLFLOW_TRACKING_PASSWORD" not in text and "/work/" not in text
+
+
+def test_cli_compile(tmp_path):
+    out = tmp_path / "p.yaml"
+    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(out)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load_all(out.read_text())
+    bad = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "--profile", "tpu", "-o", str(out)], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "unknown profile 'tpu'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_dagbag_loads_without_errors_and_every_task_has_retries_and_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag({str(REPO / 'dags')!r})\n"
+        "assert not bag.import_errors, bag.import_errors\n"
+        "dag = bag.dags['trainpipe_training']\n"
+        "ids = sorted(t.task_id for t in dag.tasks)\n"
+        "print(ids)\n"
+        "for t in dag.tasks:\n"
+        "    assert t.execution_timeout is not None, t.task_id\n"
+        "    if t.task_id not in ('validate_data', 'gate'):\n"
+        "        assert t.retries >= 1 and t.retry_exponential_backoff, t.task_id\n"
+        "assert dag.doc_md\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "register_model" in proc.stdout and "gate" in proc.stdout
+
+
+def test_kubernetes_mode_builds_pod_operators(tmp_path):
+    code = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('d', {str(REPO / 'dags/training_dag.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "t = m.dag.get_task('train_model')\n"
+        "print(type(t).__name__, t.cmds, t.image)\n"
+        "assert '--result' in t.arguments and '/airflow/xcom/return.json' in t.arguments\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "TRAINPIPE_AIRFLOW_MODE": "kubernetes", "TRAINPIPE_IMAGE": "registry.example/trainpipe:1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "KubernetesPodOperator ['python', '-m', 'trainpipe.components.train_model'] registry.example/trainpipe:1" in proc.stdout
