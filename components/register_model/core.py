@@ -9,7 +9,7 @@ from trainpipe.components.evaluate_model.spec import DECISION_FILE
 from trainpipe.components.register_model.spec import LINEAGE_FILE, NAME, RegisterModelConfig, RegisterModelResult
 from trainpipe.components.train_model.spec import MODEL_FILE
 from trainpipe.contract import lineage as lineage_mod
-from trainpipe.contract.errors import InputError, ServiceUnavailable
+from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, file_digest, read_json
 
 HASH_TAG = "trainpipe.model_sha256"
@@ -71,6 +71,9 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
     except InputError:
         raise
     except Exception as exc:
+        status = getattr(exc, "get_http_status_code", lambda: 503)()
+        if isinstance(status, int) and 400 <= status < 500:
+            raise TrainpipeError(f"tracking_uri: MLflow refused the registration: {tracking.first_line(exc)}") from None
         raise ServiceUnavailable(f"tracking_uri: registering in MLflow failed: {tracking.first_line(exc)}") from None
     uri = f"models:/{config.model_name}@{config.alias}"
     lineage["registration"] = {"model_name": config.model_name, "version": str(version), "alias": config.alias}
@@ -97,7 +100,8 @@ def _create_version(client: Any, config: RegisterModelConfig, lineage: dict[str,
     from trainpipe.components.train_model.models import load_model, predict_proba, serving_module
 
     model, meta = load_model(config.model)
-    example = np.asarray([meta["mean"]], dtype=np.float32)
+    mean, std = np.asarray(meta["mean"], dtype=np.float32), np.asarray(meta["std"], dtype=np.float32)
+    example = np.stack([mean, mean + std])
     signature = infer_signature(example, predict_proba(model, meta, example))
     with mlflow.start_run(run_id=run_id):
         import torch
@@ -107,6 +111,8 @@ def _create_version(client: Any, config: RegisterModelConfig, lineage: dict[str,
             name="model",
             signature=signature,
             input_example=example,
+            # Pickle, not torch.export: an exported graph fixes the batch size seen in the example.
+            serialization_format="pickle",
             # Stated, not inferred: inference spawns a process and takes seconds.
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
         )
@@ -116,11 +122,7 @@ def _create_version(client: Any, config: RegisterModelConfig, lineage: dict[str,
             mlflow.log_artifact(str(path), artifact_path="trainpipe")
     tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
     tags.update({HASH_TAG: sha, DATA_TAG: md5, "trainpipe.training_run_id": run_id})
-    try:
-        client.create_registered_model(config.model_name)
-    except Exception:
-        pass  # exists already
-    mv = client.create_model_version(config.model_name, info.model_uri, run_id=run_id, tags=tags)
+    mv = mlflow.register_model(info.model_uri, config.model_name, tags=tags)
     return str(mv.version)
 
 
