@@ -36,6 +36,10 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
     root = Path(config.workspace) / "kfp-local"
     root.mkdir(parents=True, exist_ok=True)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
-    pipeline = build_pipeline(get_profile(config.profile))
+    # kfp.local honours retry policies but cannot tell a permanent exit code from a
+    # transient one: locally, wait 1 s (not 30 s) before retrying, so a failed suite
+    # stops the run in seconds.
+    profile = get_profile(config.profile).model_copy(update={"retry_backoff_s": 1})
+    pipeline = build_pipeline(profile)
     task = pipeline(**config.pipeline_arguments())
     return {"pipeline_root": str(root), "outputs": getattr(task, "outputs", {})}

@@ -30,7 +30,7 @@ def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: boo
         task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerator_count)
     # backoff_max_duration is the cap on one wait, chosen on purpose: KFP's default
     # (3600 s) is the same, but we say it so nobody has to guess.
-    task.set_retry(num_retries=profile.retries, backoff_duration="30s", backoff_factor=2.0, backoff_max_duration="600s")
+    task.set_retry(num_retries=profile.retries, backoff_duration=f"{profile.retry_backoff_s}s", backoff_factor=2.0, backoff_max_duration="600s")
     task.set_caching_options(caching)
     return task
 

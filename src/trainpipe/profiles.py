@@ -32,6 +32,7 @@ class HardwareProfile(StrictModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     timeout_s: int = Field(3600, ge=60, le=7 * 86_400, description="per-task timeout")
     retries: int = Field(3, ge=0, le=20)
+    retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 
 
 PROFILES: dict[str, HardwareProfile] = {
