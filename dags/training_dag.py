@@ -24,7 +24,7 @@ from trainpipe.components.register_model.airflow_task import RegisterModelOperat
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.train_model.airflow_task import TrainModelOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.faces.airflow_face import gate_passed, kubernetes_task
+from trainpipe.faces.airflow_face import component_task, gate_passed
 from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
 
 _config_path = os.environ.get("TRAINPIPE_CONFIG")
@@ -34,6 +34,10 @@ IMAGE = os.environ.get("TRAINPIPE_IMAGE", "ghcr.io/trainpipe/trainpipe-cpu:0.1.0
 
 RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 
+def step(operator_cls, task_id: str, settings: dict, **kwargs):
+    return component_task(operator_cls, task_id, settings, mode=MODE, image=IMAGE, **kwargs)
+
+
 default_args = {
     "retries": 3,
     "retry_delay": timedelta(seconds=10),
@@ -41,13 +45,6 @@ default_args = {
     "max_retry_delay": timedelta(minutes=10),
     "execution_timeout": timedelta(hours=1),
 }
-
-
-def step(operator_cls, task_id: str, settings: dict, **kwargs):
-    """Local mode: the operator on the worker. Kubernetes mode: the same command in a pod."""
-    if MODE == "kubernetes":
-        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=IMAGE, **kwargs)
-    return operator_cls(task_id=task_id, settings=settings, **kwargs)
 
 
 with DAG(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from trainpipe.components.evaluate_model.spec import (
     EvaluateModelResult,
     GateDecision,
 )
-from trainpipe.contract.errors import GateFailed, InputError
+from trainpipe.contract.errors import GateFailed
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 
 
@@ -77,23 +76,16 @@ def evaluate_model(config: EvaluateModelConfig, lineage: dict[str, Any]) -> Eval
         InputError: the data does not fit the model (columns, unseen labels).
         GateFailed: only with ``fail_on_gate``, after the decision is written.
     """
-    import numpy as np
     from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
     from trainpipe.components.train_model.models import load_model, predict_proba
-    from trainpipe.tabular import features_and_label, read_table, split_indices
+    from trainpipe.tabular import encode_labels, features_and_label, read_table, split_indices
 
     model, meta = load_model(config.model)
     df = read_table(config.data, "data")
     _, x, y_raw = features_and_label(df, config.label_column, meta["feature_columns"])
     _, test_idx = split_indices(len(df), meta["split"]["test_fraction"], meta["split"]["seed"])
-    classes = meta["classes"]
-    index = {c: i for i, c in enumerate(classes)}
-    labels = [v.item() if hasattr(v, "item") else v for v in y_raw[test_idx]]
-    unseen = sorted({str(v) for v in labels if v not in index})
-    if unseen:
-        raise InputError(f"data: held-out labels the model never saw: {', '.join(unseen[:5])}")
-    y = np.asarray([index[v] for v in labels])
+    classes, y = encode_labels(y_raw[test_idx], meta["classes"])
     pred = predict_proba(model, meta, x[test_idx]).argmax(axis=1)
     p, r, f1, _ = precision_recall_fscore_support(y, pred, average="macro", zero_division=0)
     metrics = {

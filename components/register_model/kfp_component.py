@@ -32,7 +32,7 @@ def register_model(
             "output_dir": registration.path,
             "model_name": model_name,
             "alias": alias,
-            "tracking_uri": tracking_uri or None,
+            "tracking_uri": tracking_uri,
         },
         run_id=run_id,
     )

@@ -26,15 +26,13 @@ from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.resources import threads_per_rank
-from trainpipe.tabular import features_and_label, find_data_file, read_table
+from trainpipe.components.train_model.worker import prepare_data
+from trainpipe.tabular import find_data_file
 
 
 def _check_inputs(config: TrainModelConfig) -> None:
-    """Fail fast, in one line, before any rank starts."""
-    df = read_table(config.data, "data")
-    _, _, y = features_and_label(df, config.label_column)
-    if len(set(y.tolist())) < 2:
-        raise InputError(f"label_column: {config.label_column!r} has a single class; nothing to learn")
+    """Fail fast, in one line, before any rank starts: the ranks' own data preparation, run once here."""
+    prepare_data(config)
     if config.device == "cuda" or config.dist_backend == "nccl":
         gpus = _cuda_device_count()
         if gpus == 0:

@@ -42,7 +42,7 @@ def train_model(
             "test_fraction": test_fraction,
             "seed": seed,
             "max_restarts": max_restarts,
-            "tracking_uri": tracking_uri or None,
+            "tracking_uri": tracking_uri,
             "experiment_name": experiment_name,
         },
         run_id=run_id,

@@ -37,15 +37,13 @@ def prepare_data(config: TrainModelConfig) -> dict[str, Any]:
     """
     import numpy as np
 
-    from trainpipe.tabular import features_and_label, read_table, split_indices
+    from trainpipe.tabular import encode_labels, features_and_label, read_table, split_indices
 
     df = read_table(config.data, "data")
     cols, x, y_raw = features_and_label(df, config.label_column)
-    classes = sorted({v.item() if hasattr(v, "item") else v for v in y_raw}, key=lambda v: (str(type(v)), v))
+    classes, y = encode_labels(y_raw)
     if len(classes) < 2:
         raise InputError(f"label_column: {config.label_column!r} has a single class; nothing to learn")
-    index = {c: i for i, c in enumerate(classes)}
-    y = np.asarray([index[v.item() if hasattr(v, "item") else v] for v in y_raw], dtype=np.int64)
     train_idx, _ = split_indices(len(df), config.test_fraction, config.seed)
     xt = x[train_idx]
     mean = xt.mean(axis=0)

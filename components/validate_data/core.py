@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.components.validate_data.spec import (
-    DEFAULT_SUITE,
     DOCS_DIR,
     NAME,
     VALIDATION_FILE,

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -43,8 +42,7 @@ for _name in COMPONENTS:
 
 
 def _repo_dags_folder() -> Path:
-    here = Path(__file__).resolve().parents[2] / "dags"
-    return here
+    return Path(__file__).resolve().parents[2] / "dags"
 
 
 def run_airflow_local(config_path: Path, workspace: Path) -> str:

@@ -30,7 +30,6 @@ class HardwareProfile(StrictModel):
     default: Resources = Field(default_factory=Resources)
     train: Resources = Field(default_factory=Resources)
     node_selector: dict[str, str] = Field(default_factory=dict)
-    timeout_s: int = Field(3600, ge=60, le=7 * 86_400, description="per-task timeout")
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 
@@ -51,7 +50,6 @@ PROFILES: dict[str, HardwareProfile] = {
             accelerator_count=1,
         ),
         node_selector={"nvidia.com/gpu.present": "true"},
-        timeout_s=6 * 3600,
     ),
 }
 

@@ -110,3 +110,28 @@ def features_and_label(df: "pd.DataFrame", label_column: str, feature_columns: l
     if y.isna().any():
         raise InputError(f"label_column: {label_column!r} has {int(y.isna().sum())} missing values")
     return [str(c) for c in cols], x, y.to_numpy()
+
+
+def encode_labels(y_raw: Any, classes: list[Any] | None = None) -> tuple[list[Any], Any]:
+    """Map raw labels to class indices.
+
+    Args:
+        y_raw: The label values.
+        classes: The known classes (a trained model's); None learns them from ``y_raw``, sorted.
+
+    Returns:
+        ``(classes, indices)``; classes are plain Python values (JSON-able).
+
+    Raises:
+        InputError: a label is not one of the known classes.
+    """
+    import numpy as np
+
+    labels = [v.item() if hasattr(v, "item") else v for v in y_raw]
+    if classes is None:
+        classes = sorted(set(labels), key=lambda v: (str(type(v)), v))
+    index = {c: i for i, c in enumerate(classes)}
+    unseen = sorted({str(v) for v in labels if v not in index})
+    if unseen:
+        raise InputError(f"data: labels the model never saw: {', '.join(unseen[:5])}")
+    return classes, np.asarray([index[v] for v in labels], dtype=np.int64)

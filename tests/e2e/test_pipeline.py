@@ -9,7 +9,6 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -165,9 +165,7 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
             if getattr(config, f) and Path(getattr(config, f)).is_dir()
         ]
         record = lineage_mod.merge(upstream)
-        record["code"] = lineage_mod.code_version()
-        record["orchestrator"] = lineage_mod.orchestrator(ns.get("orchestrator"), ns.get("run_id"))
-        record["image"] = lineage_mod.image()
+        record.update(lineage_mod.run_sections(ns.get("orchestrator"), ns.get("run_id")))
         outs = [getattr(config, f) for f in output_fields(model) if getattr(config, f)]
         for out in outs:
             artifacts.begin_output(out)

@@ -17,11 +17,20 @@ from typing import Any, Iterable
 from trainpipe.contract.errors import InputError
 
 
+#: Sections describing the step that runs, not the data: each step sets them anew.
+RUN_SECTIONS = ("code", "orchestrator", "image")
+
+
+def run_sections(orchestrator_name: str | None = None, run_id: str | None = None) -> dict[str, Any]:
+    """The sections describing this step's run: code version, orchestrator, image."""
+    return {"code": code_version(), "orchestrator": orchestrator(orchestrator_name, run_id), "image": image()}
+
+
 def merge(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Merge lineage records from several inputs.
 
-    Sections present in more than one record must agree, except ``orchestrator``
-    and ``code``, which the current step sets anyway.
+    Sections present in more than one record must agree, except the
+    :data:`RUN_SECTIONS`, which the current step sets anyway.
 
     Raises:
         InputError: two inputs disagree about the same section (mixed lineages).
@@ -29,7 +38,7 @@ def merge(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for rec in records:
         for key, value in rec.items():
-            if key in merged and merged[key] != value and key not in {"orchestrator", "code", "steps"}:
+            if key in merged and merged[key] != value and key not in RUN_SECTIONS and key != "steps":
                 raise InputError(f"inputs carry conflicting lineage for {key!r}: they come from different runs or data")
             if key == "steps":
                 steps = merged.setdefault("steps", [])

@@ -11,22 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from typing import Any, ClassVar, Sequence
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from trainpipe.contract.errors import is_retryable_exit
-
-
-def _flags(settings: dict[str, Any]) -> list[str]:
-    args: list[str] = []
-    for key, value in settings.items():
-        if value is None or value == "":
-            continue
-        args += ["--" + key.replace("_", "-"), value if isinstance(value, str) else json.dumps(value)]
-    return args
+from trainpipe.faces.command import component_command
 
 
 class TrainpipeOperator(BaseOperator):
@@ -45,8 +36,7 @@ class TrainpipeOperator(BaseOperator):
         self.settings = settings
 
     def execute(self, context: Any) -> Any:
-        cmd = [sys.executable, "-m", f"trainpipe.components.{self.component}", "--orchestrator", "airflow", "--run-id", str(context["run_id"])]
-        cmd += _flags(self.settings)
+        cmd = component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
         env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="airflow")
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=False)
         for line in proc.stderr.splitlines():
@@ -66,17 +56,29 @@ def kubernetes_task(component: str, *, task_id: str, settings: dict[str, Any], i
     """
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
+    command = component_command(
+        component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
+    )
     return KubernetesPodOperator(
         task_id=task_id,
         name=task_id.replace("_", "-"),
         namespace=namespace,
         image=image,
-        cmds=["python", "-m", f"trainpipe.components.{component}"],
-        arguments=["--orchestrator", "airflow", "--run-id", "{{ run_id }}", "--result", "/airflow/xcom/return.json", *_flags(settings)],
+        cmds=command[:3],
+        arguments=command[3:],
         do_xcom_push=True,
         get_logs=True,
         **kwargs,
     )
+
+
+def component_task(operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str, **kwargs: Any) -> Any:
+    """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
+    if mode == "kubernetes":
+        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=image, **kwargs)
+    if mode != "local":
+        raise ValueError(f"mode: {mode!r} is not local or kubernetes")
+    return operator_cls(task_id=task_id, settings=settings, **kwargs)
 
 
 def gate_passed(ti: Any = None, **_: Any) -> bool:

@@ -21,12 +21,9 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "") -> dic
     Returns:
         The component's result JSON.
     """
-    cmd = [sys.executable, "-m", f"trainpipe.components.{name}", "--orchestrator", "kfp", "--run-id", run_id]
-    for key, value in settings.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        cmd += [flag, value if isinstance(value, str) else json.dumps(value)]
+    from trainpipe.faces.command import component_command
+
+    cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id)
     env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
     if proc.returncode != 0:
