@@ -1,18 +1,21 @@
-"""train_model: the launcher. Checks the inputs, opens the MLflow run, runs torchrun,
-and turns what the ranks wrote into a typed result. torch is imported only in the ranks.
+"""train_model: the launcher. Checks the inputs, opens the MLflow run, starts the
+backend's ranks (see launch.py) and turns what they wrote into a typed result.
+No ML framework is imported here: only in the ranks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from trainpipe.components.train_model import launch
+from trainpipe.components.train_model.data import prepare_data
 from trainpipe.components.train_model.spec import (
     METRICS_FILE,
     MODEL_FILE,
@@ -26,22 +29,36 @@ from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.resources import threads_per_rank
-from trainpipe.components.train_model.worker import prepare_data
 from trainpipe.tabular import find_data_file
 
-
-def _check_inputs(config: TrainModelConfig) -> None:
-    """Fail fast, in one line, before any rank starts: the ranks' own data preparation, run once here."""
-    prepare_data(config)
-    if config.device == "cuda" or config.dist_backend == "nccl":
-        gpus = _cuda_device_count()
-        if gpus == 0:
-            raise InputError("device: cuda requested but no CUDA device is visible")
-        if config.nproc_per_node > gpus:
-            raise InputError(f"nproc_per_node: {config.nproc_per_node} ranks requested but only {gpus} GPUs are visible")
+#: What each backend needs installed, and how to get it.
+BACKEND_MODULES = {
+    "torch_ddp": ("torch", "pip install 'trainpipe[torch]'"),
+    "tensorflow": ("tensorflow", "pip install 'trainpipe[tensorflow]'"),
+    "horovod": ("horovod", "make horovod (builds Horovod 0.28.1 with C++17 into a wheel cache)"),
+}
 
 
-def _cuda_device_count() -> int:
+def check_inputs(config: TrainModelConfig) -> dict[str, Any]:
+    """Fail fast, in one line, before any rank starts; returns the prepared data."""
+    module, how = BACKEND_MODULES[config.backend]
+    if importlib.util.find_spec(module) is None:
+        raise InputError(f"backend: {config.backend} needs {module}, which is not installed ({how})")
+    if config.backend == "tensorflow" and config.model not in ("mlp", "cnn"):
+        raise InputError(f"model: a custom model function ({config.model}) runs on the torch backends; with backend tensorflow use mlp or cnn")
+    wants_cuda = config.device == "cuda" or config.dist_backend == "nccl"
+    gpus = cuda_device_count() if (wants_cuda or config.precision == "fp16" or config.device == "auto") else 0
+    if wants_cuda and gpus == 0:
+        raise InputError("device: cuda requested but no CUDA device is visible")
+    if config.precision == "fp16" and (gpus == 0 or config.device == "cpu"):
+        raise InputError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
+    uses_gpus = gpus > 0 and config.device != "cpu"
+    if uses_gpus and config.backend != "tensorflow" and config.nproc_per_node > gpus:
+        raise InputError(f"nproc_per_node: {config.nproc_per_node} GPU ranks requested but only {gpus} GPUs are visible on this node")
+    return prepare_data(config)
+
+
+def cuda_device_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
@@ -52,24 +69,23 @@ def _cuda_device_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def torchrun_command(config: TrainModelConfig, config_path: Path) -> list[str]:
-    """The torchrun command line for a single-node job."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc-per-node={config.nproc_per_node}",
-        f"--max-restarts={config.max_restarts}",
-        "-m",
-        "trainpipe.components.train_model.worker",
-        str(config_path),
-    ]
+def rank_env(config: TrainModelConfig) -> dict[str, str]:
+    """The ranks' environment: threads per rank from the usable CPUs unless OMP_NUM_THREADS is set."""
+    env = dict(os.environ)
+    if "OMP_NUM_THREADS" not in env:
+        threads = str(threads_per_rank(config.nproc_per_node))
+        env["OMP_NUM_THREADS"] = threads
+        env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
+        env.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
 
 
 def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModelResult:
-    """Train the model with torchrun and log the run to MLflow.
+    """Train with the configured backend and log the run to MLflow.
+
+    On a multi-node job every node runs this; node 0 alone opens the MLflow run and
+    reports the model, the other nodes only run their ranks.
 
     Args:
         config: Settings and paths.
@@ -84,50 +100,54 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         TrainpipeError: the ranks failed beyond ``max_restarts``.
     """
     find_data_file(config.data, "data")
-    _check_inputs(config)
+    check_inputs(config)
     out = Path(config.output_dir)
-    from trainpipe import tracking
+    chief = launch.node_rank(config) == 0
+    client = run_id = exp_id = uri = None
+    if chief:
+        from trainpipe import tracking
 
-    client = tracking.connect(config.tracking_uri)
-    uri = tracking.resolve_tracking_uri(config.tracking_uri)
-    exp_id = tracking.ensure_experiment(client, config.experiment_name, uri)
-    snapshot = lineage.get("snapshot", {})
-    run = client.create_run(
-        exp_id,
-        tags={
-            "mlflow.runName": f"train-{snapshot.get('md5', 'data')[:8]}",
-            "trainpipe.component": NAME,
-            "trainpipe.dataset_md5": snapshot.get("md5", ""),
-            "trainpipe.orchestrator_run_id": lineage.get("orchestrator", {}).get("run_id", ""),
-        },
-    )
-    run_id = run.info.run_id
-    params = config.model_dump(exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri"})
-    for k, v in params.items():
-        client.log_param(run_id, k, json.dumps(v) if isinstance(v, (list, dict)) else v)
+        client = tracking.connect(config.tracking_uri)
+        uri = tracking.resolve_tracking_uri(config.tracking_uri)
+        exp_id = tracking.ensure_experiment(client, config.experiment_name, uri)
+        snapshot = lineage.get("snapshot", {})
+        run = client.create_run(
+            exp_id,
+            tags={
+                "mlflow.runName": f"train-{snapshot.get('md5', 'data')[:8]}",
+                "trainpipe.component": NAME,
+                "trainpipe.dataset_md5": snapshot.get("md5", ""),
+                "trainpipe.orchestrator_run_id": lineage.get("orchestrator", {}).get("run_id", ""),
+            },
+        )
+        run_id = run.info.run_id
+        params = config.model_dump(exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri"})
+        for k, v in params.items():
+            client.log_param(run_id, k, json.dumps(v) if isinstance(v, (list, dict)) else v)
 
     shutil.rmtree(out / ".errors", ignore_errors=True)
     shutil.rmtree(out / TELEMETRY_DIR, ignore_errors=True)
-    config_path = out / ".train_config.json"
+    config_path = out / f".train_config.node{launch.node_rank(config)}.json"
     atomic_write_json(config_path, config.model_dump(mode="json"))
-    env = dict(os.environ)
-    if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(threads_per_rank(config.nproc_per_node))
     t0 = time.perf_counter()
-    proc = subprocess.run(torchrun_command(config, config_path), env=env, check=False)
+    code = launch.launch(config, config_path, rank_env(config))
     wall = time.perf_counter() - t0
+    config_path.unlink(missing_ok=True)
     rank_errors = sorted((out / ".errors").glob("rank*.json")) if (out / ".errors").exists() else []
-    if proc.returncode != 0 or rank_errors:
-        client.set_terminated(run_id, status="FAILED")
+    if code != 0 or rank_errors:
+        if client is not None:
+            client.set_terminated(run_id, status="FAILED")
         if rank_errors:
             err = json.loads(rank_errors[0].read_text(encoding="utf-8"))
             cls = getattr(errors, err.get("type", ""), errors.TrainpipeError)
             raise cls(err.get("message", "a rank failed"))
         raise errors.TrainpipeError(
-            f"training failed: torchrun exited with {proc.returncode} after up to {config.max_restarts} restarts (rank logs above)"
+            f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} restarts (rank logs above)"
         )
+    if not chief:
+        return _worker_node_result(config, wall, lineage)
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
-    history = [json.loads(l) for l in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if l.strip()]
+    history = [json.loads(line) for line in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
     for h in history:
         client.log_metric(run_id, "train_loss", h["loss"], step=h["epoch"])
         client.log_metric(run_id, "train_accuracy", h["accuracy"], step=h["epoch"])
@@ -151,11 +171,13 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         final_loss=history[-1]["loss"],
         train_accuracy=history[-1]["accuracy"],
         wall_seconds=round(wall, 3),
-        resumed_from_epoch=int(meta.get("resumed_from_epoch", 0)),
+        resumed_from_step=int(meta.get("resumed_from_step", 0)),
+        global_steps=int(meta.get("global_steps", 0)),
+        precision=config.precision,
+        model_arch=config.model,
         classes=meta["classes"],
         feature_columns=meta["feature_columns"],
     )
-    config_path.unlink(missing_ok=True)
     lineage = dict(lineage)
     lineage["training"] = {
         "mlflow_run_id": run_id,
@@ -164,6 +186,8 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         "dist_backend": result.dist_backend,
         "device": result.device,
         "world_size": result.world_size,
+        "precision": config.precision,
+        "model": config.model,
         "model_sha256": sha,
         "final_loss": round(result.final_loss, 6),
     }
@@ -171,4 +195,14 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
     return result
 
 
-__all__ = ["NAME", "torchrun_command", "train_model"]
+def _worker_node_result(config: TrainModelConfig, wall: float, lineage: dict[str, Any]) -> TrainModelResult:
+    """A non-chief node's result: its ranks ran; node 0 reports the model."""
+    return TrainModelResult(
+        model_file="", model_sha256="", mlflow_run_id="", tracking_uri="", experiment_id="",
+        backend=config.backend, dist_backend="", device="", world_size=config.world_size, epochs=config.epochs,
+        final_loss=float("nan"), train_accuracy=float("nan"), wall_seconds=round(wall, 3), resumed_from_step=0,
+        global_steps=0, precision=config.precision, model_arch=config.model, classes=[], feature_columns=[], lineage=lineage,
+    )
+
+
+__all__ = ["NAME", "check_inputs", "train_model"]

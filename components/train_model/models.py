@@ -6,9 +6,10 @@ code) plus ``model.json`` (architecture, feature columns, classes, scaling).
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
 from trainpipe.contract.errors import InputError
@@ -25,6 +26,74 @@ def build_mlp(input_dim: int, hidden_units: list[int], n_outputs: int) -> Any:
         width = h
     layers.append(nn.Linear(width, n_outputs))
     return nn.Sequential(*layers)
+
+
+def build_cnn(input_shape: list[int], n_outputs: int) -> Any:
+    """A small CNN for image-shaped rows (the digits are 1x8x8).
+
+    It takes flat rows, like every trainpipe model, and unflattens them to
+    ``[C, H, W]`` itself, so serving and evaluation feed it the same table rows.
+    """
+    import torch.nn as nn
+
+    c, h, w = input_shape
+    return nn.Sequential(
+        nn.Unflatten(1, (c, h, w)),
+        nn.Conv2d(c, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * (h // 2) * (w // 2), 64),
+        nn.ReLU(),
+        nn.Linear(64, n_outputs),
+    )
+
+
+def resolve_entry_point(spec: str) -> Callable[..., Any]:
+    """Import ``package.module:function``.
+
+    Raises:
+        InputError: the module or the function cannot be found.
+    """
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"model: cannot import {module_name!r} for {spec!r}: {exc}") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise InputError(f"model: {module_name!r} has no function {func_name!r}")
+    return func
+
+
+def build_model(arch: str, input_shape: list[int], n_outputs: int, hidden_units: list[int], model_kwargs: dict[str, Any] | None = None) -> Any:
+    """The torch model for ``arch``: ``mlp``, ``cnn`` or a user's ``package.module:function``.
+
+    A user's function is called as ``function(input_shape=[...], n_classes=N, **model_kwargs)``
+    and must return a ``torch.nn.Module`` that maps a batch of flat feature rows
+    ``(batch, features)`` to logits ``(batch, N)``.
+
+    Raises:
+        InputError: the entry point cannot be imported or returns something else.
+    """
+    import math
+
+    import torch.nn as nn
+
+    if arch == "mlp":
+        return build_mlp(math.prod(input_shape), hidden_units, n_outputs)
+    if arch == "cnn":
+        return build_cnn(input_shape, n_outputs)
+    func = resolve_entry_point(arch)
+    try:
+        model = func(input_shape=list(input_shape), n_classes=n_outputs, **(model_kwargs or {}))
+    except TypeError as exc:
+        raise InputError(f"model: {arch} cannot be called as f(input_shape=..., n_classes=..., **model_kwargs): {exc}") from None
+    if not isinstance(model, nn.Module):
+        raise InputError(f"model: {arch} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
 
 
 def read_meta(model_dir: str | Path) -> dict[str, Any]:
@@ -50,9 +119,11 @@ def load_model(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     from safetensors.torch import load_file
 
     meta = read_meta(model_dir)
-    if meta.get("arch") != "mlp":
-        raise InputError(f"model: unsupported architecture {meta.get('arch')!r}")
-    model = build_mlp(int(meta["input_dim"]), list(meta["hidden_units"]), len(meta["classes"]))
+    arch = str(meta.get("arch", ""))
+    if arch not in ("mlp", "cnn") and ":" not in arch:
+        raise InputError(f"model: unsupported architecture {arch!r}")
+    shape = list(meta.get("input_shape") or [int(meta["input_dim"])])
+    model = build_model(arch, shape, len(meta["classes"]), list(meta.get("hidden_units", [])), meta.get("model_kwargs"))
     try:
         state = load_file(str(Path(model_dir) / MODEL_FILE))
         model.load_state_dict(state)

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 _CHUNK = 1 << 20
 
@@ -41,12 +41,22 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     Returns:
         The destination path.
     """
+    return atomic_write_chunks(path, (data,))
+
+
+def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> Path:
+    """Write the concatenated ``chunks`` to ``path`` atomically (temp file, fsync, rename).
+
+    A process killed part way leaves at most a hidden ``.<name>.*.tmp`` beside the
+    destination, never a partial file under the destination's name.
+    """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in chunks:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, dest)

@@ -1,0 +1,357 @@
+"""The PyTorch training loop shared by the torch_ddp and horovod backends.
+
+A backend supplies a :class:`Collectives` (rank, world, all-reduce, barrier, how to
+wrap the model and optimizer); everything else is here: data sharding, mixed
+precision, step checkpoints with exact resume, telemetry and the model artifact.
+
+Checkpoints (``ckpt-<global step>.pt``) hold the model, optimizer, grad scaler,
+RNG states, the position in the epoch (which fixes the sampler's position, since
+the global order is a function of seed and epoch) and the epoch's metric sums, so
+a resumed run continues exactly where the checkpoint was taken. Rank 0 alone
+writes them, atomically; every rank loads the same one with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from trainpipe.components.train_model.data import prepare_data, rank_batches, steps_per_epoch
+from trainpipe.components.train_model.models import build_model
+from trainpipe.components.train_model.spec import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    MODEL_FILE,
+    MODEL_META,
+    TELEMETRY_DIR,
+    TrainModelConfig,
+)
+from trainpipe.contract.errors import InputError, TrainpipeError
+from trainpipe.contract.io import atomic_write_bytes, atomic_write_chunks, atomic_write_json, atomic_write_text
+
+CKPT_GLOB = "ckpt-*.pt"
+FAULT_ENV = "TRAINPIPE_FAULT"
+
+
+@dataclass
+class Collectives:
+    """What a distributed backend provides to the loop."""
+
+    name: str
+    rank: int
+    world: int
+    local_rank: int
+    all_reduce_sum: Callable[[torch.Tensor], torch.Tensor]
+    barrier: Callable[[], None]
+    wrap: Callable[[torch.nn.Module, torch.optim.Optimizer], tuple[torch.nn.Module, torch.optim.Optimizer]]
+    optimizer_step: Callable[[torch.optim.Optimizer, Any], None] = field(default=lambda opt, scaler: _plain_step(opt, scaler))
+
+
+def _plain_step(opt: torch.optim.Optimizer, scaler: Any) -> None:
+    if scaler is not None:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+
+
+def attempt() -> int:
+    """Which restart of the worker group this is (0 for the first run)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("TRAINPIPE_ATTEMPT") or 0)
+
+
+@dataclass
+class Fault:
+    """A fault to inject, from ``TRAINPIPE_FAULT`` (tests only; honoured on the first attempt).
+
+    ``kill:RANK:STEP`` SIGKILLs rank RANK before global step STEP;
+    ``kill_checkpoint:STEP`` SIGKILLs rank 0 half way through writing checkpoint STEP.
+    """
+
+    kind: str = ""
+    rank: int = -1
+    step: int = -1
+
+    @classmethod
+    def from_env(cls) -> "Fault":
+        raw = os.environ.get(FAULT_ENV, "")
+        if not raw or attempt() > 0:
+            return cls()
+        parts = raw.split(":")
+        if parts[0] == "kill" and len(parts) == 3:
+            return cls("kill", int(parts[1]), int(parts[2]))
+        if parts[0] == "kill_checkpoint" and len(parts) == 2:
+            return cls("kill_checkpoint", 0, int(parts[1]))
+        raise InputError(f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP or kill_checkpoint:STEP")
+
+    def maybe_kill(self, kind: str, rank: int, step: int) -> None:
+        if self.kind == kind and self.rank == rank and self.step == step:
+            print(f"train_model rank {rank}: injected fault {kind} at step {step}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def checkpoint_dir(config: TrainModelConfig) -> Path:
+    return Path(config.checkpoint_dir) if config.checkpoint_dir else Path(config.output_dir) / CHECKPOINT_DIR
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int, fault: Fault) -> Path:
+    """Write ``ckpt-<step>.pt`` atomically and keep the newest ``keep``."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+
+    def chunks() -> Iterator[bytes]:
+        half = len(data) // 2
+        yield data[:half]
+        fault.maybe_kill("kill_checkpoint", 0, step)
+        yield data[half:]
+
+    path = atomic_write_chunks(ckpt_dir / f"ckpt-{step:010d}.pt", chunks())
+    for old in sorted(ckpt_dir.glob(CKPT_GLOB))[:-keep]:
+        old.unlink(missing_ok=True)
+    for stale in ckpt_dir.glob(".ckpt-*.tmp"):
+        stale.unlink(missing_ok=True)
+    return path
+
+
+def load_latest_checkpoint(ckpt_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The newest checkpoint that loads with ``weights_only=True``; unreadable ones are skipped with a warning."""
+    if not ckpt_dir.is_dir():
+        return None, None
+    for path in sorted(ckpt_dir.glob(CKPT_GLOB), reverse=True):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict) or "global_step" not in state:
+                raise ValueError("not a trainpipe checkpoint")
+            return state, path.name
+        except Exception as exc:  # a torn or foreign file: fall back to the previous one
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            print(f"train_model: warning: skipping unreadable checkpoint {path.name}: {first[:200]}", file=sys.stderr)
+    return None, None
+
+
+def resolve_device(config: TrainModelConfig, local_rank: int) -> torch.device:
+    use_cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        device = torch.device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def autocast_dtype(config: TrainModelConfig) -> torch.dtype | None:
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
+
+
+def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> None:
+    """Train on this rank until ``epochs`` (or ``max_steps``) are done, resuming from the newest checkpoint."""
+    out = Path(config.output_dir)
+    ckpt_dir = checkpoint_dir(config)
+    fault = Fault.from_env()
+    rank, world = coll.rank, coll.world
+    data = prepare_data(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, data["input_shape"], len(data["classes"]), config.hidden_units, config.model_kwargs).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=config.momentum)
+    amp_dtype = autocast_dtype(config)
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+
+    ckpt, ckpt_name = load_latest_checkpoint(ckpt_dir)
+    global_step = 0
+    carried = torch.zeros(3, dtype=torch.float64)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        if scaler is not None and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        if device.type == "cuda" and ckpt["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(ckpt["rng"]["cuda"], device)
+        global_step = int(ckpt["global_step"])
+        carried = ckpt["epoch_sums"].to(torch.float64)
+        if rank == 0:
+            print(f"train_model: resuming from {ckpt_name} (step {global_step})", file=sys.stderr)
+    # Every rank must resume from the same step: a rank that read another file would diverge.
+    agree = coll.all_reduce_sum(torch.tensor([float(global_step), float(global_step) ** 2], dtype=torch.float64))
+    if float(agree[0]) ** 2 != world * float(agree[1]):
+        raise TrainpipeError("checkpoint: ranks loaded different checkpoints; is checkpoint_dir shared by every node?")
+    resumed_from = global_step
+    train_model, opt = coll.wrap(model, opt)
+
+    x = torch.from_numpy(data["x"])
+    y = torch.from_numpy(data["y"])
+    n = int(x.shape[0])
+    per_epoch = steps_per_epoch(n, config.batch_size)
+    total = per_epoch * config.epochs if config.max_steps is None else min(config.max_steps, per_epoch * config.epochs)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    metrics_path = out / METRICS_FILE
+    start_epoch, start_in_epoch = divmod(global_step, per_epoch)
+    history = [
+        line
+        for line in (metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else [])
+        if line.strip() and json.loads(line)["epoch"] < start_epoch
+    ]
+    steps: list[dict[str, float]] = []
+    t_start = time.perf_counter()
+    first_step_s: float | None = None
+
+    def checkpoint_state(in_epoch_sums: torch.Tensor) -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else {},
+            "rng": {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None},
+            "global_step": global_step,
+            "epoch_sums": in_epoch_sums,
+        }
+
+    for epoch in range(start_epoch, config.epochs):
+        if global_step >= total:
+            break
+        skip = start_in_epoch if epoch == start_epoch else 0
+        batches = torch.from_numpy(rank_batches(n, config.batch_size, config.seed, epoch, rank, world, skip))
+        local = torch.zeros(3, dtype=torch.float64)
+        if epoch != start_epoch:
+            carried = torch.zeros(3, dtype=torch.float64)
+        train_model.train()
+        t_prev = time.perf_counter()
+        for idx in batches:
+            if global_step >= total:
+                break
+            fault.maybe_kill("kill", rank, global_step)
+            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            t_data = time.perf_counter()
+            opt.zero_grad()
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                logits = train_model(xb)
+            loss = loss_fn(logits.float(), yb)
+            t_fwd = time.perf_counter()
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            t_bwd = time.perf_counter()
+            coll.optimizer_step(opt, scaler)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t_end = time.perf_counter()
+            global_step += 1
+            b = int(yb.shape[0])
+            with torch.no_grad():
+                local += torch.tensor([float(loss) * b, float((logits.argmax(1) == yb).sum()), b], dtype=torch.float64)
+            if first_step_s is None:
+                first_step_s = t_end - t_start
+            steps.append(
+                {
+                    "epoch": epoch,
+                    "step": global_step,
+                    "samples": b,
+                    "data_s": t_data - t_prev,
+                    "forward_s": t_fwd - t_data,
+                    "backward_s": t_bwd - t_fwd,
+                    "optimizer_s": t_end - t_bwd,
+                    "step_s": t_end - t_prev,
+                    "t": t_end - t_start,
+                }
+            )
+            epoch_done = global_step % per_epoch == 0
+            if config.checkpoint_every_steps and global_step % config.checkpoint_every_steps == 0 and not epoch_done and global_step < total:
+                carried = carried + coll.all_reduce_sum(local.clone())
+                local.zero_()
+                if rank == 0:
+                    save_checkpoint(ckpt_dir, global_step, checkpoint_state(carried), config.keep_checkpoints, fault)
+            t_prev = time.perf_counter()
+        sums = carried + coll.all_reduce_sum(local.clone())
+        carried = torch.zeros(3, dtype=torch.float64)
+        loss_e, acc_e = float(sums[0] / max(sums[2], 1)), float(sums[1] / max(sums[2], 1))
+        if rank == 0:
+            history.append(json.dumps({"epoch": epoch, "step": global_step, "loss": loss_e, "accuracy": acc_e}))
+            atomic_write_text(metrics_path, "".join(line + "\n" for line in history))
+            save_checkpoint(ckpt_dir, global_step, checkpoint_state(torch.zeros(3, dtype=torch.float64)), config.keep_checkpoints, fault)
+            print(f"train_model: epoch {epoch + 1}/{config.epochs} step {global_step} loss {loss_e:.4f} accuracy {acc_e:.4f}", file=sys.stderr)
+        start_in_epoch = 0
+
+    wall = time.perf_counter() - t_start
+    atomic_write_json(
+        out / TELEMETRY_DIR / f"rank{rank}.json",
+        {
+            "rank": rank,
+            "world_size": world,
+            "backend": config.backend,
+            "device": str(device),
+            "dist_backend": coll.name,
+            "precision": config.precision,
+            "threads": torch.get_num_threads(),
+            "batch_size": config.batch_size,
+            "wall_s": wall,
+            "time_to_first_step_s": first_step_s,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "peak_device_mb": (torch.cuda.max_memory_allocated(device) / 2**20) if device.type == "cuda" else None,
+            "steps": steps,
+        },
+    )
+    coll.barrier()
+    if rank == 0:
+        write_model(out, model, data, config, device, coll.name, world, resumed_from, global_step, wall)
+
+
+def write_model(
+    out: Path, model: torch.nn.Module, data: dict[str, Any], config: TrainModelConfig, device: torch.device,
+    dist_backend: str, world: int, resumed_from: int, global_step: int, wall: float,
+) -> None:
+    """The model artifact: weights in safetensors (loading runs no code) and model.json."""
+    from safetensors.torch import save
+
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    atomic_write_bytes(out / MODEL_FILE, save(state))
+    atomic_write_json(out / MODEL_META, model_meta(data, config, device.type, dist_backend, world, resumed_from, global_step, wall))
+
+
+def model_meta(
+    data: dict[str, Any], config: TrainModelConfig, device: str, dist_backend: str, world: int,
+    resumed_from: int, global_step: int, wall: float,
+) -> dict[str, Any]:
+    """model.json: everything a later step needs to rebuild and use the model."""
+    return {
+        "arch": config.model,
+        "framework": "torch",
+        "trained_with": config.backend,
+        "input_dim": len(data["feature_columns"]),
+        "input_shape": data["input_shape"],
+        "hidden_units": config.hidden_units,
+        "model_kwargs": config.model_kwargs,
+        "classes": data["classes"],
+        "feature_columns": data["feature_columns"],
+        "label_column": config.label_column,
+        "mean": data["mean"],
+        "std": data["std"],
+        "split": {"test_fraction": config.test_fraction, "seed": config.seed},
+        "task": "classification",
+        "precision": config.precision,
+        "resumed_from_step": resumed_from,
+        "global_steps": global_step,
+        "dist_backend": dist_backend,
+        "device": device,
+        "world_size": world,
+        "wall_s": wall,
+    }
+
+
+def run_rank(config_path: str, body: Callable[[TrainModelConfig], None]) -> int:
+    """Run one rank; a trainpipe error is recorded in ``.errors/rank<N>.json`` for the launcher."""
+    config = TrainModelConfig.model_validate_json(Path(config_path).read_text(encoding="utf-8"))
+    try:
+        body(config)
+    except TrainpipeError as exc:
+        rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
+        atomic_write_json(Path(config.output_dir) / ".errors" / f"rank{rank}.json", {"type": type(exc).__name__, "message": str(exc)})
+        print(f"train_model rank {rank}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build Horovod 0.28.1 (PyTorch binding, gloo) into a wheel cache outside the clone.
+#
+# Horovod 0.28.1's sdist sets CMAKE_CXX_STANDARD 14; torch 2.13's headers need C++17,
+# so the two CMAKE_CXX_STANDARD lines are raised to 17 before building. The TensorFlow
+# binding does not build against TF 2.21 and is left out (HOROVOD_WITHOUT_TENSORFLOW).
+# On a CUDA build host, set HOROVOD_GPU_OPERATIONS=NCCL in the environment.
+#
+# Usage: build_horovod_wheel.sh PYTHON WHEELHOUSE
+set -euo pipefail
+PY="$1"
+WHEELHOUSE="$2"
+VERSION="${HOROVOD_VERSION:-0.28.1}"
+mkdir -p "$WHEELHOUSE"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$VERSION" -d "$work"
+tar -xzf "$work/horovod-$VERSION.tar.gz" -C "$work"
+src="$work/horovod-$VERSION"
+n=$(grep -rl --include=CMakeLists.txt 'CMAKE_CXX_STANDARD 14' "$src" | wc -l)
+[ "$n" -ge 1 ] || { echo "build_horovod_wheel: no CMAKE_CXX_STANDARD 14 line found in $src" >&2; exit 1; }
+grep -rl --include=CMakeLists.txt 'CMAKE_CXX_STANDARD 14' "$src" | xargs sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/g'
+export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1
+export MAKEFLAGS="-j$(nproc)"
+# torch must be importable by the build: build in the target environment, not in isolation.
+"$PY" -m pip wheel --no-deps --no-build-isolation -w "$WHEELHOUSE" "$src"
+ls "$WHEELHOUSE"/horovod-"$VERSION"-*.whl
