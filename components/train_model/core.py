@@ -55,7 +55,14 @@ def check_inputs(config: TrainModelConfig) -> dict[str, Any]:
     uses_gpus = gpus > 0 and config.device != "cpu"
     if uses_gpus and config.backend != "tensorflow" and config.nproc_per_node > gpus:
         raise InputError(f"nproc_per_node: {config.nproc_per_node} GPU ranks requested but only {gpus} GPUs are visible on this node")
-    return prepare_data(config)
+    data = prepare_data(config)
+    if config.model not in ("mlp", "cnn"):
+        # A user's model function is called once here (torch is imported for it), so a wrong
+        # signature or return type is one line before any rank starts.
+        from trainpipe.components.train_model.models import build_model
+
+        build_model(config.model, data["input_shape"], len(data["classes"]), config.hidden_units, config.model_kwargs)
+    return data
 
 
 def cuda_device_count() -> int:
@@ -78,6 +85,8 @@ def rank_env(config: TrainModelConfig) -> dict[str, str]:
         env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
         env.setdefault("TF_NUM_INTEROP_THREADS", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if config.backend == "tensorflow" and (config.device == "cpu" or cuda_device_count() == 0):
+        env["CUDA_VISIBLE_DEVICES"] = ""  # TF would otherwise probe for CUDA and log errors on CPU hosts
     return env
 
 

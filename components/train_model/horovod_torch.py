@@ -13,7 +13,8 @@ import sys
 import torch
 
 from trainpipe.components.train_model.spec import TrainModelConfig
-from trainpipe.components.train_model.torch_loop import Collectives, resolve_device, run_rank, train
+from trainpipe.components.train_model.rank import run_rank
+from trainpipe.components.train_model.torch_loop import Collectives, resolve_device, train
 
 
 def body(config: TrainModelConfig) -> None:

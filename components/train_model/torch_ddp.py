@@ -17,7 +17,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from trainpipe.components.train_model.spec import TrainModelConfig
-from trainpipe.components.train_model.torch_loop import Collectives, resolve_device, run_rank, train
+from trainpipe.components.train_model.rank import run_rank
+from trainpipe.components.train_model.torch_loop import Collectives, resolve_device, train
 
 
 def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
