@@ -109,6 +109,10 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         TrainpipeError: the ranks failed beyond ``max_restarts``.
     """
     find_data_file(config.data, "data")
+    if config.cluster is not None and config.nnodes > 1:
+        from trainpipe.components.train_model.k8s import run_cluster_job
+
+        return run_cluster_job(config, lineage)
     check_inputs(config)
     out = Path(config.output_dir)
     chief = launch.node_rank(config) == 0

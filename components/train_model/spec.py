@@ -20,6 +20,21 @@ CHECKPOINT_DIR = "checkpoints"
 BUILTIN_MODELS = ("mlp", "cnn")
 
 
+class ClusterJob(StrictModel):
+    """Where a multi-node job runs on Kubernetes (used when nnodes > 1)."""
+
+    launcher: Literal["trainjob", "pytorchjob"] = Field("trainjob", description="Kubeflow Trainer TrainJob, or the legacy PyTorchJob")
+    namespace: str = Field("kubeflow", min_length=1)
+    runtime: str = Field("torch-distributed", min_length=1, description="the TrainJob's ClusterTrainingRuntime")
+    image: str | None = Field(None, description="the trainpipe image every node runs (default: TRAINPIPE_IMAGE)")
+    profile: str = Field("gpu", description="hardware profile of each node: cpu, gpu or a YAML file")
+    shared_pvc: str = Field(..., min_length=1, description="a ReadWriteMany PVC mounted by this step and by every node")
+    mount_path: str = Field("/mnt/trainpipe", description="where the PVC is mounted, in this step's pod and on the nodes")
+    job_name: str | None = Field(None, description="default: trainpipe-train-<random>")
+    poll_s: float = Field(10, gt=0, le=600)
+    timeout_s: float = Field(86_400, gt=0, le=30 * 86_400)
+
+
 class TrainModelParams(StrictModel):
     """Settings of train_model that are not artifacts."""
 
@@ -44,6 +59,7 @@ class TrainModelParams(StrictModel):
     nnodes: int = Field(1, ge=1, le=4096, description="nodes in the job; > 1 needs rdzv_endpoint (or MASTER_ADDR/MASTER_PORT)")
     node_rank: int | None = Field(None, ge=0, description="this node's rank (default: NODE_RANK / PET_NODE_RANK / RANK from the environment)")
     rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous (multi-node)")
+    cluster: ClusterJob | None = Field(None, description="run a multi-node job (nnodes > 1) through the Kubeflow Trainer")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when present")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on cuda, gloo on cpu")
     epochs: int = Field(10, ge=1, le=100_000)

@@ -7,6 +7,8 @@ load from YAML with the same fields.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from trainpipe.contract.config import StrictModel, build, load_file
@@ -23,6 +25,18 @@ class Resources(StrictModel):
     accelerator_count: int = Field(0, ge=0, le=64)
 
 
+class Toleration(StrictModel):
+    """A Kubernetes toleration (the core/v1 fields)."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    def as_k8s(self) -> dict[str, str]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class HardwareProfile(StrictModel):
     """Resources for every step, and the training step's own."""
 
@@ -30,6 +44,8 @@ class HardwareProfile(StrictModel):
     default: Resources = Field(default_factory=Resources)
     train: Resources = Field(default_factory=Resources)
     node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    service_account: str | None = Field(None, description="Kubernetes service account of the pods")
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 
@@ -50,6 +66,7 @@ PROFILES: dict[str, HardwareProfile] = {
             accelerator_count=1,
         ),
         node_selector={"nvidia.com/gpu.present": "true"},
+        tolerations=[Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
     ),
 }
 

@@ -1,0 +1,186 @@
+"""Multi-node launch: torchrun/TF_CONFIG settings from the environment, and the TrainJob /
+PyTorchJob manifests validated offline against their published schemas. No cluster runs
+here: submission is exercised against a stand-in for the Kubernetes API."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.k8s_schema import validate_pytorchjob, validate_trainjob
+from trainpipe.components.train_model import k8s, launch
+from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig
+from trainpipe.contract.errors import InputError, TrainpipeError
+from trainpipe.profiles import PROFILES, HardwareProfile, Resources
+
+pytestmark = pytest.mark.contract
+
+CLUSTER = ClusterJob(shared_pvc="team-a-train", namespace="team-a")
+
+
+def _cfg(tmp_path: Path, **kw) -> TrainModelConfig:
+    return TrainModelConfig(data=str(tmp_path / "d.csv"), output_dir=str(tmp_path / "out"), **kw)
+
+
+def test_multi_node_torchrun_takes_node_rank_and_endpoint_from_the_trainer_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PET_NODE_RANK", "2")
+    monkeypatch.setenv("PET_MASTER_ADDR", "job-node-0-0.job")
+    monkeypatch.setenv("PET_MASTER_PORT", "29400")
+    cmd = launch.torchrun_command(_cfg(tmp_path, nnodes=4, nproc_per_node=8, batch_size=64), Path("c.json"))
+    assert "--nnodes=4" in cmd and "--node-rank=2" in cmd and "--nproc-per-node=8" in cmd
+    assert "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=job-node-0-0.job:29400" in cmd
+    assert "--standalone" not in cmd
+    single = launch.torchrun_command(_cfg(tmp_path), Path("c.json"))
+    assert "--standalone" in single and "--max-restarts=3" in single
+
+
+def test_multi_node_without_a_rendezvous_is_a_one_line_input_error(tmp_path, monkeypatch):
+    for var in ("MASTER_ADDR", "PET_MASTER_ADDR", "NODE_RANK", "PET_NODE_RANK", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = _cfg(tmp_path, nnodes=2, node_rank=1)
+    with pytest.raises(InputError, match="rdzv_endpoint: nnodes > 1 needs"):
+        launch.torchrun_command(cfg, Path("c.json"))
+    with pytest.raises(InputError, match="node_rank: not set"):
+        launch.node_rank(_cfg(tmp_path, nnodes=2))
+
+
+def test_tf_config_is_generated_locally_and_checked_when_given(tmp_path, monkeypatch):
+    envs = launch.tf_worker_envs(_cfg(tmp_path, backend="tensorflow", nproc_per_node=2))
+    configs = [json.loads(e["TF_CONFIG"]) for e in envs]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert configs[0]["cluster"] == configs[1]["cluster"] and len(configs[0]["cluster"]["worker"]) == 2
+    assert launch.tf_worker_envs(_cfg(tmp_path, backend="tensorflow", nproc_per_node=1, batch_size=64)) == [{}]
+    multi = _cfg(tmp_path, backend="tensorflow", nnodes=3, nproc_per_node=1, batch_size=63)
+    with pytest.raises(InputError, match="TF_CONFIG: backend tensorflow with nnodes > 1"):
+        launch.tf_worker_envs(multi)
+    monkeypatch.setenv("TF_CONFIG", json.dumps(launch.tf_config(["a:1", "b:1"], 0)))
+    with pytest.raises(InputError, match="lists 2 workers but nnodes is 3"):
+        launch.tf_worker_envs(multi)
+
+
+def _trainjob(profile: HardwareProfile) -> dict:
+    return k8s.trainjob_manifest("trainpipe-train-abc", CLUSTER, 4, 8, "/mnt/trainpipe/j/train.json", "/mnt/trainpipe/j/result.json", profile, "registry.example/trainpipe@sha256:" + "0" * 64)
+
+
+def _pod_patch(manifest: dict) -> dict:
+    return manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def test_gpu_trainjob_validates_and_puts_gpus_selectors_and_tolerations_where_kubernetes_expects_them():
+    m = _trainjob(PROFILES["gpu"])
+    validate_trainjob(m)
+    trainer = m["spec"]["trainer"]
+    assert trainer["numNodes"] == 4 and trainer["numProcPerNode"] == 8
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "1"
+    assert trainer["command"] == ["python", "-m", "trainpipe.components.train_model"]
+    pod = _pod_patch(m)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    c = pod["containers"][0]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["volumeMounts"] == [{"name": "trainpipe-shared", "mountPath": "/mnt/trainpipe"}]
+
+
+def test_cpu_trainjob_and_a_mig_profile_validate():
+    validate_trainjob(_trainjob(PROFILES["cpu"]))
+    mig = HardwareProfile(name="mig", train=Resources(accelerator_type="nvidia.com/mig-1g.10gb", accelerator_count=2))
+    m = _trainjob(mig)
+    validate_trainjob(m)
+    assert m["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/mig-1g.10gb"] == "2"
+    assert "nvidia.com/gpu" not in m["spec"]["trainer"]["resourcesPerNode"]["limits"]
+
+
+def test_gpu_pytorchjob_validates_with_one_master_and_the_rest_workers():
+    m = k8s.pytorchjob_manifest("trainpipe-train-abc", CLUSTER, 3, 4, "/c", "/r", PROFILES["gpu"], "img:1", max_restarts=3)
+    validate_pytorchjob(m)
+    specs = m["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
+    pod = specs["Worker"]["template"]["spec"]
+    assert pod["containers"][0]["name"] == "pytorch"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert m["spec"]["nprocPerNode"] == "4" and m["spec"]["runPolicy"]["backoffLimit"] == 3
+
+
+def test_the_validators_reject_what_the_schemas_do_not_allow():
+    bad = _trainjob(PROFILES["gpu"])
+    bad["spec"]["trainer"]["gpus"] = 8
+    with pytest.raises(AssertionError, match="unknown to the TrainJob schema"):
+        validate_trainjob(bad)
+    bad = k8s.pytorchjob_manifest("trainpipe-train-abc", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1", max_restarts=1)
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["gpu"] = 1
+    with pytest.raises(AssertionError, match="unknown to V1Container"):
+        validate_pytorchjob(bad)
+    bad = _trainjob(PROFILES["gpu"])
+    _pod_patch(bad)["tolerations"] = [{"key": "x", "operator": "Exists", "effects": "NoSchedule"}]
+    with pytest.raises(Exception):
+        validate_trainjob(bad)
+
+
+def test_an_invalid_job_name_is_refused():
+    with pytest.raises(InputError, match="cluster.job_name"):
+        k8s.trainjob_manifest("Bad_Name", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1")
+
+
+class StandInAPI:
+    """Stands in for kubernetes.client.CustomObjectsApi: records the job and plays node 0."""
+
+    def __init__(self, outcome: str):
+        self.outcome = outcome
+        self.created: list[tuple] = []
+        self.polls = 0
+
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        self.created.append((group, version, namespace, plural, copy.deepcopy(body)))
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self.polls += 1
+        if self.polls < 2:
+            return {"status": {"conditions": [{"type": "Created", "status": "True"}]}}
+        if self.outcome == "Failed":
+            return {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+        body = self.created[0][4]
+        args = body["spec"]["trainer"]["args"]
+        node_cfg = json.loads(Path(args[1]).read_text())
+        model = Path(node_cfg["output_dir"])
+        model.mkdir(parents=True)
+        (model / "model.safetensors").write_bytes(b"weights")
+        (model / "model.json").write_text("{}")
+        result = {
+            "model_file": "model.safetensors", "model_sha256": "ab", "mlflow_run_id": "r1", "tracking_uri": "http://mlflow", "experiment_id": "1",
+            "backend": "torch_ddp", "dist_backend": "nccl", "device": "cuda", "world_size": 8, "epochs": 1, "final_loss": 0.1,
+            "train_accuracy": 0.9, "wall_seconds": 1.0, "resumed_from_step": 0, "global_steps": 10, "precision": "bf16", "model_arch": "mlp",
+            "classes": [0, 1], "feature_columns": ["a"], "lineage": {"training": {"mlflow_run_id": "r1"}},
+        }
+        Path(args[3]).write_text(json.dumps(result))
+        return {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+
+
+def test_run_cluster_job_stages_submits_waits_and_brings_the_model_back(tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text("a,label\n1,0\n2,1\n")
+    (tmp_path / "out").mkdir()
+    cluster = ClusterJob(shared_pvc="pvc", mount_path=str(tmp_path / "shared"), image="img:1", job_name="trainpipe-train-t1", poll_s=0.01)
+    cfg = _cfg(tmp_path, nnodes=2, nproc_per_node=4, batch_size=64, cluster=cluster)
+    api = StandInAPI("Complete")
+    result = k8s.run_cluster_job(cfg, {"snapshot": {"md5": "x"}}, api=api)
+    group, version, ns, plural, body = api.created[0]
+    assert (group, version, plural) == ("trainer.kubeflow.org", "v1alpha1", "trainjobs") and ns == "kubeflow"
+    validate_trainjob(body)
+    node_cfg = json.loads((tmp_path / "shared" / "trainpipe-train-t1" / "train.json").read_text())
+    assert node_cfg["data"].endswith("trainpipe-train-t1/data/d.csv") and node_cfg["nnodes"] == 2 and "cluster" not in node_cfg
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == b"weights"
+    assert result.mlflow_run_id == "r1" and result.lineage["snapshot"] == {"md5": "x"}
+    assert result.lineage["training"]["cluster_job"] == "TrainJob/kubeflow/trainpipe-train-t1"
+
+
+def test_a_failed_cluster_job_is_reported(tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text("a,label\n1,0\n2,1\n")
+    cluster = ClusterJob(shared_pvc="pvc", mount_path=str(tmp_path / "shared"), image="img:1", launcher="pytorchjob", job_name="trainpipe-train-t2", poll_s=0.01)
+    with pytest.raises(TrainpipeError, match="PyTorchJob kubeflow/trainpipe-train-t2 failed"):
+        k8s.run_cluster_job(_cfg(tmp_path, nnodes=2, cluster=cluster), {}, api=StandInAPI("Failed"))
