@@ -5,8 +5,13 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # pip's cache lives outside the clone (~/.cache/pip), so CI and reruns reuse downloads.
 STAMP  := $(VENV)/.installed-dev
+# Horovod 0.28.1 is built once (C++17 fix, PyTorch binding, gloo) into a wheel cache
+# outside the clone; every later venv installs that wheel.
+WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
+HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
+HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev demo test test-fast compile clean
+.PHONY: all install dev horovod demo test test-fast compile clean
 
 all: test
 
@@ -22,10 +27,20 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 
 install dev: $(STAMP)
 
+# Building needs torch importable (no build isolation), so it uses the dev venv.
+$(HOROVOD_WHEEL): | $(STAMP)
+	scripts/build_horovod_wheel.sh $(PY) $(WHEELHOUSE)
+
+$(HOROVOD_STAMP): $(HOROVOD_WHEEL) $(STAMP)
+	$(PIP) install --quiet --find-links $(WHEELHOUSE) 'horovod==0.28.1'
+	touch $(HOROVOD_STAMP)
+
+horovod: $(HOROVOD_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/trainpipe demo --engine kfp-local
 
-test: $(STAMP)
+test: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -19,6 +19,9 @@ from trainpipe.contract.config import StrictModel, build, load_file
 class TrainSettings(StrictModel):
     """The training settings a pipeline exposes (see train_model for all)."""
 
+    backend: Literal["torch_ddp", "tensorflow", "horovod"] = "torch_ddp"
+    model: str = Field("mlp", min_length=1, description="mlp, cnn or 'package.module:function'")
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     nproc_per_node: int = Field(2, ge=1, le=256)
     device: str = "auto"
     epochs: int = Field(10, ge=1, le=100_000)
@@ -27,7 +30,8 @@ class TrainSettings(StrictModel):
     hidden_units: list[int] = Field(default_factory=lambda: [64])
     test_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = Field(0, ge=0)
-    max_restarts: int = Field(1, ge=0, le=100)
+    max_restarts: int = Field(3, ge=0, le=100)
+    checkpoint_every_steps: int = Field(50, ge=0)
 
 
 class PipelineConfig(StrictModel):
@@ -83,6 +87,9 @@ class PipelineConfig(StrictModel):
             "model_name": self.model_name,
             "alias": self.alias,
             "thresholds": self.thresholds,
+            "backend": t.backend,
+            "model_arch": t.model,
+            "precision": t.precision,
             "nproc_per_node": t.nproc_per_node,
             "device": t.device,
             "epochs": t.epochs,
@@ -92,6 +99,7 @@ class PipelineConfig(StrictModel):
             "test_fraction": t.test_fraction,
             "seed": t.seed,
             "max_restarts": t.max_restarts,
+            "checkpoint_every_steps": t.checkpoint_every_steps,
         }
 
 

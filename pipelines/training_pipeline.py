@@ -51,6 +51,9 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         model_name: str = "trainpipe-model",
         alias: str = "champion",
         thresholds: dict = {"accuracy": 0.8},
+        backend: str = "torch_ddp",
+        model_arch: str = "mlp",
+        precision: str = "fp32",
         nproc_per_node: int = 2,
         device: str = "auto",
         epochs: int = 10,
@@ -59,7 +62,8 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         hidden_units: list = [64],
         test_fraction: float = 0.2,
         seed: int = 0,
-        max_restarts: int = 1,
+        max_restarts: int = 3,
+        checkpoint_every_steps: int = 50,
     ):
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         raw = dsl.importer(artifact_uri=raw_data_uri, artifact_class=Dataset, reimport=False)
@@ -75,6 +79,9 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         trained = train_model(
             snapshot=snap.outputs["snapshot"],
             label_column=label_column,
+            backend=backend,
+            model_arch=model_arch,
+            precision=precision,
             nproc_per_node=nproc_per_node,
             device=device,
             epochs=epochs,
@@ -84,6 +91,7 @@ def build_pipeline(profile: HardwareProfile) -> Any:
             test_fraction=test_fraction,
             seed=seed,
             max_restarts=max_restarts,
+            checkpoint_every_steps=checkpoint_every_steps,
             tracking_uri=tracking_uri,
             experiment_name=experiment_name,
             run_id=run_id,
@@ -110,12 +118,14 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         for task in (validated, snap, profiled, evaluated):
             _configure(task, profile.default, profile)
         _configure(trained, profile.train, profile)
-        if profile.node_selector:
+        if profile.node_selector or profile.tolerations:
             from kfp import kubernetes
 
             for task in (validated, snap, trained, profiled, evaluated, registered):
                 for key, value in profile.node_selector.items():
                     kubernetes.add_node_selector(task, label_key=key, label_value=value)
+            for tol in profile.tolerations:
+                kubernetes.add_toleration(trained, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
 
     return training_pipeline
 

@@ -21,7 +21,9 @@ from trainpipe.components.train_model.spec import TELEMETRY_DIR
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 
-PHASES = ("data", "forward", "backward", "optimizer")
+#: Step phases in the order they happen. The torch backends time forward, backward and
+#: optimizer apart; TensorFlow runs them in one tf.function, reported as ``compute``.
+PHASES = ("data", "forward", "backward", "optimizer", "compute")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -65,7 +67,7 @@ def summarize(ranks: list[dict[str, Any]], warmup_steps: int) -> dict[str, Any]:
             "p50": 1000 * _percentile(step_times, 0.5),
             "p95": 1000 * _percentile(step_times, 0.95),
         },
-        "breakdown_ms": {p: 1000 * statistics.fmean(s[f"{p}_s"] for s in all_steps) for p in PHASES},
+        "breakdown_ms": {p: 1000 * statistics.fmean(s[f"{p}_s"] for s in all_steps) for p in PHASES if f"{p}_s" in all_steps[0]},
         "rank_skew": max(per_rank_mean) / min(per_rank_mean),
         "peak_rss_mb": {str(r["rank"]): round(r["peak_rss_mb"], 1) for r in ranks},
         "peak_device_mb": {str(r["rank"]): r.get("peak_device_mb") for r in ranks},
@@ -90,8 +92,7 @@ def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[
     charts.append(("Step time per rank", fig))
     fig, ax = plt.subplots(figsize=(7, 2.2))
     left = 0.0
-    for phase in PHASES:
-        v = summary["breakdown_ms"][phase]
+    for phase, v in summary["breakdown_ms"].items():
         ax.barh([0], [v], left=left, label=phase)
         left += v
     ax.set_yticks([])

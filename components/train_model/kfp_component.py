@@ -11,20 +11,31 @@ def train_model(
     model: Output[Model],
     metrics: Output[Metrics],
     label_column: str = "label",
+    backend: str = "torch_ddp",
+    model_arch: str = "mlp",
+    precision: str = "fp32",
     nproc_per_node: int = 2,
+    nnodes: int = 1,
+    cluster: dict = {},
     device: str = "auto",
     epochs: int = 10,
+    max_steps: int = 0,
     batch_size: int = 64,
     learning_rate: float = 0.05,
     hidden_units: list = [64],
     test_fraction: float = 0.2,
     seed: int = 0,
-    max_restarts: int = 1,
+    max_restarts: int = 3,
+    checkpoint_every_steps: int = 50,
     tracking_uri: str = "",
     experiment_name: str = "trainpipe",
     run_id: str = "",
 ):
-    """Train with PyTorch DDP (gloo on CPU, NCCL on GPU) and log the run to MLflow."""
+    """Train with torch DDP (gloo on CPU, NCCL on GPU), TensorFlow multi-worker or Horovod and log the run to MLflow.
+
+    With nnodes > 1 and a ``cluster`` section ({"shared_pvc": ..., "launcher": "trainjob"}),
+    the step submits a Kubeflow Trainer TrainJob (or a PyTorchJob) and waits for it.
+    """
     from trainpipe.faces.kfp_runtime import log_metrics, run_entrypoint
 
     result = run_entrypoint(
@@ -33,19 +44,26 @@ def train_model(
             "data": snapshot.path,
             "output_dir": model.path,
             "label_column": label_column,
+            "backend": backend,
+            "model": model_arch,
+            "precision": precision,
             "nproc_per_node": nproc_per_node,
+            "nnodes": nnodes,
+            "cluster": cluster or None,
             "device": device,
             "epochs": epochs,
+            "max_steps": max_steps or None,
             "batch_size": batch_size,
             "learning_rate": learning_rate,
             "hidden_units": hidden_units,
             "test_fraction": test_fraction,
             "seed": seed,
             "max_restarts": max_restarts,
+            "checkpoint_every_steps": checkpoint_every_steps,
             "tracking_uri": tracking_uri,
             "experiment_name": experiment_name,
         },
         run_id=run_id,
     )
-    model.metadata.update({"framework": "pytorch", "sha256": result["model_sha256"], "mlflow_run_id": result["mlflow_run_id"]})
+    model.metadata.update({"framework": "pytorch", "backend": result["backend"], "precision": result["precision"], "sha256": result["model_sha256"], "mlflow_run_id": result["mlflow_run_id"]})
     log_metrics(metrics, {"final_loss": result["final_loss"], "train_accuracy": result["train_accuracy"], "wall_seconds": result["wall_seconds"]})

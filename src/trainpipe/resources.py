@@ -6,20 +6,21 @@ import os
 import sys
 
 
-def usable_cpus() -> int:
-    """CPUs this process may really use: the cgroup quota and affinity, not ``os.cpu_count()``."""
+def usable_cpus(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may really use: the cgroup quota (v2 ``cpu.max`` or v1 CFS) and
+    the affinity mask, not ``os.cpu_count()``."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     try:
-        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()[:2]
+        quota, period = open(f"{cgroup_root}/cpu.max", encoding="ascii").read().split()[:2]
         if quota != "max":
             cpus = min(cpus, max(1, int(int(quota) // int(period))))
     except (OSError, ValueError):
         try:
-            q = int(open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", encoding="ascii").read())
-            p = int(open("/sys/fs/cgroup/cpu/cpu.cfs_period_us", encoding="ascii").read())
+            q = int(open(f"{cgroup_root}/cpu/cpu.cfs_quota_us", encoding="ascii").read())
+            p = int(open(f"{cgroup_root}/cpu/cpu.cfs_period_us", encoding="ascii").read())
             if q > 0 and p > 0:
                 cpus = min(cpus, max(1, q // p))
         except (OSError, ValueError):

@@ -18,7 +18,14 @@ HEAVY = ("torch", "tensorflow", "horovod", "great_expectations", "dvc", "mlflow"
 
 @pytest.mark.parametrize(
     "target",
-    ["import trainpipe", "import trainpipe.pipelines.training_pipeline", "LOAD:dags/training_dag.py", "import trainpipe.cli"],
+    [
+        "import trainpipe",
+        "import trainpipe.pipelines.training_pipeline",
+        "LOAD:dags/training_dag.py",
+        "import trainpipe.cli",
+        # the train_model launcher and the cluster-job builder start ranks; they load no framework
+        "import trainpipe.components.train_model.core, trainpipe.components.train_model.k8s",
+    ],
 )
 def test_import_loads_no_heavy_library(target, tmp_path):
     if target.startswith("LOAD:"):
@@ -34,6 +41,21 @@ def test_import_loads_no_heavy_library(target, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "heavy=", f"{target} loaded {proc.stdout.strip()}"
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("trainpipe.components.train_model.torch_ddp", ("tensorflow", "horovod")),
+        ("trainpipe.components.train_model.horovod_torch", ("tensorflow",)),
+        ("trainpipe.components.train_model.tf_worker", ("torch", "horovod")),
+    ],
+)
+def test_each_backend_module_imports_only_its_framework(module, forbidden):
+    code = f"import {module}, sys; print('loaded=' + ','.join(m for m in {forbidden!r} if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "loaded=", f"{module} loaded {proc.stdout.strip()}"
 
 
 @pytest.fixture(scope="module")
