@@ -103,7 +103,7 @@ with DAG(
         },
         execution_timeout=timedelta(hours=6),
     )
-    profile = step(ProfileTrainingOperator, "profile_training", {"model": f"{RUN_DIR}/train_model", "output_dir": f"{RUN_DIR}/profile_training"})
+    profile = step(ProfileTrainingOperator, "profile_training", {"model": f"{RUN_DIR}/train_model", "output_dir": f"{RUN_DIR}/profile_training", "tracking_uri": "{{ params.tracking_uri }}"})
     evaluate = step(
         EvaluateModelOperator,
         "evaluate_model",
@@ -113,6 +113,8 @@ with DAG(
             "output_dir": f"{RUN_DIR}/evaluate_model",
             "label_column": "{{ params.label_column }}",
             "thresholds": "{{ params.thresholds | tojson }}",
+            "model_name": "{{ params.model_name }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
         },
     )
     gate = ShortCircuitOperator(task_id="gate", python_callable=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")

@@ -96,12 +96,14 @@ def build_pipeline(profile: HardwareProfile) -> Any:
             experiment_name=experiment_name,
             run_id=run_id,
         )
-        profiled = profile_training(model=trained.outputs["model"], run_id=run_id)
+        profiled = profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id)
         evaluated = evaluate_model(
             model=trained.outputs["model"],
             snapshot=snap.outputs["snapshot"],
             label_column=label_column,
             thresholds=thresholds,
+            model_name=model_name,
+            tracking_uri=tracking_uri,
             run_id=run_id,
         )
         with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)

@@ -61,15 +61,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking server process on 127.0.0.1 with a SQLite backend."""
-    root = tmp_path_factory.mktemp("mlflow")
+def _start_mlflow(root: Path, backend_store: str):
+    """A real `mlflow server` process on 127.0.0.1; yields its URI and stops it."""
     port = _free_port()
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "mlflow", "server",
-            "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+            "--backend-store-uri", backend_store,
             "--artifacts-destination", str(root / "artifacts"),
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
         ],
@@ -90,9 +88,47 @@ def mlflow_server(tmp_path_factory):
     else:
         proc.kill()
         raise RuntimeError("mlflow server did not come up in 120 s")
-    yield uri
-    proc.terminate()
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield uri
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server process on 127.0.0.1 with a SQLite backend."""
+    root = tmp_path_factory.mktemp("mlflow")
+    yield from _start_mlflow(root, f"sqlite:///{root / 'mlflow.db'}")
+
+
+PG_URL = os.environ.get("TRAINPIPE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+
+
+@pytest.fixture(scope="session")
+def mlflow_server_postgres(tmp_path_factory):
+    """A real MLflow tracking server on PostgreSQL (as in production), in a fresh database."""
+    import uuid
+
+    try:
+        import psycopg2
+    except ImportError:  # pragma: no cover - the mlflow extra installs it
+        pytest.fail("psycopg2 is not installed")
+    db = f"trainpipe_test_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = psycopg2.connect(f"{PG_URL}/postgres", connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {PG_URL} is required under CI: {exc}")
+        pytest.skip(f"PostgreSQL at {PG_URL} is not reachable: {exc}")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {db}")
+    root = tmp_path_factory.mktemp("mlflow-pg")
+    try:
+        yield from _start_mlflow(root, f"{PG_URL}/{db}")
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()

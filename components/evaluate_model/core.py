@@ -1,14 +1,18 @@
-"""evaluate_model: the work. torch and scikit-learn are imported inside the functions."""
+"""evaluate_model: the work. torch, scikit-learn, matplotlib and mlflow are imported inside the functions."""
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from trainpipe.components.evaluate_model.spec import (
     DECISION_FILE,
+    LOWER_IS_BETTER,
     METRICS_FILE,
     NAME,
     REPORT_FILE,
@@ -16,50 +20,236 @@ from trainpipe.components.evaluate_model.spec import (
     EvaluateModelResult,
     GateDecision,
 )
-from trainpipe.contract.errors import GateFailed
+from trainpipe.contract.errors import GateFailed, InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 
 
-def decide(metrics: dict[str, float], thresholds: dict[str, float]) -> GateDecision:
-    """The gate: every threshold met, fail closed on a missing or NaN metric.
+def _bad(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
-    Returns:
-        The decision with one reason per threshold, passed or not.
+
+def _better(name: str, a: float, b: float) -> float:
+    """How much better ``a`` is than ``b`` (positive: better), in the metric's direction."""
+    return (b - a) if name in LOWER_IS_BETTER else (a - b)
+
+
+def decide(
+    metrics: dict[str, float],
+    thresholds: dict[str, float],
+    champion: dict[str, Any] | None = None,
+    min_improvement: dict[str, float] | None = None,
+    max_regression: dict[str, float] | None = None,
+) -> GateDecision:
+    """The gate: absolute thresholds, then the comparison with the champion.
+
+    Fails closed: a missing or NaN metric (the model's or the champion's, for a
+    compared metric) fails the gate. Every threshold and comparison gives a reason,
+    passed or not.
+
+    Args:
+        metrics: The model's metrics on the held-out split.
+        thresholds: Minimum (or maximum, for lower-is-better metrics) per metric.
+        champion: ``{"version", "run_id", "metrics"}`` of the current champion scored on the
+            same split, or None when there is none (or it could not be compared: then
+            ``champion["skipped"]`` says why).
+        min_improvement: Per metric, how much better than the champion the model must be.
+        max_regression: Per metric, how much worse than the champion it may be.
     """
-    reasons = []
-    passed = True
-    for name, minimum in sorted(thresholds.items()):
+    reasons: list[str] = []
+    failures: list[str] = []
+
+    def check(ok: bool, reason: str) -> None:
+        reasons.append(reason)
+        if not ok:
+            failures.append(reason)
+
+    for name, bound in sorted(thresholds.items()):
         value = metrics.get(name)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            passed = False
-            reasons.append(f"{name} is missing or NaN: fails closed")
-        elif value < minimum:
-            passed = False
-            reasons.append(f"{name} {value:.4f} < threshold {minimum:.4f}")
+        if _bad(value):
+            check(False, f"{name} is missing or NaN: fails closed")
+        elif name in LOWER_IS_BETTER:
+            ok = value <= bound
+            check(ok, f"{name} {value:.4f} {'<=' if ok else '>'} maximum {bound:.4f}")
         else:
-            reasons.append(f"{name} {value:.4f} >= threshold {minimum:.4f}")
+            ok = value >= bound
+            check(ok, f"{name} {value:.4f} {'>=' if ok else '<'} threshold {bound:.4f}")
     if not thresholds:
         reasons.append("no thresholds configured")
-    reasons.append("no champion comparison (absolute thresholds only)")
-    return GateDecision(passed=passed, reasons=reasons, thresholds=thresholds, metrics=metrics)
+    compared = False
+    if champion is None:
+        reasons.append("no champion yet: decided by the absolute thresholds alone")
+    elif champion.get("skipped"):
+        reasons.append(f"champion version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute thresholds alone")
+    else:
+        compared = True
+        ref = champion["metrics"]
+        rules = [(n, "min_improvement", v) for n, v in sorted((min_improvement or {}).items())]
+        rules += [(n, "max_regression", v) for n, v in sorted((max_regression or {}).items())]
+        if not rules:
+            reasons.append(f"champion version {champion['version']}: no comparison rules configured")
+        for name, kind, margin in rules:
+            mine, theirs = metrics.get(name), ref.get(name)
+            if _bad(mine) or _bad(theirs):
+                check(False, f"{name} vs champion version {champion['version']}: missing or NaN, fails closed")
+                continue
+            delta = _better(name, mine, theirs)
+            ok = delta >= margin if kind == "min_improvement" else delta >= -margin
+            need = f"needs >= {margin:+.4f}" if kind == "min_improvement" else f"may regress by <= {margin:.4f}"
+            check(
+                ok,
+                f"{name} {mine:.4f} vs champion version {champion['version']} {theirs:.4f}: "
+                f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): {'ok' if ok else 'fails'}"
+            )
+    passed = not failures
+    return GateDecision(
+        passed=passed, reasons=reasons, failures=failures, thresholds=thresholds, metrics=metrics, champion=champion,
+        compared_with_champion=compared, beats_champion=passed and compared,
+    )
 
 
-def _report(result: EvaluateModelResult) -> str:
-    m = "".join(f"<tr><th>{html.escape(k)}</th><td>{v:.4f}</td></tr>" for k, v in result.metrics.items())
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in result.classes)
-    cm = "".join(
-        f"<tr><th>{html.escape(str(c))}</th>" + "".join(f"<td>{n}</td>" for n in row) + "</tr>"
-        for c, row in zip(result.classes, result.confusion_matrix)
+def classification_metrics(y: Any, proba: Any, n_classes: int) -> dict[str, Any]:
+    """Accuracy, macro precision/recall/F1, ROC AUC (one-vs-rest, macro), log loss, per-class
+    figures, the confusion matrix and the micro-averaged ROC curve."""
+    import numpy as np
+    from sklearn import metrics as skm
+
+    labels = list(range(n_classes))
+    pred = proba.argmax(axis=1)
+    p, r, f1, _ = skm.precision_recall_fscore_support(y, pred, average="macro", labels=labels, zero_division=0)
+    pc, rc, fc, sc = skm.precision_recall_fscore_support(y, pred, average=None, labels=labels, zero_division=0)
+    try:
+        if n_classes == 2:
+            auc = float(skm.roc_auc_score(y, proba[:, 1]))
+        else:
+            auc = float(skm.roc_auc_score(y, proba, multi_class="ovr", average="macro", labels=labels))
+    except ValueError:  # a class absent from the held-out split: undefined, and the gate fails closed on it
+        auc = float("nan")
+    onehot = np.eye(n_classes)[y]
+    fpr, tpr, thr = skm.roc_curve(onehot.ravel(), proba.ravel())
+    keep = np.unique(np.linspace(0, len(fpr) - 1, min(len(fpr), 200)).astype(int))  # enough points to draw
+    fpr, tpr, thr = fpr[keep], tpr[keep], thr[keep]
+    return {
+        "metrics": {
+            "accuracy": float(skm.accuracy_score(y, pred)),
+            "f1_macro": float(f1),
+            "precision_macro": float(p),
+            "recall_macro": float(r),
+            "roc_auc": auc,
+            "log_loss": float(skm.log_loss(y, np.clip(proba, 1e-7, 1.0), labels=labels)),
+        },
+        "per_class": [
+            {"precision": float(a), "recall": float(b), "f1": float(c), "support": float(d)} for a, b, c, d in zip(pc, rc, fc, sc)
+        ],
+        "confusion_matrix": skm.confusion_matrix(y, pred, labels=labels).tolist(),
+        "roc_curve": {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "thresholds": np.nan_to_num(thr, posinf=1.0).tolist()},
+    }
+
+
+def regression_metrics(y: Any, pred: Any) -> dict[str, float]:
+    """MAE, RMSE and R² of predictions."""
+    from sklearn import metrics as skm
+
+    return {
+        "mae": float(skm.mean_absolute_error(y, pred)),
+        "rmse": float(math.sqrt(skm.mean_squared_error(y, pred))),
+        "r2": float(skm.r2_score(y, pred)),
+    }
+
+
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def charts(y: Any, proba: Any, classes: list[Any], cm: list[list[int]]) -> list[tuple[str, str]]:
+    """Confusion matrix, ROC and precision-recall curves (one-vs-rest per class), as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from sklearn import metrics as skm
+
+    out = []
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    im = ax.imshow(np.asarray(cm), cmap="Blues")
+    ax.set_xticks(range(len(classes)), [str(c) for c in classes], rotation=45)
+    ax.set_yticks(range(len(classes)), [str(c) for c in classes])
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    for i, row in enumerate(cm):
+        for j, n in enumerate(row):
+            if n:
+                ax.text(j, i, str(n), ha="center", va="center", fontsize=7)
+    fig.colorbar(im)
+    out.append(("Confusion matrix", _png(fig)))
+    onehot = np.eye(len(classes))[y]
+    for title, curve in (("ROC curves", skm.roc_curve), ("Precision-recall curves", skm.precision_recall_curve)):
+        fig, ax = plt.subplots(figsize=(5, 4))
+        for k, c in enumerate(classes):
+            if onehot[:, k].any():
+                a, b, _ = curve(onehot[:, k], proba[:, k])
+                ax.plot(a, b, linewidth=0.8, label=str(c)) if curve is skm.roc_curve else ax.plot(b, a, linewidth=0.8, label=str(c))
+        ax.set_xlabel("false positive rate" if curve is skm.roc_curve else "recall")
+        ax.set_ylabel("true positive rate" if curve is skm.roc_curve else "precision")
+        ax.legend(fontsize="x-small", ncol=2)
+        out.append((title, _png(fig)))
+    return out
+
+
+def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
+    def fmt(v: float) -> str:
+        return "NaN" if math.isnan(v) else f"{v:.4f}"
+
+    m = "".join(f"<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>" for k, v in result.metrics.items())
+    pc = "".join(
+        f"<tr><th>{html.escape(c)}</th>" + "".join(f"<td>{v[k]:.4g}</td>" for k in ("precision", "recall", "f1", "support")) + "</tr>"
+        for c, v in result.per_class.items()
     )
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.decision.reasons)
     verdict = "passed" if result.decision.passed else "NOT passed"
+    imgs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in images)
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe evaluation</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px}</style></head><body>"
-        f"<h1>Evaluation: gate {verdict}</h1><ul>{reasons}</ul><h2>Metrics ({result.n_test} held-out rows)</h2>"
-        f"<table>{m}</table><h2>Confusion matrix (rows: true, columns: predicted)</h2>"
-        f"<table><tr><th></th>{head}</tr>{cm}</table></body></html>\n"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}figure{display:inline-block}</style></head><body>"
+        f"<h1>Evaluation: gate {verdict}</h1><ul id='reasons'>{reasons}</ul><h2>Metrics ({result.n_test} held-out rows)</h2>"
+        f"<table id='metrics'>{m}</table><h2>Per class</h2><table id='per-class'><tr><th>class</th><th>precision</th><th>recall</th>"
+        f"<th>f1</th><th>support</th></tr>{pc}</table><h2>Charts</h2>{imgs}</body></html>\n"
     )
+
+
+def champion_scores(config: EvaluateModelConfig, x_test: Any, y_test: Any, n_classes: int, classes: list[Any]) -> dict[str, Any] | None:
+    """The current champion scored on the same held-out rows; None when there is none."""
+    if not config.model_name:
+        return None
+    from trainpipe import registry, tracking
+    from trainpipe.components.train_model.models import load_model, predict_proba
+
+    client = tracking.connect(config.tracking_uri)
+    version = registry.alias_version(client, config.model_name, config.champion_alias)
+    if version is None:
+        return None
+    info: dict[str, Any] = {"version": str(version.version), "run_id": version.tags.get(registry.RUN_TAG) or version.run_id}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            weights = registry.download_weights(version, tmp)
+        except Exception as exc:
+            return {**info, "skipped": f"its weights-only copy cannot be read: {tracking.first_line(exc)}"}
+        try:
+            model, meta = load_model(weights)
+        except InputError as exc:
+            return {**info, "skipped": str(exc)}
+    if [str(c) for c in meta["classes"]] != [str(c) for c in classes]:
+        return {**info, "skipped": "it predicts other classes than this model"}
+    if len(meta["feature_columns"]) != x_test.shape[1]:
+        return {**info, "skipped": "it takes other feature columns than this model"}
+    scores = classification_metrics(y_test, predict_proba(model, meta, x_test), n_classes)
+    return {**info, "metrics": scores["metrics"]}
 
 
 def evaluate_model(config: EvaluateModelConfig, lineage: dict[str, Any]) -> EvaluateModelResult:
@@ -70,14 +260,13 @@ def evaluate_model(config: EvaluateModelConfig, lineage: dict[str, Any]) -> Eval
         lineage: The lineage so far (model and data must share one snapshot); ``evaluation`` is added.
 
     Returns:
-        Metrics, confusion matrix and the gate decision (also written as ``decision.json``).
+        Metrics, plots and the gate decision (also written as ``decision.json``).
 
     Raises:
         InputError: the data does not fit the model (columns, unseen labels).
+        ServiceUnavailable: the champion could not be read from MLflow.
         GateFailed: only with ``fail_on_gate``, after the decision is written.
     """
-    from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
-
     from trainpipe.components.train_model.models import load_model, predict_proba
     from trainpipe.tabular import encode_labels, features_and_label, read_table, split_indices
 
@@ -86,27 +275,37 @@ def evaluate_model(config: EvaluateModelConfig, lineage: dict[str, Any]) -> Eval
     _, x, y_raw = features_and_label(df, config.label_column, meta["feature_columns"])
     _, test_idx = split_indices(len(df), meta["split"]["test_fraction"], meta["split"]["seed"])
     classes, y = encode_labels(y_raw[test_idx], meta["classes"])
-    pred = predict_proba(model, meta, x[test_idx]).argmax(axis=1)
-    p, r, f1, _ = precision_recall_fscore_support(y, pred, average="macro", zero_division=0)
-    metrics = {
-        "accuracy": float(accuracy_score(y, pred)),
-        "f1_macro": float(f1),
-        "precision_macro": float(p),
-        "recall_macro": float(r),
-    }
-    cm = confusion_matrix(y, pred, labels=list(range(len(classes)))).tolist()
-    decision = decide(metrics, config.thresholds)
-    result = EvaluateModelResult(metrics=metrics, confusion_matrix=cm, classes=classes, n_test=len(test_idx), decision=decision)
+    x_test = x[test_idx]
+    proba = predict_proba(model, meta, x_test)
+    scores = classification_metrics(y, proba, len(classes))
+    metrics = scores["metrics"]
+    champion = champion_scores(config, x_test, y, len(classes), classes)
+    decision = decide(metrics, config.thresholds, champion, config.min_improvement, config.max_regression)
+    result = EvaluateModelResult(
+        metrics=metrics,
+        per_class={str(c): v for c, v in zip(classes, scores["per_class"])},
+        confusion_matrix=scores["confusion_matrix"],
+        roc_curve=scores["roc_curve"],
+        classes=classes,
+        n_test=len(test_idx),
+        decision=decision,
+    )
     out = Path(config.output_dir)
-    atomic_write_json(out / METRICS_FILE, {"metrics": metrics, "confusion_matrix": cm, "classes": classes})
-    atomic_write_text(out / REPORT_FILE, _report(result))
+    atomic_write_json(out / METRICS_FILE, result.model_dump(mode="json", exclude={"lineage", "decision"}))
+    atomic_write_text(out / REPORT_FILE, _report(result, charts(y, proba, classes, scores["confusion_matrix"])))
     atomic_write_json(out / DECISION_FILE, decision.model_dump(mode="json"))
     lineage = dict(lineage)
-    lineage["evaluation"] = {"metrics": {k: round(v, 6) for k, v in metrics.items()}, "passed": decision.passed, "n_test": len(test_idx)}
+    lineage["evaluation"] = {
+        "metrics": {k: round(v, 6) for k, v in metrics.items()},
+        "passed": decision.passed,
+        "n_test": len(test_idx),
+        "champion_version": champion.get("version") if champion else None,
+        "beats_champion": decision.beats_champion,
+    }
     result.lineage = lineage
     if config.fail_on_gate and not decision.passed:
-        raise GateFailed("gate not passed: " + "; ".join(r for r in decision.reasons if "<" in r or "NaN" in r))
+        raise GateFailed("gate not passed: " + "; ".join(decision.failures))
     return result
 
 
-__all__ = ["NAME", "decide", "evaluate_model"]
+__all__ = ["NAME", "classification_metrics", "decide", "evaluate_model", "regression_metrics"]

@@ -6,7 +6,7 @@ a single return value, not a named one, because kfp.local resolves conditions
 only on a task's ``Output``.
 """
 
-from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
 from trainpipe.faces.kfp_face import component
 
@@ -18,19 +18,37 @@ def evaluate_model(
     decision: Output[Artifact],
     metrics: Output[Metrics],
     report: Output[HTML],
+    classification: Output[ClassificationMetrics],
     label_column: str = "label",
     thresholds: dict = {"accuracy": 0.8},
+    model_name: str = "",
+    tracking_uri: str = "",
+    min_improvement: dict = {},
+    max_regression: dict = {"accuracy": 0.0},
     run_id: str = "",
 ) -> bool:
-    """Score the model on its held-out split and decide the gate."""
+    """Score the model on its held-out split and decide the gate (thresholds, then the current champion)."""
     from trainpipe.faces.kfp_runtime import copy_file, log_metrics, run_entrypoint
 
     result = run_entrypoint(
         "evaluate_model",
-        {"model": model.path, "data": snapshot.path, "output_dir": decision.path, "label_column": label_column, "thresholds": thresholds},
+        {
+            "model": model.path,
+            "data": snapshot.path,
+            "output_dir": decision.path,
+            "label_column": label_column,
+            "thresholds": thresholds,
+            "model_name": model_name or None,
+            "tracking_uri": tracking_uri or None,
+            "min_improvement": min_improvement,
+            "max_regression": max_regression,
+        },
         run_id=run_id,
     )
     decision.metadata.update({"passed": result["decision"]["passed"], "reasons": result["decision"]["reasons"]})
     log_metrics(metrics, result["metrics"])
+    classification.log_confusion_matrix([str(c) for c in result["classes"]], result["confusion_matrix"])
+    roc = result["roc_curve"]
+    classification.log_roc_curve(roc["fpr"], roc["tpr"], roc["thresholds"])
     copy_file(decision.path + "/report.html", report.path)
     return bool(result["decision"]["passed"])

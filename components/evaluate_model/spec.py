@@ -13,8 +13,11 @@ NAME = "evaluate_model"
 DECISION_FILE = "decision.json"
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.html"
-#: Metrics evaluate_model computes; thresholds may name any of them (higher is better).
-METRICS = ("accuracy", "f1_macro", "precision_macro", "recall_macro")
+#: Metrics evaluate_model computes, by task, and which way is better.
+CLASSIFICATION_METRICS = ("accuracy", "f1_macro", "precision_macro", "recall_macro", "roc_auc", "log_loss")
+REGRESSION_METRICS = ("mae", "rmse", "r2")
+METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS
+LOWER_IS_BETTER = frozenset({"log_loss", "mae", "rmse"})
 
 
 class EvaluateModelParams(StrictModel):
@@ -22,11 +25,21 @@ class EvaluateModelParams(StrictModel):
 
     label_column: str = Field("label", min_length=1, description="name of the label column")
     thresholds: dict[str, float] = Field(
-        default_factory=lambda: {"accuracy": 0.8}, description="minimum value per metric for the gate to pass"
+        default_factory=lambda: {"accuracy": 0.8},
+        description="per metric: the minimum (higher-is-better metrics) or maximum (log_loss, mae, rmse) to pass",
+    )
+    model_name: str | None = Field(None, description="registered model whose champion the model is compared with (none: thresholds only)")
+    champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    min_improvement: dict[str, float] = Field(
+        default_factory=dict, description="per metric: how much better than the champion the model must be"
+    )
+    max_regression: dict[str, float] = Field(
+        default_factory=lambda: {"accuracy": 0.0}, description="per metric: how much worse than the champion the model may be"
     )
     fail_on_gate: bool = Field(False, description="exit 4 when the gate does not pass (default: report it as data)")
 
-    @field_validator("thresholds")
+    @field_validator("thresholds", "min_improvement", "max_regression")
     @classmethod
     def _known(cls, v: dict[str, float]) -> dict[str, float]:
         unknown = sorted(set(v) - set(METRICS))
@@ -47,17 +60,23 @@ class GateDecision(BaseModel):
     """The gate, as data: the next step (and a person) reads why."""
 
     passed: bool
-    reasons: list[str]
+    reasons: list[str] = Field(description="every threshold and comparison, passed or not")
+    failures: list[str] = Field(default_factory=list, description="the reasons that failed the gate")
     thresholds: dict[str, float]
     metrics: dict[str, float]
-    champion: dict[str, Any] | None = None
+    champion: dict[str, Any] | None = Field(None, description="the champion compared with: version, run, metrics on this snapshot")
+    compared_with_champion: bool = False
+    beats_champion: bool = Field(False, description="passed, and decided against a current champion")
 
 
 class EvaluateModelResult(BaseModel):
     """What evaluate_model reports."""
 
+    task: str = "classification"
     metrics: dict[str, float]
+    per_class: dict[str, dict[str, float]] = Field(default_factory=dict, description="precision, recall, f1, support per class")
     confusion_matrix: list[list[int]]
+    roc_curve: dict[str, list[float]] = Field(default_factory=dict, description="micro-averaged fpr, tpr, thresholds")
     classes: list[Any]
     n_test: int
     decision: GateDecision

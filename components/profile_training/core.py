@@ -6,6 +6,8 @@ import base64
 import html
 import io
 import json
+import math
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -14,16 +16,18 @@ from trainpipe.components.profile_training.spec import (
     NAME,
     REPORT_FILE,
     SUMMARY_FILE,
+    TRACE_FILE,
     ProfileTrainingConfig,
     ProfileTrainingResult,
 )
 from trainpipe.components.train_model.spec import TELEMETRY_DIR
 from trainpipe.contract.errors import InputError
-from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_text
 
 #: Step phases in the order they happen. The torch backends time forward, backward and
 #: optimizer apart; TensorFlow runs them in one tf.function, reported as ``compute``.
-PHASES = ("data", "forward", "backward", "optimizer", "compute")
+#: ``other`` is the loop's bookkeeping, metric sync and checkpoint writes.
+PHASES = ("data", "forward", "backward", "optimizer", "compute", "other")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -45,11 +49,57 @@ def load_telemetry(model_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(f.read_text(encoding="utf-8")) for f in files]
 
 
-def summarize(ranks: list[dict[str, Any]], warmup_steps: int) -> dict[str, Any]:
+#: Peak dense TFLOP/s per GPU by precision (vendor data sheets, SXM parts where both exist).
+#: ``peak_tflops`` in the config overrides; CPUs are estimated from cores, clock and vector width.
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H200": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0},
+    "H100": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0},
+    "A100": {"fp32": 19.5, "bf16": 312.0, "fp16": 312.0},
+    "L40S": {"fp32": 91.6, "bf16": 362.0, "fp16": 362.0},
+    "A10": {"fp32": 31.2, "bf16": 125.0, "fp16": 125.0},
+    "L4": {"fp32": 30.3, "bf16": 121.0, "fp16": 121.0},
+    "V100": {"fp32": 15.7, "bf16": 15.7, "fp16": 125.0},
+    "T4": {"fp32": 8.1, "bf16": 8.1, "fp16": 65.0},
+}
+
+
+def cpu_peak_tflops(cpus: int) -> tuple[float, str]:
+    """fp32 vector peak of ``cpus`` cores: cores x clock x FLOPs per cycle (2 FMA units: AVX-512 64, AVX2 32, else 8)."""
+    flags, mhz = "", 0.0
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.startswith("flags") and not flags:
+                flags = line
+            elif line.startswith("cpu MHz") and not mhz:
+                mhz = float(line.split(":")[1])
+    except OSError:
+        pass
+    per_cycle = 64 if " avx512f" in flags else 32 if " avx2" in flags else 8
+    ghz = (mhz or 2000.0) / 1000.0
+    return cpus * ghz * per_cycle / 1000.0, f"CPU estimate: {cpus} cores x {ghz:.2f} GHz x {per_cycle} FLOP/cycle"
+
+
+def flops_per_sample(meta: dict[str, Any]) -> float | None:
+    """Training FLOPs per sample of the built-in models: 3x the forward multiply-adds x 2."""
+    arch, shape, n_out = meta.get("arch"), meta.get("input_shape") or [meta.get("input_dim", 0)], len(meta.get("classes", []))
+    if arch == "mlp":
+        widths = [int(math.prod(shape)), *meta.get("hidden_units", []), n_out]
+        forward = sum(2 * a * b for a, b in zip(widths, widths[1:]))
+    elif arch == "cnn":
+        c, h, w = shape
+        forward = 2 * (c * 16 * 9 * h * w + 16 * 32 * 9 * h * w + 32 * (h // 2) * (w // 2) * 64 + 64 * n_out)
+    else:
+        return None
+    return 3.0 * forward
+
+
+def summarize(ranks: list[dict[str, Any]], warmup_steps: int, meta: dict[str, Any] | None = None, peak_tflops: float | None = None) -> dict[str, Any]:
     """Steady-state figures from per-rank step records.
 
-    Throughput is the sum over ranks of samples / time spent in steps (ranks run
-    in parallel); the breakdown is the mean per-step time of each phase.
+    Throughput is the sum over ranks of samples / time spent in steps (ranks run in
+    parallel); the breakdown is the mean per-step time of each phase, and the phases
+    add up to the step time. MFU is achieved training FLOP/s over the peak of the
+    devices the ranks ran on.
     """
     steady = [r["steps"][warmup_steps:] for r in ranks]
     if not all(steady):
@@ -58,6 +108,39 @@ def summarize(ranks: list[dict[str, Any]], warmup_steps: int) -> dict[str, Any]:
     step_times = [s["step_s"] for s in all_steps]
     per_rank_mean = [statistics.fmean(s["step_s"] for s in rank) for rank in steady]
     throughput = sum(sum(s["samples"] for s in rank) / sum(s["step_s"] for s in rank) for rank in steady)
+    breakdown = {p: 1000 * statistics.fmean(s[f"{p}_s"] for s in all_steps) for p in PHASES if f"{p}_s" in all_steps[0]}
+    threads = int(ranks[0].get("threads") or 1)
+    cpu_util = statistics.fmean(min(1.0, r["cpu_s"] / max(r["wall_s"], 1e-9) / threads) for r in ranks if r.get("cpu_s") is not None) if ranks[0].get("cpu_s") is not None else float("nan")
+    device = str(ranks[0].get("device", "cpu"))
+    on_gpu = device.startswith("cuda")
+    fps = flops_per_sample(meta or {})
+    prof = ranks[0].get("profiler") or None
+    if fps is None and prof and prof.get("flops_per_step"):
+        fps = prof["flops_per_step"] / max(1, ranks[0]["steps"][0]["samples"])
+    precision = str(ranks[0].get("precision", "fp32"))
+    peak, source = None, ""
+    if peak_tflops:
+        peak, source = peak_tflops * len(ranks) if on_gpu else peak_tflops, "configured"
+    elif on_gpu:
+        name = str(ranks[0].get("device_name", ""))
+        known = next((k for k in PEAK_TFLOPS if k in name.upper()), None)
+        if known:
+            peak, source = PEAK_TFLOPS[known][precision] * len(ranks), f"{known} {precision} x {len(ranks)}"
+    else:
+        cpus = int(ranks[0].get("usable_cpus") or threads * len(ranks))
+        peak, source = cpu_peak_tflops(cpus)
+    achieved = fps * throughput / 1e12 if fps else None
+    window = None
+    if prof:
+        first, n = int(prof["first_step_index"]), int(prof["steps"])
+        traced = ranks[0]["steps"][first : first + n]
+        if traced:
+            window = {
+                "first_step_index": first,
+                "steps": len(traced),
+                "step_time_ms": 1000 * statistics.fmean(s["step_s"] for s in traced),
+                "samples_per_second": len(ranks) * sum(s["samples"] for s in traced) / sum(s["step_s"] for s in traced),
+            }
     return {
         "world_size": len(ranks),
         "steps": len(all_steps),
@@ -67,12 +150,62 @@ def summarize(ranks: list[dict[str, Any]], warmup_steps: int) -> dict[str, Any]:
             "p50": 1000 * _percentile(step_times, 0.5),
             "p95": 1000 * _percentile(step_times, 0.95),
         },
-        "breakdown_ms": {p: 1000 * statistics.fmean(s[f"{p}_s"] for s in all_steps) for p in PHASES if f"{p}_s" in all_steps[0]},
+        "breakdown_ms": breakdown,
         "rank_skew": max(per_rank_mean) / min(per_rank_mean),
         "peak_rss_mb": {str(r["rank"]): round(r["peak_rss_mb"], 1) for r in ranks},
         "peak_device_mb": {str(r["rank"]): r.get("peak_device_mb") for r in ranks},
-        "threads_per_rank": int(ranks[0].get("threads", 1)),
+        "threads_per_rank": threads,
+        "cpu_utilization": cpu_util,
+        "device": f"{device} ({ranks[0].get('device_name', '')})",
+        "flops_per_sample": fps,
+        "achieved_tflops": achieved,
+        "peak_tflops": peak,
+        "peak_source": source,
+        "mfu": (achieved / peak) if achieved and peak else None,
+        "collective_ms_per_step": prof.get("collective_ms_per_step") if prof else None,
+        "profiled_window": window,
     }
+
+
+def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]:
+    """Concrete advice for the causes the figures show."""
+    out: list[str] = []
+    step = summary["step_time_ms"]["mean"]
+    b = summary["breakdown_ms"]
+    data_share = b.get("data", 0.0) / step if step else 0.0
+    if data_share > 0.2:
+        out.append(
+            f"Data loading takes {data_share:.0%} of each step: load batches in background workers "
+            "(DataLoader num_workers > 0, persistent_workers), pin host memory (pin_memory=True) and prefetch onto the device."
+        )
+    r0 = ranks[0]
+    cpus, local = int(r0.get("usable_cpus") or 0), int(r0.get("local_world") or summary["world_size"])
+    if cpus and summary["threads_per_rank"] * local > cpus:
+        out.append(
+            f"Threads are oversubscribed: {local} ranks x {summary['threads_per_rank']} threads on {cpus} usable CPUs; "
+            "leave OMP_NUM_THREADS unset (trainpipe then gives each rank usable_cpus // ranks) or run fewer ranks."
+        )
+    per_rank_batch = int(r0["steps"][0]["samples"]) if r0.get("steps") else 0
+    on_gpu = str(r0.get("device", "")).startswith("cuda")
+    if (on_gpu and step < 10) or (not on_gpu and step < 2):
+        out.append(
+            f"Steps take {step:.2f} ms with {per_rank_batch} samples per rank: fixed per-step costs (Python, kernel launches, "
+            "all-reduce latency) dominate; raise batch_size (and the learning rate with it) to use the device."
+        )
+    comm = summary.get("collective_ms_per_step")
+    if comm and step and comm / step > 0.3:
+        out.append(
+            f"Collectives take {comm / step:.0%} of the step time: the job is communication-bound; use NCCL on GPUs, "
+            "larger gradient buckets or gradient accumulation, fewer ranks per node, or a faster interconnect."
+        )
+    if summary["rank_skew"] > 1.25:
+        out.append(f"The slowest rank's steps are {summary['rank_skew']:.2f}x the fastest's: look for a straggler (noisy neighbour, uneven data, thermal throttling).")
+    other = b.get("other", 0.0)
+    if step and other / step > 0.25:
+        out.append(f"{other / step:.0%} of the step time is outside the model (metric sync, checkpoint writes): checkpoint less often (checkpoint_every_steps).")
+    if on_gpu and summary.get("mfu") is not None and summary["mfu"] < 0.05:
+        out.append(f"MFU is {summary['mfu']:.1%}: the model is too small for the device or the input pipeline starves it; try bf16 and larger batches.")
+    return out
 
 
 def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[str, str]]:
@@ -84,12 +217,11 @@ def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[
     charts = []
     fig, ax = plt.subplots(figsize=(7, 3))
     for r in ranks:
-        ax.plot([1000 * s["step_s"] for s in r["steps"]], label=f"rank {r['rank']}", linewidth=0.8)
+        ax.plot([s["samples"] / s["step_s"] for s in r["steps"]], label=f"rank {r['rank']}", linewidth=0.8)
     ax.set_xlabel("step")
-    ax.set_ylabel("step time (ms)")
+    ax.set_ylabel("samples/s per rank")
     ax.legend()
-    fig.tight_layout()
-    charts.append(("Step time per rank", fig))
+    charts.append(("Throughput over steps", fig))
     fig, ax = plt.subplots(figsize=(7, 2.2))
     left = 0.0
     for phase, v in summary["breakdown_ms"].items():
@@ -97,59 +229,125 @@ def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[
         left += v
     ax.set_yticks([])
     ax.set_xlabel("mean ms per step")
-    ax.legend(ncol=4, fontsize="small")
-    fig.tight_layout()
+    ax.legend(ncol=6, fontsize="small")
     charts.append(("Step-time breakdown", fig))
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    means = [1000 * statistics.fmean(s["step_s"] for s in r["steps"][min(3, len(r["steps"]) - 1):]) for r in ranks]
+    ax.bar([f"rank {r['rank']}" for r in ranks], means)
+    ax.set_ylabel("mean step ms")
+    charts.append(("Per-rank step time (skew)", fig))
     out = []
     for title, fig in charts:
         buf = io.BytesIO()
+        fig.tight_layout()
         fig.savefig(buf, format="png", dpi=90)
         plt.close(fig)
         out.append((title, base64.b64encode(buf.getvalue()).decode("ascii")))
     return out
 
 
-def render_report(summary: dict[str, Any], charts: list[tuple[str, str]]) -> str:
+def _fmt(v: Any) -> str:
+    if isinstance(v, dict):
+        return json.dumps({k: round(x, 3) if isinstance(x, float) else x for k, x in v.items()})
+    if isinstance(v, float):
+        return "n/a" if math.isnan(v) else f"{v:,.4g}"
+    return "n/a" if v is None else str(v)
+
+
+def render_report(summary: dict[str, Any], charts: list[tuple[str, str]], recommendations: list[str]) -> str:
     """A self-contained HTML page (charts inlined), viewable in the KFP UI."""
-    rows = "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(json.dumps(v) if isinstance(v, dict) else f'{v:,.3f}' if isinstance(v, float) else str(v))}</td></tr>"
-        for k, v in summary.items()
-    )
-    imgs = "".join(f'<h2>{html.escape(t)}</h2><img alt="{html.escape(t)}" src="data:image/png;base64,{b}">' for t, b in charts)
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in summary.items())
+    recs = "".join(f"<li>{html.escape(r)}</li>" for r in recommendations) or "<li>No bottleneck stands out.</li>"
+    imgs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in charts)
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe training profile</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}</style></head>"
-        f"<body><h1>Training profile</h1><table>{rows}</table>{imgs}</body></html>\n"
+        f"<body><h1>Training profile</h1><h2>Recommendations</h2><ul id='recommendations'>{recs}</ul>"
+        f"<h2>Summary</h2><table id='summary'>{rows}</table>{imgs}</body></html>\n"
     )
 
 
+def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
+    """Run a short training pass (warm-up + ``profile_steps`` steps, no MLflow run) and return its output directory."""
+    from trainpipe.components.train_model import launch
+    from trainpipe.components.train_model.core import check_inputs, rank_env
+    from trainpipe.components.train_model.spec import TrainModelConfig
+    from trainpipe.contract.config import build
+
+    run_dir = out / "pass"
+    settings = {**config.train, "data": config.data, "output_dir": str(run_dir), "checkpoint_dir": str(run_dir / ".ckpt")}
+    settings.update({"max_steps": config.warmup_steps + 5 + config.profile_steps, "epochs": 10_000, "checkpoint_every_steps": 0})
+    if settings.get("backend", "torch_ddp") != "tensorflow":
+        settings["profile_steps"] = config.profile_steps
+    train_cfg = build(TrainModelConfig, settings, where="train")
+    check_inputs(train_cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / ".train_config.json"
+    atomic_write_json(cfg_path, train_cfg.model_dump(mode="json"))
+    code = launch.launch(train_cfg, cfg_path, rank_env(train_cfg))
+    if code != 0:
+        from trainpipe.contract.errors import TrainpipeError
+
+        raise TrainpipeError(f"profiling pass: the training ranks exited with {code}")
+    return run_dir
+
+
+def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str, Any], out: Path) -> None:
+    from trainpipe import tracking
+
+    client = tracking.connect(config.tracking_uri)
+    for key in ("samples_per_second", "rank_skew", "cpu_utilization", "mfu", "achieved_tflops", "collective_ms_per_step"):
+        value = summary.get(key)
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            client.log_metric(run_id, f"profile_{key}", float(value))
+    client.log_metric(run_id, "profile_step_time_ms", summary["step_time_ms"]["mean"])
+    for phase, ms in summary["breakdown_ms"].items():
+        client.log_metric(run_id, f"profile_{phase}_ms", ms)
+    for name in (SUMMARY_FILE, REPORT_FILE, TRACE_FILE):
+        if (out / name).exists():
+            client.log_artifact(run_id, str(out / name), artifact_path="profile_training")
+
+
 def profile_training(config: ProfileTrainingConfig, lineage: dict[str, Any]) -> ProfileTrainingResult:
-    """Summarize a training run's measured performance as JSON and an HTML report.
+    """Measure a training run: throughput, breakdown, skew, memory, CPU use, MFU, a trace and advice.
 
-    Args:
-        config: Settings and paths.
-        lineage: The lineage so far; ``profile`` is added.
-
-    Returns:
-        Throughput, step-time statistics, breakdown and peak memory.
+    Reads a finished run's telemetry (``model``), or runs a short profiling pass on a
+    snapshot first (``data``). Writes ``summary.json``, ``report.html`` and, when
+    torch.profiler traced the run, ``trace.json`` (Chrome trace); logs the summary to
+    the training run in MLflow when one is known.
 
     Raises:
         InputError: the artifact has no usable telemetry.
+        ServiceUnavailable: MLflow cannot be reached.
     """
-    ranks = load_telemetry(config.model)
-    summary = summarize(ranks, config.warmup_steps)
     out = Path(config.output_dir)
-    atomic_write_json(out / SUMMARY_FILE, summary)
-    atomic_write_text(out / REPORT_FILE, render_report(summary, _charts(ranks, summary)))
-    result = ProfileTrainingResult(**summary)
+    source = Path(config.model) if config.model else profiling_pass(config, out)
+    ranks = load_telemetry(source)
+    meta_path = source / "model.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
+    summary = summarize(ranks, config.warmup_steps, meta, config.peak_tflops)
+    recommendations = recommend(summary, ranks)
+    trace = None
+    prof = ranks[0].get("profiler")
+    if prof and (source / TELEMETRY_DIR / prof["trace"]).exists():
+        atomic_copy(source / TELEMETRY_DIR / prof["trace"], out / TRACE_FILE)
+        trace = TRACE_FILE
+    atomic_write_json(out / SUMMARY_FILE, {**summary, "recommendations": recommendations})
+    atomic_write_text(out / REPORT_FILE, render_report(summary, _charts(ranks, summary), recommendations))
+    run_id = (lineage.get("training") or {}).get("mlflow_run_id") if config.model else None
+    if run_id and (config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+        _log_to_mlflow(config, run_id, summary, out)
+    result = ProfileTrainingResult(**summary, recommendations=recommendations, trace=trace, mlflow_run_id=run_id)
     lineage = dict(lineage)
     lineage["profile"] = {
         "samples_per_second": round(result.samples_per_second, 1),
         "step_time_ms": round(result.step_time_ms["mean"], 3),
         "world_size": result.world_size,
+        "mfu": round(result.mfu, 6) if result.mfu is not None else None,
+        "recommendations": len(recommendations),
     }
     result.lineage = lineage
     return result
 
 
-__all__ = ["NAME", "profile_training", "summarize"]
+__all__ = ["NAME", "profile_training", "recommend", "summarize"]

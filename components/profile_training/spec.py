@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
@@ -12,18 +12,36 @@ from trainpipe.contract.entrypoint import INPUT, OUTPUT
 NAME = "profile_training"
 REPORT_FILE = "report.html"
 SUMMARY_FILE = "summary.json"
+TRACE_FILE = "trace.json"
 
 
 class ProfileTrainingParams(StrictModel):
     """Settings of profile_training that are not artifacts."""
 
     warmup_steps: int = Field(3, ge=0, le=1_000_000, description="first steps of each rank left out of steady state")
+    peak_tflops: float | None = Field(
+        None, gt=0, le=100_000, description="the device's peak TFLOP/s for MFU (default: from the table of known devices)"
+    )
+    profile_steps: int = Field(20, ge=1, le=10_000, description="profiling pass only: steps traced with torch.profiler")
+    train: dict[str, Any] = Field(
+        default_factory=dict, description="profiling pass only: train_model settings (backend, model, batch_size, ...)"
+    )
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; the summary is logged to the training run")
 
 
 class ProfileTrainingConfig(ProfileTrainingParams):
     """Everything profile_training needs, artifacts included."""
 
-    model: str = Field(..., min_length=1, description="the training run's model artifact (train_model's output)", json_schema_extra=INPUT)
+    model: str | None = Field(None, description="the training run's model artifact (train_model's output)", json_schema_extra=INPUT)
+    data: str | None = Field(
+        None, description="a dataset snapshot: run a short profiling pass on it instead of reading a finished run", json_schema_extra=INPUT
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ProfileTrainingConfig":
+        if (self.model is None) == (self.data is None):
+            raise ValueError("model, data: give exactly one: a training run's model (profile it) or a snapshot (profiling pass)")
+        return self
     output_dir: str = Field(..., min_length=1, description="where the report and summary go", json_schema_extra=OUTPUT)
 
 
@@ -39,6 +57,18 @@ class ProfileTrainingResult(BaseModel):
     peak_rss_mb: dict[str, float]
     peak_device_mb: dict[str, float | None]
     threads_per_rank: int
+    cpu_utilization: float = Field(description="CPU time over wall time per rank, as a share of its threads")
+    device: str = ""
+    flops_per_sample: float | None = Field(None, description="training FLOPs per sample (forward + backward)")
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    peak_source: str = ""
+    mfu: float | None = Field(None, description="model FLOPs utilization: achieved over peak")
+    collective_ms_per_step: float | None = Field(None, description="time in collectives per step (torch.profiler), overlapping backward")
+    profiled_window: dict[str, Any] | None = Field(None, description="the traced steps and their throughput from the telemetry")
+    recommendations: list[str] = Field(default_factory=list)
+    trace: str | None = Field(None, description="Chrome trace file (chrome://tracing, Perfetto)")
+    mlflow_run_id: str | None = None
     report: str = REPORT_FILE
     lineage: dict[str, Any] = Field(default_factory=dict)
 

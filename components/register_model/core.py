@@ -1,19 +1,21 @@
-"""register_model: the work. mlflow and torch are imported inside the function."""
+"""register_model: the work. mlflow and torch are imported inside the functions."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from trainpipe import registry
 from trainpipe.components.evaluate_model.spec import DECISION_FILE
-from trainpipe.components.register_model.spec import LINEAGE_FILE, NAME, RegisterModelConfig, RegisterModelResult
-from trainpipe.components.train_model.spec import MODEL_FILE
+from trainpipe.components.register_model.spec import LINEAGE_FILE, MODEL_CARD_FILE, NAME, RegisterModelConfig, RegisterModelResult
+from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
-from trainpipe.contract.io import atomic_write_json, file_digest, read_json
+from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest, read_json
 
-HASH_TAG = "trainpipe.model_sha256"
-DATA_TAG = "trainpipe.dataset_md5"
+HASH_TAG = registry.HASH_TAG
+DATA_TAG = registry.DATA_TAG
 
 
 def find_existing(client: Any, name: str, model_sha256: str, dataset_md5: str) -> Any | None:
@@ -24,18 +26,78 @@ def find_existing(client: Any, name: str, model_sha256: str, dataset_md5: str) -
     return None
 
 
+def should_move_champion(decision: dict[str, Any], current: Any | None, version: str) -> tuple[bool, str]:
+    """The serving alias moves only when the gate decided against its current holder, or nobody holds it."""
+    if current is None:
+        return True, "no champion yet: this version becomes champion"
+    if str(current.version) == str(version):
+        return False, "this version already is champion"
+    champ = decision.get("champion") or {}
+    if decision.get("beats_champion") and str(champ.get("version")) == str(current.version):
+        return True, f"the gate compared it with champion version {current.version} and it passed"
+    if decision.get("beats_champion"):
+        return False, f"the gate compared it with version {champ.get('version')}, but champion is now version {current.version}: champion not moved"
+    return False, f"the gate did not decide against champion version {current.version}: registered as challenger only"
+
+
+def model_card(config: RegisterModelConfig, version: str, decision: dict[str, Any], lineage: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The model card: what the model is for, what it was trained on, how it scored, why it was accepted."""
+    snap, train, ev = lineage.get("snapshot", {}), lineage.get("training", {}), lineage.get("evaluation", {})
+    source = lineage.get("source", {})
+    metrics = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(decision.get("metrics", {}).items()) if isinstance(v, (int, float)))
+    reasons = "\n".join(f"- {r}" for r in decision.get("reasons", []))
+    champ = decision.get("champion") or {}
+    compared = (
+        f"Compared with champion version {champ.get('version')} on the same held-out rows."
+        if decision.get("compared_with_champion")
+        else "Not compared with a champion (none existed, or it could not be scored): decided by the absolute thresholds."
+    )
+    return f"""# Model card: {config.model_name} version {version}
+
+## Intended use
+{config.intended_use}
+
+## Model
+- Architecture: `{meta.get('arch')}` ({meta.get('task', 'classification')}), classes: {', '.join(map(str, meta.get('classes', [])))}
+- Inputs: {len(meta.get('feature_columns', []))} feature columns ({', '.join(meta.get('feature_columns', [])[:8])}{', …' if len(meta.get('feature_columns', [])) > 8 else ''}); label `{meta.get('label_column')}`
+- Trained with: {train.get('backend')} on {train.get('world_size')} x {train.get('device')} ({train.get('dist_backend')}), precision {train.get('precision', 'fp32')}
+- Weights sha256: `{train.get('model_sha256')}`; MLflow training run `{train.get('mlflow_run_id')}`
+
+## Data
+- Source: `{source.get('uri', '')}` (md5 `{source.get('md5', '')}`), validated by suite `{lineage.get('validation', {}).get('suite', '')}`
+- Snapshot: DVC md5 `{snap.get('md5')}`, revision `{snap.get('rev', '')}`, remote `{snap.get('remote', '')}`
+- Held-out split: {int(100 * meta.get('split', {}).get('test_fraction', 0))}% (seed {meta.get('split', {}).get('seed')}), {ev.get('n_test')} rows
+
+## Evaluation
+| metric | value |
+|---|---|
+{metrics}
+
+## Gate decision: {'passed' if decision.get('passed') else 'NOT passed'}
+{compared}
+
+{reasons}
+
+## Lineage
+The full record is `trainpipe/lineage.json` beside this card and the `lineage.*` tags of the
+version; `trainpipe lineage models:/{config.model_name}/{version}` prints and verifies it.
+"""
+
+
 def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> RegisterModelResult:
     """Register the model when its gate passed; idempotent for identical model and data.
 
-    The version carries the flattened lineage as tags and ``lineage.json`` as an
-    artifact; the alias (``champion`` by default) is pointed at it.
+    Every new version gets the ``challenger`` alias; the serving alias (``champion``)
+    moves to it only when the gate decided against the current champion, or when there
+    is none. The version carries the lineage (tags and ``lineage.json``), a model card,
+    a signature and input example, and a weights-only copy a later gate compares with.
 
     Args:
         config: Settings and paths.
         lineage: The merged lineage of the model, the decision and the profile.
 
     Returns:
-        The version and its ``models:/name@alias`` URI, or why nothing was registered.
+        The version, its aliases and ``models:/`` URI, or why nothing was registered.
 
     Raises:
         InputError: the decision or model artifact is unreadable.
@@ -44,7 +106,7 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
     decision = read_json(Path(config.decision) / DECISION_FILE)
     lineage = dict(lineage)
     if not decision.get("passed"):
-        reason = "gate not passed: " + "; ".join(decision.get("reasons", []))
+        reason = "gate not passed: " + "; ".join(decision.get("failures") or decision.get("reasons", []))
         lineage["registration"] = {"registered": False}
         return RegisterModelResult(
             registered=False, created=False, model_name=config.model_name, version=None, alias=None, model_uri=None, reason=reason, lineage=lineage
@@ -56,6 +118,7 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
     sha = file_digest(Path(config.model) / MODEL_FILE, "sha256")
     if sha != training.get("model_sha256"):
         raise InputError("model: model.safetensors does not match the hash train_model recorded (the artifact was changed)")
+    meta = read_json(Path(config.model) / MODEL_META)
 
     from trainpipe import tracking
 
@@ -63,36 +126,45 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
     try:
         existing = find_existing(client, config.model_name, sha, snapshot["md5"])
         created = existing is None
-        if existing is None:
-            version = _create_version(client, config, lineage, sha, snapshot["md5"], training["mlflow_run_id"])
-        else:
-            version = existing.version
-        client.set_registered_model_alias(config.model_name, config.alias, version)
-    except InputError:
+        version = existing.version if existing is not None else _create_version(client, config, lineage, decision, meta, sha, snapshot["md5"], training["mlflow_run_id"])
+        version = str(version)
+        current = registry.alias_version(client, config.model_name, config.alias)
+        move, why = should_move_champion(decision, current, version)
+        if created:
+            client.set_registered_model_alias(config.model_name, config.challenger_alias, version)
+        if move:
+            client.set_registered_model_alias(config.model_name, config.alias, version)
+        aliases = sorted(client.get_model_version(config.model_name, version).aliases)
+    except (InputError, ServiceUnavailable):
         raise
     except Exception as exc:
         status = getattr(exc, "get_http_status_code", lambda: 503)()
         if isinstance(status, int) and 400 <= status < 500:
             raise TrainpipeError(f"tracking_uri: MLflow refused the registration: {tracking.first_line(exc)}") from None
         raise ServiceUnavailable(f"tracking_uri: registering in MLflow failed: {tracking.first_line(exc)}") from None
-    uri = f"models:/{config.model_name}@{config.alias}"
-    lineage["registration"] = {"model_name": config.model_name, "version": str(version), "alias": config.alias}
-    atomic_write_json(Path(config.output_dir) / LINEAGE_FILE, lineage)
+    alias = config.alias if config.alias in aliases else (config.challenger_alias if config.challenger_alias in aliases else None)
+    uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
+    lineage["registration"] = {"model_name": config.model_name, "version": version, "aliases": aliases, "champion_moved": move}
+    out = Path(config.output_dir)
+    atomic_write_json(out / LINEAGE_FILE, lineage)
+    atomic_write_text(out / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
     return RegisterModelResult(
         registered=True,
         created=created,
         model_name=config.model_name,
-        version=str(version),
-        alias=config.alias,
+        version=version,
+        alias=alias,
+        aliases=aliases,
+        champion_moved=move,
         model_uri=uri,
-        reason="gate passed" if created else "identical model and data already registered; alias ensured",
+        reason=("gate passed; " if created else "identical model and data already registered; ") + why,
         lineage=lineage,
     )
 
 
-def _create_version(client: Any, config: RegisterModelConfig, lineage: dict[str, Any], sha: str, md5: str, run_id: str) -> str:
-    import tempfile
-
+def _create_version(
+    client: Any, config: RegisterModelConfig, lineage: dict[str, Any], decision: dict[str, Any], meta: dict[str, Any], sha: str, md5: str, run_id: str,
+) -> str:
     import mlflow
     import numpy as np
     from mlflow.models import infer_signature
@@ -116,14 +188,21 @@ def _create_version(client: Any, config: RegisterModelConfig, lineage: dict[str,
             # Stated, not inferred: inference spawns a process and takes seconds.
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
         )
+        # The weights-only copy a later gate rebuilds the champion from (never unpickled).
+        mlflow.log_artifact(str(Path(config.model) / MODEL_FILE), artifact_path=registry.WEIGHTS_ARTIFACT)
+        mlflow.log_artifact(str(Path(config.model) / MODEL_META), artifact_path=registry.WEIGHTS_ARTIFACT)
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / LINEAGE_FILE
-            atomic_write_json(path, lineage)
-            mlflow.log_artifact(str(path), artifact_path="trainpipe")
+            atomic_write_json(Path(tmp) / LINEAGE_FILE, lineage)
+            mlflow.log_artifact(str(Path(tmp) / LINEAGE_FILE), artifact_path="trainpipe")
     tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
-    tags.update({HASH_TAG: sha, DATA_TAG: md5, "trainpipe.training_run_id": run_id})
+    tags.update({HASH_TAG: sha, DATA_TAG: md5, registry.RUN_TAG: run_id})
     mv = mlflow.register_model(info.model_uri, config.model_name, tags=tags)
-    return str(mv.version)
+    version = str(mv.version)
+    with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
+        atomic_write_text(Path(tmp) / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
+        mlflow.log_artifact(str(Path(tmp) / MODEL_CARD_FILE), artifact_path="trainpipe")
+    client.update_model_version(config.model_name, version, description=f"Model card: runs:/{run_id}/trainpipe/{MODEL_CARD_FILE}")
+    return version
 
 
-__all__ = ["NAME", "find_existing", "register_model"]
+__all__ = ["NAME", "find_existing", "model_card", "register_model", "should_move_champion"]

@@ -11,6 +11,7 @@ from trainpipe.contract.entrypoint import INPUT, OUTPUT
 
 NAME = "register_model"
 LINEAGE_FILE = "lineage.json"
+MODEL_CARD_FILE = "model_card.md"
 
 
 class RegisterModelParams(StrictModel):
@@ -19,7 +20,17 @@ class RegisterModelParams(StrictModel):
     model_name: str = Field(
         "trainpipe-model", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$", description="registered model name"
     )
-    alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias set on the new version")
+    alias: str = Field(
+        "champion",
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$",
+        description="the serving alias: it moves to the new version only when the gate decided against the current holder (or none exists)",
+    )
+    challenger_alias: str = Field("challenger", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias every new registration gets")
+    intended_use: str = Field(
+        "Classification of rows shaped like the training snapshot. Not assessed for other populations or for decisions about people without review.",
+        max_length=4000,
+        description="the model card's intended-use statement",
+    )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
 
 
@@ -41,6 +52,8 @@ class RegisterModelResult(BaseModel):
     version: str | None
     alias: str | None
     model_uri: str | None
+    aliases: list[str] = Field(default_factory=list, description="aliases now pointing at this version")
+    champion_moved: bool = False
     reason: str
     lineage: dict[str, Any] = Field(default_factory=dict)
 

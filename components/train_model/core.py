@@ -134,7 +134,8 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
             },
         )
         run_id = run.info.run_id
-        params = config.model_dump(exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri"})
+        log_dataset(run_id, config, snapshot)
+        params = config.model_dump(exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster"})
         for k, v in params.items():
             client.log_param(run_id, k, json.dumps(v) if isinstance(v, (list, dict)) else v)
 
@@ -206,6 +207,19 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
     }
     result.lineage = lineage
     return result
+
+
+def log_dataset(run_id: str, config: TrainModelConfig, snapshot: dict[str, Any]) -> None:
+    """Log the snapshot as the run's training input (``mlflow.log_input``), so the MLflow UI shows it."""
+    import mlflow
+
+    from trainpipe.tabular import read_table
+
+    df = read_table(config.data, "data")
+    source = f"{snapshot['remote']}#{snapshot['path']}@{snapshot['rev']}" if snapshot.get("remote") else str(find_data_file(config.data, "data"))
+    dataset = mlflow.data.from_pandas(df, source=source, targets=config.label_column, name=Path(snapshot.get("path") or config.data).name)
+    with mlflow.start_run(run_id=run_id):
+        mlflow.log_input(dataset, context="training", tags={"trainpipe.dataset_md5": snapshot.get("md5", "")})
 
 
 def _worker_node_result(config: TrainModelConfig, wall: float, lineage: dict[str, Any]) -> TrainModelResult:

@@ -72,6 +72,9 @@ class TrainModelParams(StrictModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     max_restarts: int = Field(3, ge=0, le=100, description="restarts of the whole worker group after a failure; each resumes from the newest checkpoint")
     collective_timeout_s: int = Field(300, ge=10, le=86_400, description="bound on a hung collective: never an endless wait")
+    profile_steps: int = Field(
+        0, ge=0, le=10_000, description="trace this many steps with torch.profiler on rank 0 (after 4 warm-up steps); 0: off"
+    )
     checkpoint_every_steps: int = Field(50, ge=0, le=10**9, description="also checkpoint every N steps (0: only at epoch ends)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")

@@ -31,6 +31,7 @@ from trainpipe.components.train_model.data import prepare_data, rank_batches, st
 from trainpipe.components.train_model.rank import Fault, checkpoint_dir, model_meta, run_rank, weights_digest  # noqa: E402
 from trainpipe.components.train_model.spec import METRICS_FILE, MODEL_FILE, MODEL_META, TELEMETRY_DIR, TrainModelConfig  # noqa: E402
 from trainpipe.contract.io import atomic_write_bytes, atomic_write_json, atomic_write_text  # noqa: E402
+from trainpipe.resources import usable_cpus  # noqa: E402
 
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
@@ -182,13 +183,15 @@ def body(config: TrainModelConfig) -> None:
             if first_step_s is None:
                 first_step_s = t_end - t_start
             steps.append({"epoch": epoch, "step": global_step, "samples": int(len(idx)), "data_s": t_data - t_prev,
-                          "compute_s": t_end - t_data, "step_s": t_end - t_prev, "t": t_end - t_start})
+                          "compute_s": t_end - t_data, "other_s": 0.0, "step_s": t_end - t_prev, "t": t_end - t_start})
             epoch_done = global_step % per_epoch == 0
             if config.checkpoint_every_steps and global_step % config.checkpoint_every_steps == 0 and not epoch_done and global_step < total:
                 carried = carried + all_reduce(local)
                 local = np.zeros(3)
                 save(carried)
             t_prev = time.perf_counter()
+            steps[-1]["other_s"] += t_prev - t_end  # bookkeeping and checkpoints count toward the step
+            steps[-1]["step_s"] += t_prev - t_end
         sums = carried + all_reduce(local)
         carried = np.zeros(3)
         loss_e, acc_e = float(sums[0] / max(sums[2], 1)), float(sums[1] / max(sums[2], 1))
@@ -211,6 +214,9 @@ def body(config: TrainModelConfig) -> None:
             "weights_sha256": weights_digest(weights),
             "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.environ.get("OMP_NUM_THREADS") or 0),
             "batch_size": B, "wall_s": wall, "time_to_first_step_s": first_step_s,
+            "cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime,
+            "usable_cpus": usable_cpus(), "local_world": world if "TF_CONFIG" in os.environ and len(set(h.split(":")[0] for h in json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])) == 1 else 1,
+            "device_name": device, "profiler": None,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "peak_device_mb": None,
             "steps": steps,
         },

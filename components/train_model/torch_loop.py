@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import platform
 import resource
 import sys
 import time
@@ -36,6 +38,7 @@ from trainpipe.components.train_model.spec import (
 )
 from trainpipe.contract.errors import TrainpipeError
 from trainpipe.contract.io import atomic_write_bytes, atomic_write_chunks, atomic_write_json, atomic_write_text
+from trainpipe.resources import usable_cpus
 
 CKPT_GLOB = "ckpt-*.pt"
 
@@ -160,6 +163,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
         if line.strip() and json.loads(line)["epoch"] < start_epoch
     ]
     steps: list[dict[str, float]] = []
+    prof = TorchProfile(config, out, device) if config.profile_steps and rank == 0 else None
     t_start = time.perf_counter()
     first_step_s: float | None = None
 
@@ -215,6 +219,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
                     "forward_s": t_fwd - t_data,
                     "backward_s": t_bwd - t_fwd,
                     "optimizer_s": t_end - t_bwd,
+                    "other_s": 0.0,
                     "step_s": t_end - t_prev,
                     "t": t_end - t_start,
                 }
@@ -225,7 +230,12 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
                 local.zero_()
                 if rank == 0:
                     save_checkpoint(ckpt_dir, global_step, checkpoint_state(carried), config.keep_checkpoints, fault)
+            t_done = time.perf_counter()
+            _settle(steps[-1], t_done - t_end)  # bookkeeping and checkpoints count toward the step
+            if prof is not None:
+                prof.step()  # the profiler's own cost (trace export) stays out of the step times
             t_prev = time.perf_counter()
+        t_epoch_end = time.perf_counter()
         sums = carried + coll.all_reduce_sum(local.clone())
         carried = torch.zeros(3, dtype=torch.float64)
         loss_e, acc_e = float(sums[0] / max(sums[2], 1)), float(sums[1] / max(sums[2], 1))
@@ -234,9 +244,12 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             atomic_write_text(metrics_path, "".join(line + "\n" for line in history))
             save_checkpoint(ckpt_dir, global_step, checkpoint_state(torch.zeros(3, dtype=torch.float64)), config.keep_checkpoints, fault)
             print(f"train_model: epoch {epoch + 1}/{config.epochs} step {global_step} loss {loss_e:.4f} accuracy {acc_e:.4f}", file=sys.stderr)
+        if steps:
+            _settle(steps[-1], time.perf_counter() - t_epoch_end)
         start_in_epoch = 0
 
     wall = time.perf_counter() - t_start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     atomic_write_json(
         out / TELEMETRY_DIR / f"rank{rank}.json",
         {
@@ -251,14 +264,69 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             "batch_size": config.batch_size,
             "wall_s": wall,
             "time_to_first_step_s": first_step_s,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "usable_cpus": usable_cpus(),
+            "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", world))),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+            "peak_rss_mb": usage.ru_maxrss / 1024.0,
             "peak_device_mb": (torch.cuda.max_memory_allocated(device) / 2**20) if device.type == "cuda" else None,
+            "profiler": prof.finish() if prof is not None else None,
             "steps": steps,
         },
     )
     coll.barrier()
     if rank == 0:
         write_model(out, model, data, config, device, coll.name, world, resumed_from, global_step, wall)
+
+
+def _settle(record: dict[str, float], extra: float) -> None:
+    record["other_s"] += extra
+    record["step_s"] += extra
+
+
+PROFILE_SKIP = 3  # steps before the profiler's warm-up step: the first steps are not steady
+
+
+class TorchProfile:
+    """torch.profiler over a window of steps on rank 0: a Chrome trace, FLOPs and collective time."""
+
+    def __init__(self, config: TrainModelConfig, out: Path, device: torch.device) -> None:
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self.active = config.profile_steps
+        self.first = PROFILE_SKIP + 1  # index (in this run's steps) of the first traced step
+        self.trace = out / TELEMETRY_DIR / "trace_rank0.json"
+        self.info: dict[str, Any] | None = None
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        self.prof = profile(
+            activities=activities,
+            schedule=schedule(wait=PROFILE_SKIP, warmup=1, active=self.active, repeat=1),
+            on_trace_ready=self._ready,
+            with_flops=True,
+        )
+        self.prof.start()
+
+    def _ready(self, prof: Any) -> None:
+        self.trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(self.trace))
+        events = prof.key_averages()
+        collective = [e for e in events if any(k in e.key.lower() for k in ("all_reduce", "allreduce", "gloo", "nccl", "broadcast"))]
+        top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
+        self.info = {
+            "trace": self.trace.name,
+            "first_step_index": self.first,
+            "steps": self.active,
+            "flops_per_step": sum(int(e.flops or 0) for e in events) / self.active,
+            "collective_ms_per_step": sum(e.cpu_time_total for e in collective) / 1000.0 / self.active,
+            "top_ops": [{"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "calls": int(e.count)} for e in top],
+        }
+
+    def step(self) -> None:
+        self.prof.step()
+
+    def finish(self) -> dict[str, Any] | None:
+        self.prof.stop()
+        return self.info
 
 
 def write_model(

@@ -120,6 +120,29 @@ def compile_cmd(
 
 
 @app.command()
+def lineage(
+    model_uri: str = typer.Argument(..., help="models:/<name>@<alias> or models:/<name>/<version>"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)"),
+    as_json: bool = typer.Option(False, "--json", help="print the lineage and the verification as JSON"),
+    verify: bool = typer.Option(True, help="fetch the snapshot from its DVC remote and check its hash"),
+) -> None:
+    """Print the chain from a registered model version back to the raw data, and verify the snapshot.
+
+    Exit codes: 0 verified, 2 bad URI or unknown model, 3 verification failed, 75 MLflow unreachable.
+    """
+    from trainpipe.lineage_report import lineage_command
+
+    try:
+        text, ok = lineage_command(model_uri, tracking_uri, as_json, verify)
+    except TrainpipeError as exc:
+        _fail(exc)
+    typer.echo(text)
+    if not ok:
+        typer.echo("trainpipe: error: lineage verification failed (see the verify line)", err=True)
+        raise typer.Exit(3)
+
+
+@app.command()
 def demo(
     workspace: Path = typer.Option(Path(".trainpipe/demo"), help="where the demo keeps its data and state"),
     engine: str = typer.Option("kfp-local", help="kfp-local or airflow-local"),

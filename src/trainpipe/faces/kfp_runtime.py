@@ -40,5 +40,5 @@ def copy_file(src: str, dest: str) -> None:
 def log_metrics(metrics_artifact: Any, values: dict[str, Any]) -> None:
     """Log every numeric value onto a KFP ``Output[Metrics]``."""
     for key, value in values.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:  # NaN is not JSON
             metrics_artifact.log_metric(key, float(value))

@@ -1,0 +1,127 @@
+"""``trainpipe lineage``: the chain from a registered model version back to the raw data,
+and a check that the data snapshot can still be fetched from its DVC remote with the
+hash the lineage recorded. mlflow and dvc are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
+
+URI = re.compile(r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<alias>[A-Za-z][A-Za-z0-9_-]*)|/(?P<version>\d+))$")
+
+
+class LineageBroken(TrainpipeError):
+    """The recorded lineage does not check out (the data cannot be fetched, or its hash changed)."""
+
+    exit_code = 3
+
+
+def fetch(model_uri: str, tracking_uri: str | None) -> tuple[Any, dict[str, Any]]:
+    """The model version and its ``lineage.json`` (from the version's training run).
+
+    Raises:
+        InputError: a malformed URI, or an unknown model, alias or version.
+        ServiceUnavailable: MLflow cannot be reached.
+    """
+    m = URI.match(model_uri)
+    if not m:
+        raise InputError(f"model_uri: {model_uri!r} is not models:/<name>@<alias> or models:/<name>/<version>")
+    from mlflow.exceptions import MlflowException
+
+    from trainpipe import registry, tracking
+
+    client = tracking.connect(tracking_uri)
+    try:
+        if m["alias"]:
+            version = registry.alias_version(client, m["name"], m["alias"])
+            if version is None:
+                raise InputError(f"model_uri: {m['name']!r} has no alias {m['alias']!r}")
+        else:
+            version = client.get_model_version(m["name"], m["version"])
+    except MlflowException as exc:
+        raise InputError(f"model_uri: {model_uri}: {str(exc).splitlines()[0]}") from None
+    run_id = version.tags.get(registry.RUN_TAG) or version.run_id
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow.artifacts.download_artifacts(artifact_uri=f"runs:/{run_id}/trainpipe/lineage.json", dst_path=tmp)
+        except Exception as exc:
+            raise InputError(f"model_uri: version {version.version} has no trainpipe lineage ({tracking.first_line(exc)})") from None
+        return version, json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def verify_snapshot(lineage: dict[str, Any]) -> dict[str, Any]:
+    """Fetch the snapshot from its DVC remote into an empty cache and compare its md5.
+
+    Returns:
+        ``{"ok": bool, "message": str, "md5": ...}``.
+    """
+    snap = lineage.get("snapshot") or {}
+    if not all(snap.get(k) for k in ("md5", "rev", "path", "repo", "remote")):
+        return {"ok": False, "message": "the lineage has no complete DVC snapshot record"}
+    import dvc.api
+
+    digest = hashlib.md5()
+    with tempfile.TemporaryDirectory() as cache:
+        try:
+            # An empty cache: the bytes come from the remote, not from a local copy.
+            with dvc.api.open(
+                snap["path"], repo=snap["repo"], rev=snap["rev"], mode="rb",
+                config={"cache": {"dir": cache}, "core": {"remote": "verify"}, "remote": {"verify": {"url": snap["remote"]}}},
+            ) as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return {"ok": False, "message": f"snapshot {snap['path']}@{snap['rev'][:10]} cannot be fetched from {snap['remote']}: {first}"}
+    got = digest.hexdigest()
+    if got != snap["md5"]:
+        return {"ok": False, "md5": got, "message": f"snapshot {snap['path']} fetched from {snap['remote']} has md5 {got}, the lineage recorded {snap['md5']}: the remote's copy changed"}
+    return {"ok": True, "md5": got, "message": f"snapshot {snap['path']}@{snap['rev'][:10]} fetched from {snap['remote']}: md5 {got} matches"}
+
+
+def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, Any] | None) -> str:
+    """The chain, newest first: model version → gate → evaluation → training → snapshot → validation → raw data."""
+    reg, ev, tr = lineage.get("registration", {}), lineage.get("evaluation", {}), lineage.get("training", {})
+    prof, snap, val, src = lineage.get("profile", {}), lineage.get("snapshot", {}), lineage.get("validation", {}), lineage.get("source", {})
+    code, orch = lineage.get("code", {}), lineage.get("orchestrator", {})
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in (ev.get("metrics") or {}).items() if isinstance(v, (int, float)))
+    lines = [
+        f"model      {name} version {version.version}  aliases: {', '.join(sorted(version.aliases)) or '-'}",
+        f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; champion compared: version {ev.get('champion_version') or '-'}, beats it: {ev.get('beats_champion', False)}",
+        f"  evaluation {metrics} on {ev.get('n_test')} held-out rows",
+        f"  profile    {prof.get('samples_per_second', '-')} samples/s, step {prof.get('step_time_ms', '-')} ms",
+        f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on {tr.get('device')} ({tr.get('dist_backend')}), {tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
+        f"  snapshot   DVC md5 {snap.get('md5')} rev {str(snap.get('rev', ''))[:10]} path {snap.get('path')} remote {snap.get('remote')}",
+        f"  validation suite {val.get('suite', '-')}: {'passed' if val.get('success', val.get('passed')) else val.get('success', '-')}",
+        f"  raw data   {src.get('uri', '-')} md5 {src.get('md5', '-')}",
+        f"  code       git {code.get('git_commit', '-')} trainpipe {code.get('trainpipe', '-')}, image {lineage.get('image', '-')}",
+        f"  run        {orch.get('name', '-')} {orch.get('run_id', '')}",
+    ]
+    if reg:
+        lines.insert(1, f"  registered {reg.get('model_name')} v{reg.get('version')}")
+    if check is not None:
+        lines.append(f"verify     {'OK' if check['ok'] else 'FAILED'}: {check['message']}")
+    return "\n".join(lines)
+
+
+def lineage_command(model_uri: str, tracking_uri: str | None, as_json: bool, verify: bool) -> tuple[str, bool]:
+    """What ``trainpipe lineage`` prints, and whether verification passed."""
+    version, lineage = fetch(model_uri, tracking_uri)
+    check = verify_snapshot(lineage) if verify else None
+    name = URI.match(model_uri)["name"]  # type: ignore[index]
+    if as_json:
+        doc = {"model": {"name": name, "version": str(version.version), "aliases": sorted(version.aliases)}, "lineage": lineage, "verification": check}
+        return json.dumps(doc, indent=2, sort_keys=True, default=str), check is None or check["ok"]
+    return render(name, version, lineage, check), check is None or check["ok"]
+
+
+__all__ = ["LineageBroken", "ServiceUnavailable", "fetch", "lineage_command", "render", "verify_snapshot"]

@@ -1,0 +1,157 @@
+"""Evaluate, gate against the champion, register with aliases, and trace the lineage, on a
+real MLflow server backed by PostgreSQL (as in production) and a real DVC remote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import result_of, run_component
+
+pytestmark = pytest.mark.integration
+
+NAME = "digits-classifier"
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, digits_csv):
+    """validate_data → snapshot_dataset on the digits, with a local DVC remote."""
+    root = tmp_path_factory.mktemp("chain")
+    result_of(run_component("validate_data", "--data", str(digits_csv), "--output-dir", str(root / "v")))
+    result_of(
+        run_component(
+            "snapshot_dataset", "--data", str(root / "v"), "--repo-dir", str(root / "repo"), "--remote-url", str(root / "remote"),
+            "--dataset-name", "digits", "--output-dir", str(root / "s"),
+        )
+    )
+    return root
+
+
+def _train(chain: Path, out: str, server: str, *extra: str) -> dict:
+    return result_of(
+        run_component(
+            "train_model", "--data", str(chain / "s"), "--output-dir", str(chain / out), "--tracking-uri", server,
+            "--nproc-per-node", "1", "--checkpoint-every-steps", "0", *extra,
+        )
+    )
+
+
+def _evaluate(chain: Path, model: str, out: str, server: str) -> dict:
+    return result_of(
+        run_component(
+            "evaluate_model", "--model", str(chain / model), "--data", str(chain / "s"), "--output-dir", str(chain / out),
+            "--thresholds", '{"accuracy": 0.3}', "--model-name", NAME, "--tracking-uri", server,
+        )
+    )
+
+
+def _register(chain: Path, model: str, decision: str, out: str, server: str) -> dict:
+    return result_of(
+        run_component(
+            "register_model", "--model", str(chain / model), "--decision", str(chain / decision), "--output-dir", str(chain / out),
+            "--model-name", NAME, "--tracking-uri", server,
+        )
+    )
+
+
+def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
+    import mlflow
+    import numpy as np
+    import pandas as pd
+
+    from trainpipe.components.train_model.models import load_model, predict_proba
+
+    server = mlflow_server_postgres
+    client = mlflow.MlflowClient(server)
+    # A weak model first: no champion yet, so the thresholds alone decide, and it becomes champion.
+    weak = _train(chain, "weak", server, "--epochs", "1", "--learning-rate", "0.005")
+    ev1 = _evaluate(chain, "weak", "e1", server)
+    assert ev1["decision"]["passed"] and not ev1["decision"]["compared_with_champion"]
+    assert "no champion yet: decided by the absolute thresholds alone" in ev1["decision"]["reasons"]
+    assert set(ev1["metrics"]) >= {"accuracy", "f1_macro", "precision_macro", "recall_macro", "roc_auc", "log_loss"}
+    assert len(ev1["per_class"]) == 10 and len(ev1["confusion_matrix"]) == 10
+    r1 = _register(chain, "weak", "e1", "r1", server)
+    assert r1["created"] and r1["version"] == "1" and r1["aliases"] == ["challenger", "champion"] and r1["champion_moved"]
+    # Registering the same model and data again creates nothing.
+    again = _register(chain, "weak", "e1", "r1b", server)
+    assert not again["created"] and again["version"] == "1"
+    assert len(client.search_model_versions(f"name = '{NAME}'")) == 1
+
+    # A better model: compared with champion version 1 on the same rows, it wins and takes the alias.
+    strong = _train(chain, "strong", server, "--epochs", "6")
+    ev2 = _evaluate(chain, "strong", "e2", server)
+    d2 = ev2["decision"]
+    assert d2["compared_with_champion"] and d2["beats_champion"] and d2["champion"]["version"] == "1"
+    assert d2["champion"]["metrics"]["accuracy"] == pytest.approx(ev1["metrics"]["accuracy"])
+    r2 = _register(chain, "strong", "e2", "r2", server)
+    assert r2["version"] == "2" and r2["champion_moved"] and r2["aliases"] == ["challenger", "champion"]
+    assert client.get_model_version_by_alias(NAME, "champion").version == "2"
+
+    # The weak model again: now it regresses against champion 2, the gate fails, nothing moves.
+    ev3 = _evaluate(chain, "weak", "e3", server)
+    assert not ev3["decision"]["passed"] and any("vs champion version 2" in f for f in ev3["decision"]["failures"])
+    r3 = _register(chain, "weak", "e3", "r3", server)
+    assert not r3["registered"] and client.get_model_version_by_alias(NAME, "champion").version == "2"
+
+    # The champion loads back by alias and predicts exactly as the trained model does.
+    df = pd.read_csv(chain / "s" / "digits.csv")
+    model, meta = load_model(chain / "strong")
+    x = df[meta["feature_columns"]].to_numpy(dtype=np.float32)[:50]
+    served = mlflow.pytorch.load_model(f"models:/{NAME}@champion")
+    import torch
+
+    with torch.no_grad():
+        got = served(torch.from_numpy(x)).numpy()
+    assert np.allclose(got, predict_proba(model, meta, x), atol=1e-6)
+
+    # The version carries a signature, a model card, the lineage, and the run its dataset input.
+    mv = client.get_model_version(NAME, "2")
+    assert mv.tags["trainpipe.model_sha256"] == strong["model_sha256"] and "Model card" in mv.description
+    info = mlflow.models.get_model_info(f"models:/{NAME}/2")
+    assert info.signature is not None and info.signature.inputs.to_dict()
+    card = (chain / "r2" / "model_card.md").read_text()
+    assert "## Intended use" in card and "Compared with champion version 1" in card and "| accuracy |" in card
+    run = client.get_run(strong["mlflow_run_id"])
+    inputs = run.inputs.dataset_inputs
+    assert inputs and inputs[0].dataset.name == "digits.csv" and any(t.value == "training" for t in inputs[0].tags)
+    assert "trainpipe_model/model.safetensors" in [a.path for a in client.list_artifacts(strong["mlflow_run_id"], "trainpipe_model")]
+
+
+def _lineage(server: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainpipe.cli", "lineage", *args, "--tracking-uri", server], capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_lineage_command_prints_the_chain_and_verifies_the_snapshot(chain, mlflow_server_postgres):
+    proc = _lineage(mlflow_server_postgres, f"models:/{NAME}@champion")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    snap = json.loads((chain / "s" / "trainpipe.json").read_text())["lineage"]["snapshot"]
+    for needle in (f"{NAME} version 2", "evaluation", "training   MLflow run", f"DVC md5 {snap['md5']}", "raw data", "verify     OK"):
+        assert needle in out, out
+    doc = json.loads(_lineage(mlflow_server_postgres, f"models:/{NAME}/2", "--json").stdout)
+    assert doc["verification"]["ok"] and doc["lineage"]["snapshot"]["md5"] == snap["md5"]
+    assert doc["lineage"]["source"]["md5"] and doc["lineage"]["validation"]["success"]
+
+    # Tamper with the remote's copy: verification fails, with a clear line, exit 3.
+    stored = [p for p in (chain / "remote").rglob("*") if p.is_file()]
+    assert len(stored) == 1
+    original = stored[0].read_bytes()
+    stored[0].chmod(0o644)
+    stored[0].write_bytes(original.replace(b"0", b"1", 1))
+    try:
+        bad = _lineage(mlflow_server_postgres, f"models:/{NAME}@champion")
+        assert bad.returncode == 3
+        assert "verify     FAILED" in bad.stdout and "the remote's copy changed" in bad.stdout
+    finally:
+        stored[0].write_bytes(original)
+
+
+def test_lineage_of_an_unknown_alias_is_a_one_line_error(mlflow_server_postgres):
+    proc = _lineage(mlflow_server_postgres, f"models:/{NAME}@nobody")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("trainpipe: error: model_uri:")
+    proc = _lineage(mlflow_server_postgres, "runs:/abc/model")
+    assert proc.returncode == 2 and "is not models:/<name>@<alias>" in proc.stderr

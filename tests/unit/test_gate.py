@@ -1,0 +1,73 @@
+"""The gate and the champion rule, as pure functions."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from trainpipe.components.evaluate_model.core import decide, regression_metrics
+from trainpipe.components.register_model.core import should_move_champion
+
+pytestmark = pytest.mark.unit
+
+CHAMP = {"version": "3", "run_id": "r3", "metrics": {"accuracy": 0.90, "log_loss": 0.30}}
+
+
+def test_threshold_pass_without_champion_says_so():
+    d = decide({"accuracy": 0.91}, {"accuracy": 0.8})
+    assert d.passed and not d.compared_with_champion and not d.beats_champion
+    assert d.reasons == ["accuracy 0.9100 >= threshold 0.8000", "no champion yet: decided by the absolute thresholds alone"]
+
+
+def test_threshold_fail_lists_the_failure():
+    d = decide({"accuracy": 0.7, "log_loss": 0.9}, {"accuracy": 0.8, "log_loss": 0.5})
+    assert not d.passed
+    assert d.failures == ["accuracy 0.7000 < threshold 0.8000", "log_loss 0.9000 > maximum 0.5000"]
+
+
+def test_champion_better_fails_the_challenger():
+    d = decide({"accuracy": 0.88}, {"accuracy": 0.8}, CHAMP, max_regression={"accuracy": 0.01})
+    assert not d.passed and d.compared_with_champion and not d.beats_champion
+    assert "worse by 0.0200 (may regress by <= 0.0100): fails" in d.failures[0]
+
+
+def test_challenger_better_beats_the_champion():
+    d = decide({"accuracy": 0.93, "log_loss": 0.2}, {"accuracy": 0.8}, CHAMP, {"accuracy": 0.01}, {"log_loss": 0.0})
+    assert d.passed and d.beats_champion
+    assert any("accuracy 0.9300 vs champion version 3 0.9000: better by 0.0300" in r for r in d.reasons)
+    assert any("log_loss 0.2000 vs champion version 3 0.3000: better by 0.1000" in r for r in d.reasons)
+
+
+def test_min_improvement_not_reached_fails():
+    d = decide({"accuracy": 0.905}, {}, CHAMP, {"accuracy": 0.01})
+    assert not d.passed and "needs >= +0.0100" in d.failures[0]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None])
+def test_nan_or_missing_metric_fails_closed(bad):
+    metrics = {"accuracy": bad} if bad is not None else {}
+    assert not decide(metrics, {"accuracy": 0.1}).passed
+    champ = {**CHAMP, "metrics": {"accuracy": float("nan")}}
+    d = decide({"accuracy": 0.99}, {}, champ, max_regression={"accuracy": 0.0})
+    assert not d.passed and "missing or NaN, fails closed" in d.failures[0]
+
+
+def test_uncomparable_champion_is_stated_and_thresholds_decide():
+    d = decide({"accuracy": 0.9}, {"accuracy": 0.8}, {"version": "2", "skipped": "it predicts other classes than this model"})
+    assert d.passed and not d.compared_with_champion
+    assert "champion version 2 not compared (it predicts other classes than this model)" in d.reasons[-1]
+
+
+def test_champion_moves_only_on_a_decision_against_it():
+    v = lambda n: SimpleNamespace(version=n)  # noqa: E731
+    assert should_move_champion({"beats_champion": False}, None, "1")[0]
+    assert should_move_champion({"beats_champion": True, "champion": {"version": "1"}}, v("1"), "2")[0]
+    assert not should_move_champion({"beats_champion": False}, v("1"), "2")[0]
+    moved, why = should_move_champion({"beats_champion": True, "champion": {"version": "1"}}, v("4"), "5")
+    assert not moved and "champion is now version 4" in why
+
+
+def test_regression_metrics():
+    m = regression_metrics([1.0, 2.0, 3.0], [1.0, 2.0, 5.0])
+    assert m["mae"] == pytest.approx(2 / 3) and m["rmse"] == pytest.approx((4 / 3) ** 0.5) and m["r2"] == pytest.approx(-1.0)
