@@ -128,7 +128,8 @@ def mlflow_server_postgres(tmp_path_factory):
     admin.cursor().execute(f"CREATE DATABASE {db}")
     root = tmp_path_factory.mktemp("mlflow-pg")
     try:
-        yield from _start_mlflow(root, f"{PG_URL}/{db}")
+        # SQLAlchemy's default PostgreSQL driver is psycopg 3; the mlflow extra ships psycopg2.
+        yield from _start_mlflow(root, f"{PG_URL.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{db}")
     finally:
         admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         admin.close()

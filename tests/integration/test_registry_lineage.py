@@ -66,6 +66,7 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     from trainpipe.components.train_model.models import load_model, predict_proba
 
     server = mlflow_server_postgres
+    mlflow.set_tracking_uri(server)
     client = mlflow.MlflowClient(server)
     # A weak model first: no champion yet, so the thresholds alone decide, and it becomes champion.
     weak = _train(chain, "weak", server, "--epochs", "1", "--learning-rate", "0.005")
