@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod demo test test-fast compile clean
+.PHONY: all install dev horovod browser demo test test-fast compile clean
 
 all: test
 
@@ -37,10 +37,15 @@ $(HOROVOD_STAMP): $(HOROVOD_WHEEL) $(STAMP)
 
 horovod: $(HOROVOD_STAMP)
 
+# The report tests open the HTML reports in headless Chromium: Debian's package (Playwright
+# drives it; its own browser download is never used).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
+
 demo: $(STAMP)
 	$(VENV)/bin/trainpipe demo --engine kfp-local
 
-test: $(STAMP) $(HOROVOD_STAMP)
+test: $(STAMP) $(HOROVOD_STAMP) browser
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

@@ -89,3 +89,14 @@ def test_a_short_profiling_pass_on_a_snapshot(tmp_path, digits_csv):
     assert r["world_size"] == 2 and r["trace"] == "trace.json" and r["mlflow_run_id"] is None
     assert r["profiled_window"]["steps"] == 5
     assert (tmp_path / "p" / "report.html").read_text().count("<img") == 3
+
+
+def test_profile_report_renders_in_headless_chromium_with_its_charts(profiled):
+    from tests.helpers.browser import render
+
+    root, _, _ = profiled
+    page = render(root / "p" / "report.html")
+    assert page["errors"] == [] and page["title"] == "trainpipe training profile"
+    assert [i["alt"] for i in page["images"]] == ["Throughput over steps", "Step-time breakdown", "Per-rank step time (skew)"]
+    assert all(i["width"] > 100 and i["height"] > 50 for i in page["images"])
+    assert "Recommendations" in page["text"] and "samples_per_second" in page["text"]

@@ -122,6 +122,16 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     assert "trainpipe_model/model.safetensors" in [a.path for a in client.list_artifacts(strong["mlflow_run_id"], "trainpipe_model")]
 
 
+def test_evaluation_report_renders_in_headless_chromium_with_its_charts(chain):
+    from tests.helpers.browser import render
+
+    page = render(chain / "e2" / "report.html")
+    assert page["errors"] == [] and page["title"] == "trainpipe evaluation"
+    assert [i["alt"] for i in page["images"]] == ["Confusion matrix", "ROC curves", "Precision-recall curves"]
+    assert all(i["width"] > 100 and i["height"] > 100 for i in page["images"])
+    assert "gate passed" in page["text"] and "vs champion version 1" in page["text"]
+
+
 def _lineage(server: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainpipe.cli", "lineage", *args, "--tracking-uri", server], capture_output=True, text=True, timeout=300, check=False)
 
