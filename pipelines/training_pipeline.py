@@ -120,6 +120,7 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         for task in (validated, snap, profiled, evaluated):
             _configure(task, profile.default, profile)
         _configure(trained, profile.train, profile)
+        trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
         if profile.node_selector or profile.tolerations:
             from kfp import kubernetes
 

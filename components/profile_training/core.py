@@ -163,6 +163,7 @@ def summarize(ranks: list[dict[str, Any]], warmup_steps: int, meta: dict[str, An
         "peak_source": source,
         "mfu": (achieved / peak) if achieved and peak else None,
         "collective_ms_per_step": prof.get("collective_ms_per_step") if prof else None,
+        "gpu_utilization_pct": {str(r["rank"]): (r.get("gpu") or {}).get("utilization_pct_mean") for r in ranks} if on_gpu else None,
         "profiled_window": window,
     }
 
@@ -277,8 +278,7 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     run_dir = out / "pass"
     settings = {**config.train, "data": config.data, "output_dir": str(run_dir), "checkpoint_dir": str(run_dir / ".ckpt")}
     settings.update({"max_steps": config.warmup_steps + 5 + config.profile_steps, "epochs": 10_000, "checkpoint_every_steps": 0})
-    if settings.get("backend", "torch_ddp") != "tensorflow":
-        settings["profile_steps"] = config.profile_steps
+    settings["profile_steps"] = config.profile_steps
     train_cfg = build(TrainModelConfig, settings, where="train")
     check_inputs(train_cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -329,7 +329,7 @@ def profile_training(config: ProfileTrainingConfig, lineage: dict[str, Any]) -> 
     recommendations = recommend(summary, ranks)
     trace = None
     prof = ranks[0].get("profiler")
-    if prof and (source / TELEMETRY_DIR / prof["trace"]).exists():
+    if prof and prof.get("trace") and (source / TELEMETRY_DIR / prof["trace"]).exists():
         atomic_copy(source / TELEMETRY_DIR / prof["trace"], out / TRACE_FILE)
         trace = TRACE_FILE
     atomic_write_json(out / SUMMARY_FILE, {**summary, "recommendations": recommendations})

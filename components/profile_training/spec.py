@@ -64,6 +64,7 @@ class ProfileTrainingResult(BaseModel):
     peak_tflops: float | None = None
     peak_source: str = ""
     mfu: float | None = Field(None, description="model FLOPs utilization: achieved over peak")
+    gpu_utilization_pct: dict[str, float | None] | None = Field(None, description="NVML utilization per rank (CUDA only)")
     collective_ms_per_step: float | None = Field(None, description="time in collectives per step (torch.profiler), overlapping backward")
     profiled_window: dict[str, Any] | None = Field(None, description="the traced steps and their throughput from the telemetry")
     recommendations: list[str] = Field(default_factory=list)

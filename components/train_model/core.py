@@ -202,6 +202,7 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         "world_size": result.world_size,
         "precision": config.precision,
         "model": config.model,
+        "hardware_profile": os.environ.get("TRAINPIPE_HARDWARE_PROFILE", "local"),
         "model_sha256": sha,
         "final_loss": round(result.final_loss, 6),
     }

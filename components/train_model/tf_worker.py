@@ -154,6 +154,9 @@ def body(config: TrainModelConfig) -> None:
         if line.strip() and json.loads(line)["epoch"] < start_epoch
     ]
     steps: list[dict[str, float]] = []
+    # The TF profiler (TensorBoard's Profile tab) over the same window torch_loop traces: steps 4 .. 4+N.
+    tf_prof = {"trace": None, "tensorboard_logdir": "tf_profile", "first_step_index": 4, "steps": config.profile_steps} if config.profile_steps and chief else None
+    tf_prof_on = False
     t_start = time.perf_counter()
     first_step_s: float | None = None
 
@@ -175,6 +178,12 @@ def body(config: TrainModelConfig) -> None:
             if global_step >= total:
                 break
             fault.maybe_kill("kill", rank, global_step)
+            if tf_prof is not None and len(steps) == tf_prof["first_step_index"]:
+                tf.profiler.experimental.start(str(out / TELEMETRY_DIR / "tf_profile"))
+                tf_prof_on = True
+            if tf_prof_on and len(steps) == tf_prof["first_step_index"] + tf_prof["steps"]:
+                tf.profiler.experimental.stop()
+                tf_prof_on = False
             xb, yb = _to_replicas(strategy, rank, world, x[idx], y[idx])
             t_data = time.perf_counter()
             local += _sum_replicas(strategy, strategy.run(step_fn, args=(xb, yb)))
@@ -202,6 +211,8 @@ def body(config: TrainModelConfig) -> None:
             print(f"train_model: epoch {epoch + 1}/{config.epochs} step {global_step} loss {loss_e:.4f} accuracy {acc_e:.4f}", file=sys.stderr)
         start_in_epoch = 0
 
+    if tf_prof_on:
+        tf.profiler.experimental.stop()
     wall = time.perf_counter() - t_start
     device = "cuda" if tf.config.list_physical_devices("GPU") else "cpu"
     strategy_name = "MultiWorkerMirroredStrategy" if "TF_CONFIG" in os.environ else "MirroredStrategy"
@@ -216,7 +227,7 @@ def body(config: TrainModelConfig) -> None:
             "batch_size": B, "wall_s": wall, "time_to_first_step_s": first_step_s,
             "cpu_s": resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime,
             "usable_cpus": usable_cpus(), "local_world": world if "TF_CONFIG" in os.environ and len(set(h.split(":")[0] for h in json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])) == 1 else 1,
-            "device_name": device, "profiler": None,
+            "device_name": device, "profiler": tf_prof,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "peak_device_mb": None,
             "steps": steps,
         },

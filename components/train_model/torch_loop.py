@@ -164,6 +164,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
     ]
     steps: list[dict[str, float]] = []
     prof = TorchProfile(config, out, device) if config.profile_steps and rank == 0 else None
+    gpu = NvmlSampler(device) if device.type == "cuda" else None
     t_start = time.perf_counter()
     first_step_s: float | None = None
 
@@ -271,6 +272,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             "peak_rss_mb": usage.ru_maxrss / 1024.0,
             "peak_device_mb": (torch.cuda.max_memory_allocated(device) / 2**20) if device.type == "cuda" else None,
             "profiler": prof.finish() if prof is not None else None,
+            "gpu": gpu.finish() if gpu is not None else None,
             "steps": steps,
         },
     )
@@ -327,6 +329,44 @@ class TorchProfile:
     def finish(self) -> dict[str, Any] | None:
         self.prof.stop()
         return self.info
+
+
+class NvmlSampler:
+    """GPU utilization and memory of this rank's device through NVML, sampled every 0.5 s in a thread."""
+
+    def __init__(self, device: torch.device) -> None:
+        import threading
+
+        self.util: list[float] = []
+        self.mem: list[float] = []
+        self._stop = threading.Event()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        except Exception:  # no NVML (driver, or nvidia-ml-py not installed): nothing to sample
+            self._nvml = None
+            return
+        self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
+            self.util.append(float(rates.gpu))
+            self.mem.append(info.used / 2**20)
+
+    def finish(self) -> dict[str, Any] | None:
+        if self._nvml is None:
+            return None
+        self._stop.set()
+        self._thread.join(timeout=2)
+        if not self.util:
+            return None
+        return {"utilization_pct_mean": sum(self.util) / len(self.util), "memory_used_mb_max": max(self.mem), "samples": len(self.util)}
 
 
 def write_model(

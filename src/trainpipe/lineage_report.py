@@ -99,7 +99,7 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
         f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; champion compared: version {ev.get('champion_version') or '-'}, beats it: {ev.get('beats_champion', False)}",
         f"  evaluation {metrics} on {ev.get('n_test')} held-out rows",
         f"  profile    {prof.get('samples_per_second', '-')} samples/s, step {prof.get('step_time_ms', '-')} ms",
-        f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on {tr.get('device')} ({tr.get('dist_backend')}), {tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
+        f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on {tr.get('device')} ({tr.get('dist_backend')}), profile {tr.get('hardware_profile', '-')}, {tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
         f"  snapshot   DVC md5 {snap.get('md5')} rev {str(snap.get('rev', ''))[:10]} path {snap.get('path')} remote {snap.get('remote')}",
         f"  validation suite {val.get('suite', '-')}: {'passed' if val.get('success', val.get('passed')) else val.get('success', '-')}",
         f"  raw data   {src.get('uri', '-')} md5 {src.get('md5', '-')}",

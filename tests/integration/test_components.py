@@ -128,7 +128,7 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
     model_dir, train_result = trained
     prof = result_of(run_component("profile_training", "--model", str(model_dir), "--output-dir", str(tmp_path / "p")))
     assert prof["world_size"] == 2 and prof["samples_per_second"] > 0
-    assert (tmp_path / "p" / "report.html").read_text().count("data:image/png;base64") == 2
+    assert (tmp_path / "p" / "report.html").read_text().count("data:image/png;base64") == 3
     ev = result_of(run_component("evaluate_model", "--model", str(model_dir), "--data", str(snapshot), "--output-dir", str(tmp_path / "e"), "--label-column", "target", "--thresholds", '{"accuracy": 0.6}'))
     assert ev["n_test"] == 48 and ev["decision"]["passed"] and ev["metrics"]["accuracy"] >= 0.6
     args = ["--model", str(model_dir), "--decision", str(tmp_path / "e"), "--profile", str(tmp_path / "p"), "--tracking-uri", mlflow_server, "--model-name", "tiny"]

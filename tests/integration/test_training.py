@@ -135,11 +135,14 @@ def test_tensorflow_two_workers_train_and_end_with_identical_weights(tmp_path, d
     from trainpipe.components.train_model.models import load_model, predict_proba
 
     out = tmp_path / "tf"
-    r = result_of(train(digits_csv, out, mlflow_server, "--backend", "tensorflow", "--model", "cnn", "--epochs", "3"))
+    r = result_of(train(digits_csv, out, mlflow_server, "--backend", "tensorflow", "--model", "cnn", "--epochs", "3", "--profile-steps", "5"))
     assert r["backend"] == "tensorflow" and r["dist_backend"] == "MultiWorkerMirroredStrategy" and r["world_size"] == 2
     ranks = telemetry(out)
     assert [t["rank"] for t in ranks] == [0, 1] and len({t["weights_sha256"] for t in ranks}) == 1
     assert r["train_accuracy"] > 0.85
+    # the chief traced steps 4..8 with the TF profiler (TensorBoard's profile plugin reads it)
+    assert list((out / "telemetry" / "tf_profile").rglob("*.xplane.pb"))
+    assert ranks[0]["profiler"]["tensorboard_logdir"] == "tf_profile" and ranks[1]["profiler"] is None
     # the TF weights are written in the torch layout: the torch CNN predicts as well as training reported
     model, meta = load_model(out)
     df = pd.read_csv(digits_csv)
