@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser demo test test-fast compile clean
+.PHONY: all install dev horovod browser demo test test-fast compile golden clean
 
 all: test
 
@@ -54,6 +54,13 @@ test-fast: $(STAMP)
 compile: $(STAMP)
 	$(VENV)/bin/trainpipe compile --profile cpu -o build/pipeline-cpu.yaml
 	$(VENV)/bin/trainpipe compile --profile gpu -o build/pipeline-gpu.yaml
+
+# The checked-in compiled pipelines and component specs the golden tests compare with.
+# Regenerate after changing a face or the pipeline, and review the diff.
+golden: $(STAMP)
+	env -u TRAINPIPE_IMAGE $(VENV)/bin/trainpipe compile --profile cpu -o pipelines/golden/pipeline-cpu.yaml
+	env -u TRAINPIPE_IMAGE $(VENV)/bin/trainpipe compile --profile gpu -o pipelines/golden/pipeline-gpu.yaml
+	env -u TRAINPIPE_IMAGE $(PY) -c "from trainpipe.pipelines.compile import export_components; export_components('components', in_tree=True)"
 
 clean:
 	rm -rf build .trainpipe .pytest_cache

@@ -22,6 +22,57 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu") -> Pa
     return out
 
 
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+COMPONENTS_DIR = Path(__file__).resolve().parents[1] / "components"
+
+
+def export_components(directory: str | os.PathLike[str], in_tree: bool = False) -> list[Path]:
+    """Compile every component's KFP face to a reusable spec YAML.
+
+    A team that does not install trainpipe loads one with
+    ``kfp.components.load_component_from_file``. ``in_tree`` writes
+    ``<directory>/<name>/component.yaml`` (the copies versioned in this repository);
+    otherwise ``<directory>/<name>.yaml``.
+    """
+    import importlib
+
+    from kfp import compiler
+
+    from trainpipe import COMPONENTS
+
+    written = []
+    for name in COMPONENTS:
+        face = getattr(importlib.import_module(f"trainpipe.components.{name}.kfp_component"), name)
+        out = Path(directory) / name / "component.yaml" if in_tree else Path(directory) / f"{name}.yaml"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        compiler.Compiler().compile(face, package_path=str(out))
+        written.append(out)
+    return written
+
+
+def validate_pipeline_yaml(path: str | os.PathLike[str]) -> None:
+    """Check a compiled pipeline against the KFP pipeline spec (protobuf, unknown fields rejected).
+
+    Raises:
+        InputError: the file is not a valid PipelineSpec (plus an optional PlatformSpec).
+    """
+    import yaml
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    from trainpipe.contract.errors import InputError
+
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if d]
+    if not docs:
+        raise InputError(f"pipeline: {path} is empty")
+    try:
+        json_format.ParseDict(docs[0], pipeline_spec_pb2.PipelineSpec())
+        for doc in docs[1:]:
+            json_format.ParseDict(doc, pipeline_spec_pb2.PlatformSpec())
+    except json_format.ParseError as exc:
+        raise InputError(f"pipeline: {path} is not a valid KFP pipeline spec: {exc}") from None
+
+
 def run_local(config: PipelineConfig) -> dict[str, Any]:
     """Run the pipeline end to end on ``kfp.local.SubprocessRunner`` in this environment.
 

@@ -69,6 +69,10 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         raw = dsl.importer(artifact_uri=raw_data_uri, artifact_class=Dataset, reimport=False)
         raw.set_display_name("raw-data")
         validated = validate_data(raw_data=raw.output, label_column=label_column, suite=suite, run_id=run_id)
+        # validate and snapshot read data that can change behind the same URI: never cached
+        # (the snapshot is content-addressed and idempotent, so rerunning it is cheap). Every
+        # later data-consuming task takes the snapshot's DVC md5 as a parameter, so its cache
+        # key includes the content hash and new data never hits a stale cache.
         snap = snapshot_dataset(
             validated=validated.outputs["validated"],
             repo_dir=dvc_repo_dir,
@@ -78,6 +82,7 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         )
         trained = train_model(
             snapshot=snap.outputs["snapshot"],
+            dataset_md5=snap.outputs["md5"],
             label_column=label_column,
             backend=backend,
             model_arch=model_arch,
@@ -100,6 +105,7 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         evaluated = evaluate_model(
             model=trained.outputs["model"],
             snapshot=snap.outputs["snapshot"],
+            dataset_md5=snap.outputs["md5"],
             label_column=label_column,
             thresholds=thresholds,
             model_name=model_name,
@@ -117,8 +123,10 @@ def build_pipeline(profile: HardwareProfile) -> Any:
                 run_id=run_id,
             )
             _configure(registered, profile.default, profile, caching=False)
-        for task in (validated, snap, profiled, evaluated):
+        for task in (profiled, evaluated):
             _configure(task, profile.default, profile)
+        for task in (validated, snap):
+            _configure(task, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
         if profile.node_selector or profile.tolerations:

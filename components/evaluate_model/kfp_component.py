@@ -25,11 +25,13 @@ def evaluate_model(
     tracking_uri: str = "",
     min_improvement: dict = {},
     max_regression: dict = {"accuracy": 0.0},
+    dataset_md5: str = "",
     run_id: str = "",
 ) -> bool:
     """Score the model on its held-out split and decide the gate (thresholds, then the current champion)."""
-    from trainpipe.faces.kfp_runtime import copy_file, log_metrics, run_entrypoint
+    from trainpipe.faces.kfp_runtime import check_dataset_hash, copy_file, log_metrics, run_entrypoint
 
+    check_dataset_hash(snapshot, dataset_md5)
     result = run_entrypoint(
         "evaluate_model",
         {

@@ -29,6 +29,7 @@ def train_model(
     checkpoint_every_steps: int = 50,
     tracking_uri: str = "",
     experiment_name: str = "trainpipe",
+    dataset_md5: str = "",
     run_id: str = "",
 ):
     """Train with torch DDP (gloo on CPU, NCCL on GPU), TensorFlow multi-worker or Horovod and log the run to MLflow.
@@ -36,8 +37,9 @@ def train_model(
     With nnodes > 1 and a ``cluster`` section ({"shared_pvc": ..., "launcher": "trainjob"}),
     the step submits a Kubeflow Trainer TrainJob (or a PyTorchJob) and waits for it.
     """
-    from trainpipe.faces.kfp_runtime import log_metrics, run_entrypoint
+    from trainpipe.faces.kfp_runtime import check_dataset_hash, log_metrics, run_entrypoint
 
+    check_dataset_hash(snapshot, dataset_md5)
     result = run_entrypoint(
         "train_model",
         {

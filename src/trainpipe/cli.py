@@ -120,6 +120,75 @@ def compile_cmd(
 
 
 @app.command()
+def upload(
+    host: str = typer.Option(..., help="the KFP API, e.g. https://kubeflow.example.com/pipeline"),
+    package: Path = typer.Option(Path("pipeline.yaml"), help="the compiled pipeline (trainpipe compile -o ...)"),
+    pipeline_name: str = typer.Option("trainpipe-training", help="a new pipeline, or a new version of this one"),
+    version: str = typer.Option(None, help="version name (default: trainpipe version and git commit)"),
+    namespace: str = typer.Option(None, help="Kubeflow profile namespace (multi-user)"),
+    description: str = typer.Option("", help="version description"),
+) -> None:
+    """Upload the compiled pipeline as a new pipeline or a new version (token: KFP_EXISTING_TOKEN or kfp's in-cluster credentials)."""
+    import json
+
+    from trainpipe.pipelines.publish import upload as do_upload
+
+    import contextlib
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # kfp prints links; stdout carries the JSON result only
+            result = do_upload(package, host, pipeline_name, version, namespace, description)
+    except TrainpipeError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
+@app.command()
+def schedule(
+    host: str = typer.Option(..., help="the KFP API"),
+    cron: str = typer.Option(..., help="cron expression; 5 fields get seconds 0 prepended (KFP takes 6)"),
+    pipeline_name: str = typer.Option("trainpipe-training"),
+    version_id: str = typer.Option(None, help="default: the newest version"),
+    experiment: str = typer.Option("trainpipe"),
+    job_name: str = typer.Option("trainpipe-training-schedule"),
+    config: Path = typer.Option(None, help="pipeline config (YAML) whose values become the run's parameters"),
+    namespace: str = typer.Option(None),
+    caching: bool = typer.Option(True, help="--no-caching runs every task afresh (with --package)"),
+    package: Path = typer.Option(None, help="submit this compiled pipeline with the schedule instead of an uploaded version"),
+) -> None:
+    """Create a recurring run of the uploaded pipeline."""
+    import json
+
+    from trainpipe.pipelines.config import load_pipeline_config
+    from trainpipe.pipelines.publish import schedule as do_schedule
+
+    import contextlib
+
+    try:
+        params = load_pipeline_config(config).pipeline_arguments() if config else {}
+        with contextlib.redirect_stdout(sys.stderr):  # kfp prints links; stdout carries the JSON result only
+            result = do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package)
+    except TrainpipeError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
+components_app = typer.Typer(no_args_is_help=True, help="Reusable component specs.")
+app.add_typer(components_app, name="components")
+
+
+@components_app.command("export")
+def components_export(
+    directory: Path = typer.Argument(..., help="where to write <name>.yaml for each component"),
+) -> None:
+    """Write each component's compiled KFP spec, loadable with kfp.components.load_component_from_file."""
+    from trainpipe.pipelines.compile import export_components
+
+    for path in export_components(directory):
+        typer.echo(str(path))
+
+
+@app.command()
 def lineage(
     model_uri: str = typer.Argument(..., help="models:/<name>@<alias> or models:/<name>/<version>"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)"),

@@ -31,6 +31,19 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "") -> dic
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def check_dataset_hash(snapshot: Any, dataset_md5: str) -> None:
+    """The ``dataset_md5`` parameter (part of the task's cache key) must name the snapshot it came with.
+
+    The pipeline passes snapshot_dataset's md5 output as a plain parameter, so KFP's cache
+    key of every data-consuming task includes the DVC content hash: new data never hits a
+    stale cache. A mismatch means the wiring is wrong: exit 2 (bad input), no retry.
+    """
+    recorded = (getattr(snapshot, "metadata", None) or {}).get("md5")
+    if dataset_md5 and recorded and recorded != dataset_md5:
+        print(f"trainpipe: error: dataset_md5: {dataset_md5} is not the snapshot's md5 {recorded}", file=sys.stderr)
+        sys.exit(2)
+
+
 def copy_file(src: str, dest: str) -> None:
     """Copy one file to an output artifact path (for Output[HTML] and the like)."""
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)

@@ -1,0 +1,78 @@
+"""Golden compile tests: the compiled reference pipeline per profile and each component's
+reusable spec are checked in (`make golden` regenerates them), match a fresh compile, and
+validate against the KFP pipeline spec."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from trainpipe.contract.errors import InputError
+from trainpipe.pipelines.compile import validate_pipeline_yaml
+
+pytestmark = pytest.mark.contract
+
+GOLDEN = REPO / "pipelines" / "golden"
+COMPONENTS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model")
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.pop("TRAINPIPE_IMAGE", None)  # the golden files use the default image
+    return env
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_compiled_pipeline_matches_the_golden_file_and_the_spec(tmp_path, profile):
+    out = tmp_path / f"pipeline-{profile}.yaml"
+    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "--profile", profile, "-o", str(out)],
+                          capture_output=True, text=True, env=_env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    golden = GOLDEN / f"pipeline-{profile}.yaml"
+    assert out.read_text() == golden.read_text(), f"{golden.name} is out of date: run `make golden` and review the diff"
+    validate_pipeline_yaml(golden)
+
+
+def test_the_spec_validator_rejects_what_kfp_would(tmp_path):
+    doc = yaml.safe_load((GOLDEN / "pipeline-cpu.yaml").read_text())
+    doc["root"]["dag"]["tasks"]["train-model"]["retryPolicy"]["maxRetries"] = 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match="not a valid KFP pipeline spec"):
+        validate_pipeline_yaml(bad)
+
+
+def test_caching_keys_include_the_dvc_content_hash():
+    tasks = yaml.safe_load((GOLDEN / "pipeline-cpu.yaml").read_text())["root"]["dag"]["tasks"]
+    # validate and snapshot read data that can change behind one URI: never cached
+    for name in ("validate-data", "snapshot-dataset"):
+        assert not tasks[name]["cachingOptions"].get("enableCache"), name
+    # every later data-consuming task takes the snapshot's md5 as a parameter: part of its cache key
+    for name in ("train-model", "evaluate-model"):
+        md5 = tasks[name]["inputs"]["parameters"]["dataset_md5"]["taskOutputParameter"]
+        assert md5 == {"outputParameterKey": "md5", "producerTask": "snapshot-dataset"}
+        assert tasks[name]["cachingOptions"]["enableCache"] is True
+    retry = tasks["train-model"]["retryPolicy"]
+    assert retry["backoffMaxDuration"] == "600s" and retry["backoffFactor"] == 2.0
+
+
+def test_component_specs_are_up_to_date_and_load_without_trainpipe(tmp_path):
+    from kfp.components import load_component_from_file
+
+    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "components", "export", str(tmp_path)],
+                          capture_output=True, text=True, env=_env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{c}.yaml" for c in COMPONENTS)
+    for name in COMPONENTS:
+        shipped = REPO / "components" / name / "component.yaml"
+        assert (tmp_path / f"{name}.yaml").read_text() == shipped.read_text(), f"{shipped} is out of date: run `make golden`"
+        comp = load_component_from_file(str(shipped))
+        assert comp.name == name.replace("_", "-")
+    train = load_component_from_file(str(REPO / "components" / "train_model" / "component.yaml"))
+    assert {"snapshot", "backend", "precision", "nnodes", "dataset_md5"} <= set(train.component_spec.inputs)
