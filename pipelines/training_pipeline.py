@@ -35,6 +35,28 @@ def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: boo
     return task
 
 
+def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any]) -> None:
+    """The profile's cluster settings through kfp-kubernetes: scheduling, images, secrets, timeouts."""
+    from kfp import kubernetes
+
+    for task in tasks:
+        for key, value in profile.node_selector.items():
+            kubernetes.add_node_selector(task, label_key=key, label_value=value)
+        if profile.node_affinity:
+            kubernetes.add_node_affinity(task, match_expressions=profile.node_affinity)
+        kubernetes.set_image_pull_policy(task, profile.image_pull_policy)
+        if profile.image_pull_secrets:
+            kubernetes.set_image_pull_secrets(task, profile.image_pull_secrets)
+        for secret, keys in sorted(profile.secrets_as_env.items()):
+            # only the secret's name and keys are compiled in; Kubernetes injects the values
+            kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env=keys)
+        kubernetes.set_timeout(task, profile.train_timeout_s if task is trained else profile.timeout_s)
+    for tol in profile.tolerations:
+        kubernetes.add_toleration(trained, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
+    for pvc, path in sorted(profile.volumes.items()):
+        kubernetes.mount_pvc(trained, pvc_name=pvc, mount_path=path)
+
+
 def build_pipeline(profile: HardwareProfile) -> Any:
     """The reference pipeline with one hardware profile's settings."""
 
@@ -129,14 +151,7 @@ def build_pipeline(profile: HardwareProfile) -> Any:
             _configure(task, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
-        if profile.node_selector or profile.tolerations:
-            from kfp import kubernetes
-
-            for task in (validated, snap, trained, profiled, evaluated, registered):
-                for key, value in profile.node_selector.items():
-                    kubernetes.add_node_selector(task, label_key=key, label_value=value)
-            for tol in profile.tolerations:
-                kubernetes.add_toleration(trained, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
+        _kubernetes_settings(profile, trained, [validated, snap, trained, profiled, evaluated, registered])
 
     return training_pipeline
 

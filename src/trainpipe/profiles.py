@@ -7,7 +7,7 @@ load from YAML with the same fields.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -45,7 +45,19 @@ class HardwareProfile(StrictModel):
     train: Resources = Field(default_factory=Resources)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
+    node_affinity: list[dict[str, Any]] = Field(
+        default_factory=list, description="required node affinity match expressions: [{key, operator, values}]"
+    )
     service_account: str | None = Field(None, description="Kubernetes service account of the pods")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    image_pull_secrets: list[str] = Field(default_factory=list, description="names of docker-registry secrets")
+    secrets_as_env: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="Kubernetes secret name -> {key: ENV_VAR}; the value never enters the compiled pipeline (e.g. MLflow credentials)",
+    )
+    volumes: dict[str, str] = Field(default_factory=dict, description="PVC name -> mount path on the training step (the shared volume of multi-node jobs)")
+    timeout_s: int = Field(3600, ge=60, le=7 * 86_400, description="timeout of every step but training")
+    train_timeout_s: int = Field(6 * 3600, ge=60, le=30 * 86_400, description="timeout of the training step")
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 

@@ -40,16 +40,16 @@ def test_compiled_pipeline_matches_the_golden_file_and_the_spec(tmp_path, profil
 
 
 def test_the_spec_validator_rejects_what_kfp_would(tmp_path):
-    doc = yaml.safe_load((GOLDEN / "pipeline-cpu.yaml").read_text())
-    doc["root"]["dag"]["tasks"]["train-model"]["retryPolicy"]["maxRetries"] = 3
+    docs = list(yaml.safe_load_all((GOLDEN / "pipeline-cpu.yaml").read_text()))
+    docs[0]["root"]["dag"]["tasks"]["train-model"]["retryPolicy"]["maxRetries"] = 3
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(doc))
+    bad.write_text(yaml.safe_dump_all(docs))
     with pytest.raises(InputError, match="not a valid KFP pipeline spec"):
         validate_pipeline_yaml(bad)
 
 
 def test_caching_keys_include_the_dvc_content_hash():
-    tasks = yaml.safe_load((GOLDEN / "pipeline-cpu.yaml").read_text())["root"]["dag"]["tasks"]
+    tasks = next(yaml.safe_load_all((GOLDEN / "pipeline-cpu.yaml").read_text()))["root"]["dag"]["tasks"]
     # validate and snapshot read data that can change behind one URI: never cached
     for name in ("validate-data", "snapshot-dataset"):
         assert not tasks[name]["cachingOptions"].get("enableCache"), name
@@ -76,3 +76,32 @@ def test_component_specs_are_up_to_date_and_load_without_trainpipe(tmp_path):
         assert comp.name == name.replace("_", "-")
     train = load_component_from_file(str(REPO / "components" / "train_model" / "component.yaml"))
     assert {"snapshot", "backend", "precision", "nnodes", "dataset_md5"} <= set(train.component_spec.inputs)
+
+
+def test_profile_settings_reach_the_platform_spec_and_secrets_stay_names(tmp_path):
+    profile = tmp_path / "team.yaml"
+    profile.write_text(yaml.safe_dump({
+        "name": "team-a",
+        "train": {"accelerator_type": "nvidia.com/mig-1g.10gb", "accelerator_count": 1},
+        "node_selector": {"pool": "gpu"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "node_affinity": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["me-central-1a"]}],
+        "image_pull_secrets": ["regcred"],
+        "secrets_as_env": {"mlflow-credentials": {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"}},
+        "volumes": {"team-a-train": "/mnt/trainpipe"},
+        "train_timeout_s": 7200,
+    }))
+    out = tmp_path / "p.yaml"
+    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "--profile", str(profile), "-o", str(out)],
+                          capture_output=True, text=True, env=_env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    validate_pipeline_yaml(out)
+    spec, platform = list(yaml.safe_load_all(out.read_text()))
+    execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    train = execs["exec-train-model"]
+    assert train["nodeSelector"]["labels"] == {"pool": "gpu"} and train["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert train["activeDeadlineSeconds"] == "7200" or train["activeDeadlineSeconds"] == 7200
+    assert train["pvcMount"][0]["mountPath"] == "/mnt/trainpipe"
+    assert {s["secretName"] for e in execs.values() for s in e.get("secretAsEnv", [])} == {"mlflow-credentials"}
+    assert all(e["imagePullSecret"][0]["secretName"] == "regcred" for e in execs.values())
+    assert spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]["accelerator"]["resourceType"] == "nvidia.com/mig-1g.10gb"
