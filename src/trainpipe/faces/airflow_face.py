@@ -74,6 +74,13 @@ def kubernetes_task(component: str, *, task_id: str, settings: dict[str, Any], i
 
 def component_task(operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str, **kwargs: Any) -> Any:
     """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
+    name = operator_cls.component
+    kwargs.setdefault(
+        "doc_md",
+        f"trainpipe `{name}`: runs `python -m trainpipe.components.{name}` "
+        f"({'in a pod with the component image' if mode == 'kubernetes' else 'on the worker'}); its result JSON is the XCom value. "
+        "Only transient exits (75, signals) are retried.",
+    )
     if mode == "kubernetes":
         return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=image, **kwargs)
     if mode != "local":
