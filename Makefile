@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser demo test test-fast compile golden clean
+.PHONY: all install dev horovod browser demo test test-fast compile golden component clean
 
 all: test
 
@@ -61,6 +61,11 @@ golden: $(STAMP)
 	env -u TRAINPIPE_IMAGE $(VENV)/bin/trainpipe compile --profile cpu -o pipelines/golden/pipeline-cpu.yaml
 	env -u TRAINPIPE_IMAGE $(VENV)/bin/trainpipe compile --profile gpu -o pipelines/golden/pipeline-gpu.yaml
 	env -u TRAINPIPE_IMAGE $(PY) -c "from trainpipe.pipelines.compile import export_components; export_components('components', in_tree=True)"
+
+# make component NAME=my_step: a new component folder with every role and a passing test.
+component: $(STAMP)
+	@test -n "$(NAME)" || { echo "usage: make component NAME=my_step" >&2; exit 2; }
+	$(VENV)/bin/trainpipe scaffold $(NAME)
 
 clean:
 	rm -rf build .trainpipe .pytest_cache

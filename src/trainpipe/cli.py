@@ -173,6 +173,24 @@ def schedule(
     typer.echo(json.dumps(result, sort_keys=True))
 
 
+@app.command()
+def scaffold(
+    name: str = typer.Argument(..., help="the new component's name (a lowercase Python identifier)"),
+    components_dir: Path = typer.Option(Path("components"), help="where component folders live"),
+    tests_dir: Path = typer.Option(Path("tests/unit"), help="where its test goes"),
+) -> None:
+    """Write a new component on the trainpipe contract (every role) and a passing test."""
+    from trainpipe.scaffold import scaffold as do_scaffold
+
+    try:
+        paths = do_scaffold(name, components_dir, tests_dir)
+    except TrainpipeError as exc:
+        _fail(exc)
+    for path in paths:
+        typer.echo(str(path))
+    typer.echo(f"next: add \"trainpipe.components.{name}\" to [tool.setuptools] packages in pyproject.toml, then make test", err=True)
+
+
 components_app = typer.Typer(no_args_is_help=True, help="Reusable component specs.")
 app.add_typer(components_app, name="components")
 
