@@ -26,6 +26,7 @@ from trainpipe.components.train_model.airflow_task import TrainModelOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
 from trainpipe.faces.airflow_face import component_task, gate_passed
 from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
+from trainpipe.profiles import get_profile
 
 _config_path = os.environ.get("TRAINPIPE_CONFIG")
 CONFIG = load_pipeline_config(_config_path) if _config_path else PipelineConfig(data="data.csv").resolved()
@@ -34,8 +35,12 @@ IMAGE = os.environ.get("TRAINPIPE_IMAGE", "ghcr.io/trainpipe/trainpipe-cpu:0.1.0
 
 RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 
+PROFILE = get_profile(CONFIG.profile)
+
+
 def step(operator_cls, task_id: str, settings: dict, **kwargs):
-    return component_task(operator_cls, task_id, settings, mode=MODE, image=IMAGE, **kwargs)
+    resources = PROFILE.train if task_id == "train_model" else PROFILE.default
+    return component_task(operator_cls, task_id, settings, mode=MODE, image=IMAGE, profile=PROFILE, resources=resources, **kwargs)
 
 
 default_args = {

@@ -71,3 +71,69 @@ def test_the_guard_would_catch_a_lookup(tmp_path):
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     proc = subprocess.run([sys.executable, "-c", PARSE_GUARDED.format(path=str(dag_file))], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode != 0 and "a connection lookup while parsing the DAG file" in proc.stderr
+
+
+POD_CHECK = """
+import importlib.util, json
+from kubernetes.client import ApiClient
+spec = importlib.util.spec_from_file_location("training_dag", {path!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+out = {{}}
+for t in mod.dag.tasks:
+    if t.task_id == "gate":
+        continue
+    pod = ApiClient().sanitize_for_serialization(t.build_pod_request_obj())
+    out[t.task_id] = pod
+print(json.dumps(out))
+"""
+
+
+def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
+    import json
+
+    import yaml
+
+    from tests.helpers.k8s_schema import validate_pod
+
+    profile = tmp_path / "gpu-team.yaml"
+    profile.write_text(yaml.safe_dump({
+        "name": "gpu-team",
+        "train": {"cpu_request": "8", "cpu_limit": "16", "memory_request": "32G", "memory_limit": "64G",
+                  "accelerator_type": "nvidia.com/gpu", "accelerator_count": 2},
+        "node_selector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "service_account": "trainpipe-runner",
+        "image_pull_secrets": ["regcred"],
+        "secrets_as_env": {"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
+    }))
+    cfg = tmp_path / "pipeline.yaml"
+    cfg.write_text(yaml.safe_dump({"data": "s3://bucket/raw.csv", "profile": str(profile)}))
+    # The operator reads a kubeconfig to build the pod; no cluster is contacted (none exists here).
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "offline",
+        "clusters": [{"name": "offline", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "offline", "context": {"cluster": "offline", "user": "nobody", "namespace": "team-a"}}],
+        "users": [{"name": "nobody", "user": {}}],
+    }))
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_AIRFLOW_MODE": "kubernetes",
+           "TRAINPIPE_CONFIG": str(cfg), "TRAINPIPE_IMAGE": "registry.example/trainpipe-gpu@sha256:" + "a" * 64,
+           "KUBECONFIG": str(kubeconfig)}
+    proc = subprocess.run([sys.executable, "-c", POD_CHECK.format(path=str(REPO / "dags" / "training_dag.py"))],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pods = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(pods) == {"validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"}
+    for task_id, pod in pods.items():
+        validate_pod(pod["spec"], pod["metadata"])
+        spec = pod["spec"]
+        c = spec["containers"][0]
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert spec["serviceAccountName"] == "trainpipe-runner" and spec["imagePullSecrets"] == [{"name": "regcred"}]
+        assert spec["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        secret_env = [e for e in c.get("env", []) if e.get("valueFrom")]
+        assert secret_env == [{"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "mlflow-credentials"}}}]
+    assert pods["train_model"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert "nvidia.com/gpu" not in pods["evaluate_model"]["spec"]["containers"][0]["resources"]["limits"]

@@ -49,8 +49,44 @@ class TrainpipeOperator(BaseOperator):
         raise AirflowFailException(f"{self.component} exited {proc.returncode} (permanent, not retried): {last}")
 
 
-def kubernetes_task(component: str, *, task_id: str, settings: dict[str, Any], image: str, namespace: str = "default", **kwargs: Any) -> Any:
-    """The same command in a pod: ``KubernetesPodOperator`` with the component image.
+def pod_settings(profile: Any, resources: Any) -> dict[str, Any]:
+    """KubernetesPodOperator arguments from a hardware profile: resources, scheduling, pull
+    settings, secrets (by name: Kubernetes injects the values) and the restricted security context."""
+    from kubernetes.client import models as k8s
+    from airflow.providers.cncf.kubernetes.secret import Secret
+
+    requests = {"cpu": resources.cpu_request, "memory": resources.memory_request}
+    limits = {"cpu": resources.cpu_limit, "memory": resources.memory_limit}
+    if resources.accelerator_type and resources.accelerator_count:
+        limits[resources.accelerator_type] = str(resources.accelerator_count)
+    settings: dict[str, Any] = {
+        "container_resources": k8s.V1ResourceRequirements(requests=requests, limits=limits),
+        "node_selector": dict(profile.node_selector) or None,
+        "tolerations": [k8s.V1Toleration(**t.as_k8s()) for t in profile.tolerations] or None,
+        "image_pull_policy": profile.image_pull_policy,
+        "image_pull_secrets": [k8s.V1LocalObjectReference(name=n) for n in profile.image_pull_secrets] or None,
+        "secrets": [Secret("env", env, secret, key) for secret, keys in sorted(profile.secrets_as_env.items()) for key, env in sorted(keys.items())] or None,
+        "security_context": k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=10001, run_as_group=10001, fs_group=10001,
+                                                     seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
+        "container_security_context": k8s.V1SecurityContext(allow_privilege_escalation=False, run_as_non_root=True,
+                                                           capabilities=k8s.V1Capabilities(drop=["ALL"]),
+                                                           seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
+    }
+    if profile.service_account:
+        settings["service_account_name"] = profile.service_account
+    if profile.node_affinity:
+        exprs = [k8s.V1NodeSelectorRequirement(**e) for e in profile.node_affinity]
+        settings["affinity"] = k8s.V1Affinity(node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(node_selector_terms=[k8s.V1NodeSelectorTerm(match_expressions=exprs)])))
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+def kubernetes_task(
+    component: str, *, task_id: str, settings: dict[str, Any], image: str, namespace: str = "default",
+    profile: Any = None, resources: Any = None, **kwargs: Any,
+) -> Any:
+    """The same command in a pod: ``KubernetesPodOperator`` with the component image and the
+    hardware profile's resources, node selector, tolerations, secrets and security context.
 
     The result JSON goes to ``/airflow/xcom/return.json`` so it becomes the XCom value.
     """
@@ -59,6 +95,8 @@ def kubernetes_task(component: str, *, task_id: str, settings: dict[str, Any], i
     command = component_command(
         component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
     )
+    if profile is not None:
+        kwargs = {**pod_settings(profile, resources or profile.default), **kwargs}
     return KubernetesPodOperator(
         task_id=task_id,
         name=task_id.replace("_", "-"),
@@ -72,7 +110,10 @@ def kubernetes_task(component: str, *, task_id: str, settings: dict[str, Any], i
     )
 
 
-def component_task(operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str, **kwargs: Any) -> Any:
+def component_task(
+    operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str,
+    profile: Any = None, resources: Any = None, **kwargs: Any,
+) -> Any:
     """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
     name = operator_cls.component
     kwargs.setdefault(
@@ -82,7 +123,7 @@ def component_task(operator_cls: type[TrainpipeOperator], task_id: str, settings
         "Only transient exits (75, signals) are retried.",
     )
     if mode == "kubernetes":
-        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=image, **kwargs)
+        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=image, profile=profile, resources=resources, **kwargs)
     if mode != "local":
         raise ValueError(f"mode: {mode!r} is not local or kubernetes")
     return operator_cls(task_id=task_id, settings=settings, **kwargs)
