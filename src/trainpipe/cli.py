@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import typer
@@ -119,6 +120,19 @@ def compile_cmd(
     typer.echo(str(path))
 
 
+def _print_kfp_result(call: "typing.Callable[[], dict]") -> None:
+    """Run a kfp.Client call with kfp's own prints sent to stderr; stdout carries the JSON result only."""
+    import contextlib
+    import json
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            result = call()
+    except TrainpipeError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
 @app.command()
 def upload(
     host: str = typer.Option(..., help="the KFP API, e.g. https://kubeflow.example.com/pipeline"),
@@ -129,18 +143,10 @@ def upload(
     description: str = typer.Option("", help="version description"),
 ) -> None:
     """Upload the compiled pipeline as a new pipeline or a new version (token: KFP_EXISTING_TOKEN or kfp's in-cluster credentials)."""
-    import json
 
     from trainpipe.pipelines.publish import upload as do_upload
 
-    import contextlib
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # kfp prints links; stdout carries the JSON result only
-            result = do_upload(package, host, pipeline_name, version, namespace, description)
-    except TrainpipeError as exc:
-        _fail(exc)
-    typer.echo(json.dumps(result, sort_keys=True))
+    _print_kfp_result(lambda: do_upload(package, host, pipeline_name, version, namespace, description))
 
 
 @app.command()
@@ -157,20 +163,15 @@ def schedule(
     package: Path = typer.Option(None, help="submit this compiled pipeline with the schedule instead of an uploaded version"),
 ) -> None:
     """Create a recurring run of the uploaded pipeline."""
-    import json
 
     from trainpipe.pipelines.config import load_pipeline_config
     from trainpipe.pipelines.publish import schedule as do_schedule
 
-    import contextlib
-
-    try:
+    def call() -> dict:
         params = load_pipeline_config(config).pipeline_arguments() if config else {}
-        with contextlib.redirect_stdout(sys.stderr):  # kfp prints links; stdout carries the JSON result only
-            result = do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package)
-    except TrainpipeError as exc:
-        _fail(exc)
-    typer.echo(json.dumps(result, sort_keys=True))
+        return do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package)
+
+    _print_kfp_result(call)
 
 
 @app.command()

@@ -69,7 +69,7 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     mlflow.set_tracking_uri(server)
     client = mlflow.MlflowClient(server)
     # A weak model first: no champion yet, so the thresholds alone decide, and it becomes champion.
-    weak = _train(chain, "weak", server, "--epochs", "1", "--learning-rate", "0.005")
+    _train(chain, "weak", server, "--epochs", "1", "--learning-rate", "0.005")
     ev1 = _evaluate(chain, "weak", "e1", server)
     assert ev1["decision"]["passed"] and not ev1["decision"]["compared_with_champion"]
     assert "no champion yet: decided by the absolute thresholds alone" in ev1["decision"]["reasons"]
