@@ -15,16 +15,11 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG
 
-from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
-from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
-from trainpipe.components.register_model.airflow_task import RegisterModelOperator
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
-from trainpipe.components.train_model.airflow_task import TrainModelOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.faces.airflow_face import component_task, gate_passed
+from trainpipe.faces.airflow_face import component_task, dataset_asset, model_steps
 from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
 from trainpipe.profiles import get_profile
 
@@ -94,48 +89,7 @@ with DAG(
             "remote_url": "{{ params.dvc_remote_url }}",
             "dataset_name": "{{ params.dataset_name }}",
         },
+        outlets=[dataset_asset(CONFIG.dataset_name)],  # the asset event carries the DVC hash: retrain_dag listens
     )
-    train = step(
-        TrainModelOperator,
-        "train_model",
-        {
-            "data": f"{RUN_DIR}/snapshot_dataset",
-            "output_dir": f"{RUN_DIR}/train_model",
-            "label_column": "{{ params.label_column }}",
-            "tracking_uri": "{{ params.tracking_uri }}",
-            "experiment_name": "{{ params.experiment_name }}",
-            **{k: "{{ params.train.%s | tojson }}" % k for k in CONFIG.train.model_dump()},
-        },
-        execution_timeout=timedelta(hours=6),
-    )
-    profile = step(ProfileTrainingOperator, "profile_training", {"model": f"{RUN_DIR}/train_model", "output_dir": f"{RUN_DIR}/profile_training", "tracking_uri": "{{ params.tracking_uri }}"})
-    evaluate = step(
-        EvaluateModelOperator,
-        "evaluate_model",
-        {
-            "model": f"{RUN_DIR}/train_model",
-            "data": f"{RUN_DIR}/snapshot_dataset",
-            "output_dir": f"{RUN_DIR}/evaluate_model",
-            "label_column": "{{ params.label_column }}",
-            "thresholds": "{{ params.thresholds | tojson }}",
-            "model_name": "{{ params.model_name }}",
-            "tracking_uri": "{{ params.tracking_uri }}",
-        },
-    )
-    gate = ShortCircuitOperator(task_id="gate", python_callable=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")
-    register = step(
-        RegisterModelOperator,
-        "register_model",
-        {
-            "model": f"{RUN_DIR}/train_model",
-            "decision": f"{RUN_DIR}/evaluate_model",
-            "profile": f"{RUN_DIR}/profile_training",
-            "output_dir": f"{RUN_DIR}/register_model",
-            "model_name": "{{ params.model_name }}",
-            "alias": "{{ params.alias }}",
-            "tracking_uri": "{{ params.tracking_uri }}",
-        },
-    )
-    validate >> snapshot >> train >> [profile, evaluate]
-    evaluate >> gate >> register
-    profile >> register
+    train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump())
+    validate >> snapshot >> train

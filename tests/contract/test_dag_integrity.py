@@ -38,15 +38,16 @@ print("parsed", dag.dag_id, len(dag.tasks))
 for t in dag.tasks:
     assert t.doc_md, f"{{t.task_id}} has no doc_md"
     assert t.execution_timeout is not None, f"{{t.task_id}} has no execution_timeout"
-    if t.task_id not in ("validate_data", "gate"):
+    if t.task_id not in ("validate_data", "gate", "new_snapshot"):
         assert t.retries >= 1 and t.retry_exponential_backoff and t.max_retry_delay is not None, t.task_id
 assert dag.doc_md and dag.max_active_runs == 1 and dag.catchup is False
 print("ok")
 """
 
 
+@pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py"])
 @pytest.mark.parametrize("mode", ["local", "kubernetes"])
-def test_dag_parses_without_database_or_connections(tmp_path, mode):
+def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(tmp_path),
@@ -55,7 +56,7 @@ def test_dag_parses_without_database_or_connections(tmp_path, mode):
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent-trainpipe-dir/airflow.db",
         "TRAINPIPE_AIRFLOW_MODE": mode,
     }
-    code = PARSE_GUARDED.format(path=str(REPO / "dags" / "training_dag.py"))
+    code = PARSE_GUARDED.format(path=str(REPO / "dags" / dag_file))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok"
@@ -137,3 +138,24 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
         assert secret_env == [{"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "mlflow-credentials"}}}]
     assert pods["train_model"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert "nvidia.com/gpu" not in pods["evaluate_model"]["spec"]["containers"][0]["resources"]["limits"]
+
+
+def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
+    code = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('r', {str(REPO / 'dags' / 'retrain_dag.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "t = importlib.util.spec_from_file_location('t', " + repr(str(REPO / "dags" / "training_dag.py")) + ")\n"
+        "tm = importlib.util.module_from_spec(t); t.loader.exec_module(tm)\n"
+        "assets = list(m.dag.timetable.asset_condition.objects)\n"
+        "print([a[0].uri if isinstance(a, tuple) else a for a in assets])\n"
+        "outlets = tm.dag.get_task('snapshot_dataset').outlets\n"
+        "print([o.uri for o in outlets])\n"
+        "print(sorted(m.dag.task_dict))\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert "trainpipe://datasets/dataset" in lines[-3] and lines[-2] == "['trainpipe://datasets/dataset']"
+    assert "new_snapshot" in lines[-1] and "register_model" in lines[-1] and "validate_data" not in lines[-1]

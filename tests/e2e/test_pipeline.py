@@ -88,3 +88,25 @@ def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
     assert "registered model : e2e-airflow version 1 alias @champion (new)" in proc.stdout
     tags = mlflow.MlflowClient(mlflow_server).get_model_version_by_alias("e2e-airflow", "champion").tags
     assert tags["lineage.orchestrator.name"] == "airflow" and tags["lineage.orchestrator.run_id"].startswith("manual__")
+    # snapshot_dataset updated the dataset's Asset with the DVC hash: what retrain_dag listens to
+    import json
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "ws" / "airflow" / "airflow.db")
+    rows = db.execute("select a.uri, e.extra from asset_event e join asset a on a.id = e.asset_id").fetchall()
+    assert len(rows) == 1 and rows[0][0] == "trainpipe://datasets/digits"
+    extra = json.loads(rows[0][1])
+    assert extra["md5"] == tags["lineage.snapshot.md5"] and extra["changed"] is True and extra["snapshot_dir"].endswith("/snapshot_dataset")
+
+
+def test_retrain_dag_runs_only_for_a_new_hash():
+    from types import SimpleNamespace
+
+    from trainpipe.faces.airflow_face import new_snapshot
+
+    def events(*extras):
+        return {"asset": [SimpleNamespace(extra=e) for e in extras]}
+
+    assert new_snapshot(triggering_asset_events=events({"md5": "a", "changed": True, "snapshot_dir": "/runs/1/snapshot_dataset"})) == "/runs/1/snapshot_dataset"
+    assert new_snapshot(triggering_asset_events=events({"md5": "a", "changed": False, "snapshot_dir": "/runs/2/snapshot_dataset"})) is False
+    assert new_snapshot(triggering_asset_events={}) is False

@@ -35,6 +35,10 @@ class TrainpipeOperator(BaseOperator):
         super().__init__(**kwargs)
         self.settings = settings
 
+    def asset_extra(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """The extra of the asset events this task emits for its ``outlets`` (none by default)."""
+        return None
+
     def execute(self, context: Any) -> Any:
         cmd = component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
         env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="airflow")
@@ -42,7 +46,12 @@ class TrainpipeOperator(BaseOperator):
         for line in proc.stderr.splitlines():
             self.log.info("%s", line)
         if proc.returncode == 0:
-            return json.loads(proc.stdout.strip().splitlines()[-1])
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            extra = self.asset_extra(result)
+            if extra is not None:
+                for asset in self.outlets or []:
+                    context["outlet_events"][asset].extra = extra
+            return result
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         if is_retryable_exit(proc.returncode):
             raise AirflowException(f"{self.component} exited {proc.returncode} (transient, will retry): {last}")
@@ -127,6 +136,91 @@ def component_task(
     if mode != "local":
         raise ValueError(f"mode: {mode!r} is not local or kubernetes")
     return operator_cls(task_id=task_id, settings=settings, **kwargs)
+
+
+def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: dict[str, Any]) -> tuple[Any, Any]:
+    """train → (profile ∥ evaluate) → gate → register on a snapshot, as both DAGs run them.
+
+    ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
+    ``snapshot_dir`` may be a template. Returns the first and the last task.
+    """
+    from datetime import timedelta
+
+    from airflow.providers.standard.operators.python import ShortCircuitOperator
+
+    from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
+    from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
+    from trainpipe.components.register_model.airflow_task import RegisterModelOperator
+    from trainpipe.components.train_model.airflow_task import TrainModelOperator
+
+    train = step(
+        TrainModelOperator,
+        "train_model",
+        {
+            "data": snapshot_dir,
+            "output_dir": f"{run_dir}/train_model",
+            "label_column": "{{ params.label_column }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+            "experiment_name": "{{ params.experiment_name }}",
+            **{k: "{{ params.train.%s | tojson }}" % k for k in train_keys},
+        },
+        execution_timeout=timedelta(hours=6),
+    )
+    profile = step(
+        ProfileTrainingOperator,
+        "profile_training",
+        {"model": f"{run_dir}/train_model", "output_dir": f"{run_dir}/profile_training", "tracking_uri": "{{ params.tracking_uri }}"},
+    )
+    evaluate = step(
+        EvaluateModelOperator,
+        "evaluate_model",
+        {
+            "model": f"{run_dir}/train_model",
+            "data": snapshot_dir,
+            "output_dir": f"{run_dir}/evaluate_model",
+            "label_column": "{{ params.label_column }}",
+            "thresholds": "{{ params.thresholds | tojson }}",
+            "model_name": "{{ params.model_name }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+        },
+    )
+    gate = ShortCircuitOperator(task_id="gate", python_callable=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")
+    register = step(
+        RegisterModelOperator,
+        "register_model",
+        {
+            "model": f"{run_dir}/train_model",
+            "decision": f"{run_dir}/evaluate_model",
+            "profile": f"{run_dir}/profile_training",
+            "output_dir": f"{run_dir}/register_model",
+            "model_name": "{{ params.model_name }}",
+            "alias": "{{ params.alias }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+        },
+    )
+    train >> [profile, evaluate]
+    evaluate >> gate >> register
+    profile >> register
+    return train, register
+
+
+def dataset_asset(dataset_name: str) -> Any:
+    """The Airflow Asset a dataset's snapshots update (snapshot_dataset emits it with the DVC hash)."""
+    from airflow.sdk import Asset
+
+    return Asset(name=f"trainpipe-dataset-{dataset_name}", uri=f"trainpipe://datasets/{dataset_name}", group="trainpipe")
+
+
+def new_snapshot(triggering_asset_events: Any = None, **_: Any) -> str | bool:
+    """ShortCircuit callable of the retraining DAG: the newest triggering snapshot's directory
+    when its content hash is new (the snapshot committed new data), else False (skip)."""
+    events = [e for evs in (triggering_asset_events or {}).values() for e in evs]
+    if not events:
+        return False
+    extra = dict(events[-1].extra or {})
+    if not extra.get("changed") or not extra.get("snapshot_dir"):
+        return False
+    return str(extra["snapshot_dir"])
 
 
 def gate_passed(ti: Any = None, **_: Any) -> bool:
