@@ -12,40 +12,17 @@ default) runs the same entrypoint on the worker.
 
 from __future__ import annotations
 
-import os
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.faces.airflow_face import component_task, dataset_asset, model_steps
-from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
-from trainpipe.profiles import get_profile
+from trainpipe.faces.airflow_face import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, model_steps
 
-_config_path = os.environ.get("TRAINPIPE_CONFIG")
-CONFIG = load_pipeline_config(_config_path) if _config_path else PipelineConfig(data="data.csv").resolved()
-MODE = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
-IMAGE = os.environ.get("TRAINPIPE_IMAGE", "ghcr.io/trainpipe/trainpipe-cpu:0.1.0")
-
-RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
-
-PROFILE = get_profile(CONFIG.profile)
-
-
-def step(operator_cls, task_id: str, settings: dict, **kwargs):
-    resources = PROFILE.train if task_id == "train_model" else PROFILE.default
-    return component_task(operator_cls, task_id, settings, mode=MODE, image=IMAGE, profile=PROFILE, resources=resources, **kwargs)
-
-
-default_args = {
-    "retries": 3,
-    "retry_delay": timedelta(seconds=10),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=10),
-    "execution_timeout": timedelta(hours=1),
-}
-
+SETTINGS = DagSettings()
+CONFIG = SETTINGS.config
+step = SETTINGS.step
 
 with DAG(
     dag_id="trainpipe_training",
@@ -54,24 +31,10 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args=default_args,
+    default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params={
-        "data": CONFIG.data,
-        "label_column": CONFIG.label_column,
-        "workspace": CONFIG.workspace,
-        "suite": CONFIG.suite,
-        "dataset_name": CONFIG.dataset_name,
-        "dvc_repo_dir": CONFIG.dvc_repo_dir,
-        "dvc_remote_url": CONFIG.dvc_remote_url,
-        "tracking_uri": CONFIG.tracking_uri,
-        "experiment_name": CONFIG.experiment_name,
-        "model_name": CONFIG.model_name,
-        "alias": CONFIG.alias,
-        "thresholds": CONFIG.thresholds,
-        "train": CONFIG.train.model_dump(),
-    },
+    params=SETTINGS.params(),
 ) as dag:
     validate = step(
         ValidateDataOperator,

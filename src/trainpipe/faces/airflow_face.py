@@ -9,6 +9,7 @@ failed suite, bad input or a failed gate fails the task for good.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 import os
 import subprocess
 from typing import Any, ClassVar, Sequence
@@ -144,8 +145,6 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: dict[
     ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
     ``snapshot_dir`` may be a template. Returns the first and the last task.
     """
-    from datetime import timedelta
-
     from airflow.providers.standard.operators.python import ShortCircuitOperator
 
     from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
@@ -227,3 +226,48 @@ def gate_passed(ti: Any = None, **_: Any) -> bool:
     """ShortCircuit callable: True when evaluate_model's decision passed."""
     result = ti.xcom_pull(task_ids="evaluate_model")
     return bool(result and result.get("decision", {}).get("passed"))
+
+
+#: Retries with a capped exponential backoff and a timeout on every task of trainpipe's DAGs.
+DEFAULT_ARGS: dict[str, Any] = {
+    "retries": 3,
+    "retry_delay": timedelta(seconds=10),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+    "execution_timeout": timedelta(hours=1),
+}
+
+#: Where one DAG run keeps its step outputs.
+RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+
+
+class DagSettings:
+    """What a trainpipe DAG file reads at parse time: the pipeline config named by
+    ``TRAINPIPE_CONFIG`` (a small YAML file; no database or connection lookups), the mode
+    (``TRAINPIPE_AIRFLOW_MODE``: local or kubernetes), the image and the hardware profile."""
+
+    def __init__(self) -> None:
+        from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
+        from trainpipe.profiles import get_profile
+
+        path = os.environ.get("TRAINPIPE_CONFIG")
+        self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
+        self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
+        self.image = os.environ.get("TRAINPIPE_IMAGE", "ghcr.io/trainpipe/trainpipe-cpu:0.1.0")
+        self.profile = get_profile(self.config.profile)
+
+    def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
+        """One task in this DAG's mode, with the profile's training or default resources."""
+        resources = self.profile.train if task_id == "train_model" else self.profile.default
+        return component_task(operator_cls, task_id, settings, mode=self.mode, image=self.image, profile=self.profile, resources=resources, **kwargs)
+
+    def params(self, *keys: str) -> dict[str, Any]:
+        """DAG params from the config (overridable per run)."""
+        c = self.config
+        values = {
+            "data": c.data, "label_column": c.label_column, "workspace": c.workspace, "suite": c.suite,
+            "dataset_name": c.dataset_name, "dvc_repo_dir": c.dvc_repo_dir, "dvc_remote_url": c.dvc_remote_url,
+            "tracking_uri": c.tracking_uri, "experiment_name": c.experiment_name, "model_name": c.model_name,
+            "alias": c.alias, "thresholds": c.thresholds, "train": c.train.model_dump(),
+        }
+        return {k: values[k] for k in keys} if keys else values
