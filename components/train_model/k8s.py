@@ -29,7 +29,7 @@ from typing import Any
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
-from trainpipe.profiles import HardwareProfile, Resources, get_profile
+from trainpipe.profiles import HardwareProfile, get_profile
 from trainpipe.tabular import find_data_file
 
 TRAINER_GROUP, TRAINER_VERSION, TRAINER_PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -37,16 +37,6 @@ PYTORCHJOB_GROUP, PYTORCHJOB_VERSION, PYTORCHJOB_PLURAL = "kubeflow.org", "v1", 
 VOLUME = "trainpipe-shared"
 MANAGER = "trainpipe.io/train-model"
 LABELS = {"app.kubernetes.io/managed-by": "trainpipe", "app.kubernetes.io/component": "train_model"}
-
-
-def resources(res: Resources) -> dict[str, dict[str, str]]:
-    """core/v1 ResourceRequirements; an accelerator is a limit (and the same request)."""
-    requests = {"cpu": res.cpu_request, "memory": res.memory_request}
-    limits = {"cpu": res.cpu_limit, "memory": res.memory_limit}
-    if res.accelerator_type and res.accelerator_count:
-        limits[res.accelerator_type] = str(res.accelerator_count)
-        requests[res.accelerator_type] = str(res.accelerator_count)
-    return {"requests": requests, "limits": limits}
 
 
 def container_security() -> dict[str, Any]:
@@ -119,7 +109,7 @@ def trainjob_manifest(
                 "args": args,
                 "numNodes": nnodes,
                 "numProcPerNode": nproc_per_node,
-                "resourcesPerNode": resources(profile.train),
+                "resourcesPerNode": profile.train.as_k8s(),
                 "env": [{"name": "TRAINPIPE_JOB_ID", "value": name}],
             },
             "runtimePatches": [
@@ -160,7 +150,7 @@ def pytorchjob_manifest(
                     "command": command,
                     "args": args,
                     "env": [{"name": "TRAINPIPE_JOB_ID", "value": name}],
-                    "resources": resources(profile.train),
+                    "resources": profile.train.as_k8s(),
                     "securityContext": container_security(),
                     "volumeMounts": [{"name": VOLUME, "mountPath": cluster.mount_path}],
                 }

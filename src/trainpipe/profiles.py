@@ -24,6 +24,14 @@ class Resources(StrictModel):
     accelerator_type: str | None = Field(None, description="e.g. nvidia.com/gpu, or a MIG resource name")
     accelerator_count: int = Field(0, ge=0, le=64)
 
+    def as_k8s(self) -> dict[str, dict[str, str]]:
+        """core/v1 ResourceRequirements; an accelerator (extended resource) is a limit and the same request."""
+        requests = {"cpu": self.cpu_request, "memory": self.memory_request}
+        limits = {"cpu": self.cpu_limit, "memory": self.memory_limit}
+        if self.accelerator_type and self.accelerator_count:
+            limits[self.accelerator_type] = requests[self.accelerator_type] = str(self.accelerator_count)
+        return {"requests": requests, "limits": limits}
+
 
 class Toleration(StrictModel):
     """A Kubernetes toleration (the core/v1 fields)."""

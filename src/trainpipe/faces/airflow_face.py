@@ -65,12 +65,8 @@ def pod_settings(profile: Any, resources: Any) -> dict[str, Any]:
     from kubernetes.client import models as k8s
     from airflow.providers.cncf.kubernetes.secret import Secret
 
-    requests = {"cpu": resources.cpu_request, "memory": resources.memory_request}
-    limits = {"cpu": resources.cpu_limit, "memory": resources.memory_limit}
-    if resources.accelerator_type and resources.accelerator_count:
-        limits[resources.accelerator_type] = str(resources.accelerator_count)
     settings: dict[str, Any] = {
-        "container_resources": k8s.V1ResourceRequirements(requests=requests, limits=limits),
+        "container_resources": k8s.V1ResourceRequirements(**resources.as_k8s()),
         "node_selector": dict(profile.node_selector) or None,
         "tolerations": [k8s.V1Toleration(**t.as_k8s()) for t in profile.tolerations] or None,
         "image_pull_policy": profile.image_pull_policy,
