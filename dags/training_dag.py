@@ -27,7 +27,7 @@ step = SETTINGS.step
 with DAG(
     dag_id="trainpipe_training",
     description="Validate, snapshot, train, profile, evaluate and register a model.",
-    schedule="@daily",
+    schedule=CONFIG.schedule,
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

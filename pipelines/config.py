@@ -51,6 +51,9 @@ class PipelineConfig(StrictModel):
     thresholds: dict[str, float] = Field(default_factory=lambda: {"accuracy": 0.8})
     train: TrainSettings = Field(default_factory=TrainSettings)
     profile: str = "cpu"
+    schedule: str | None = Field(
+        "@daily", min_length=1, description="the training DAG's schedule: a cron expression or preset; null for triggered runs only"
+    )
 
     def resolved(self, base: Path | None = None) -> "PipelineConfig":
         """A copy with every local path absolute and every default filled in."""

@@ -61,9 +61,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_mlflow(root: Path, backend_store: str):
+def _start_mlflow(root: Path, backend_store: str, port: int | None = None):
     """A real `mlflow server` process on 127.0.0.1; yields its URI and stops it."""
-    port = _free_port()
+    port = port or _free_port()
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "mlflow", "server",

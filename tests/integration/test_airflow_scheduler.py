@@ -1,0 +1,201 @@
+"""The training DAG on a real Airflow 3 deployment: api-server, scheduler and dag-processor
+processes, PostgreSQL as the metadata database, LocalExecutor. The run is triggered through
+the REST API as a user would, with the MLflow tracking server down at first: train_model exits
+75 (transient), Airflow retries it with backoff, the server comes up, and the run succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PG_URL, REPO, _free_port, _start_mlflow
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "trainpipe_training"
+
+
+class Api:
+    """Airflow's public REST API (v2) with a JWT from the simple auth manager's /auth/token."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.token = ""
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        req = urllib.request.Request(self.base + path, method=method, data=json.dumps(body).encode() if body is not None else None)
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read() or b"{}")
+
+    def login(self, user: str, password: str) -> None:
+        self.token = self.call("POST", "/auth/token", {"username": user, "password": password})["access_token"]
+
+
+def _wait(what: str, check, timeout: float, procs: dict, logs: Path, every: float = 2.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                pytest.fail(f"airflow {name} exited {proc.returncode} while waiting for {what}:\n{(logs / f'{name}.log').read_text()[-3000:]}")
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    tails = "\n".join(f"--- {n}\n{(logs / f'{n}.log').read_text()[-1500:]}" for n in procs)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{tails}")
+
+
+@pytest.fixture
+def postgres_db():
+    """A fresh PostgreSQL database for Airflow's metadata, dropped afterwards."""
+    import psycopg2
+
+    name = f"trainpipe_airflow_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = psycopg2.connect(f"{PG_URL}/postgres", connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {PG_URL} is required under CI: {exc}")
+        pytest.skip(f"PostgreSQL at {PG_URL} is not reachable: {exc}")
+    admin.autocommit = True
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"{PG_URL.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{name}"
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, digits_csv, postgres_db):
+    home, logs, dags = tmp_path / "airflow", tmp_path / "logs", tmp_path / "dags"
+    for d in (home, logs, dags):
+        d.mkdir()
+    for f in ("training_dag.py", "retrain_dag.py"):
+        shutil.copy(REPO / "dags" / f, dags / f)
+    mlflow_port, api_port = _free_port(), _free_port()
+    tracking_uri = f"http://127.0.0.1:{mlflow_port}"  # nothing listens yet: the tracking server is down
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump({
+        "data": str(digits_csv), "workspace": str(tmp_path / "ws"), "dataset_name": "digits",
+        "model_name": "scheduler-digits", "tracking_uri": tracking_uri, "thresholds": {"accuracy": 0.85},
+        "train": {"nproc_per_node": 1, "epochs": 3, "batch_size": 64}, "schedule": None,
+    }))
+    password = secrets.token_urlsafe(12)
+    (home / "passwords.json").write_text(json.dumps({"ci": password}))
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_db,
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "ci:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),  # shared by every process of the deployment
+        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "TRAINPIPE_CONFIG": str(config),
+        "TRAINPIPE_AIRFLOW_MODE": "local",
+    }
+    env.pop("MLFLOW_TRACKING_URI", None)
+    airflow = [sys.executable, "-m", "airflow"]
+    migrate = subprocess.run([*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+
+    procs: dict[str, subprocess.Popen] = {}
+    mlflow_gen = None
+    try:
+        for name, args in {"api-server": ["api-server", "--port", str(api_port), "--host", "127.0.0.1"],
+                           "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}.items():
+            procs[name] = subprocess.Popen([*airflow, *args], env=env, stdout=open(logs / f"{name}.log", "w"),
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+        api = Api(f"http://127.0.0.1:{api_port}")
+
+        def healthy():
+            try:
+                health = api.call("GET", "/api/v2/monitor/health")
+            except (OSError, ValueError):
+                return False
+            return health.get("metadatabase", {}).get("status") == "healthy" and health.get("scheduler", {}).get("status") == "healthy"
+
+        _wait("the api-server and scheduler to report healthy", healthy, 180, procs, logs)
+        api.login("ci", password)
+
+        def parsed():
+            try:
+                return api.call("GET", f"/api/v2/dags/{DAG_ID}")
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return None
+                raise
+
+        dag = _wait("the dag-processor to parse the training DAG", parsed, 180, procs, logs)
+        assert dag["is_paused"] is True  # new DAGs start paused (dags_are_paused_at_creation)
+        errors = api.call("GET", "/api/v2/importErrors")
+        assert errors["total_entries"] == 0, errors
+        api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+        run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {}})
+        run_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
+
+        def train_state():
+            ti = api.call("GET", f"{run_path}/taskInstances/train_model")
+            return ti if ti["state"] in ("up_for_retry", "failed", "success") else None
+
+        ti = _wait("train_model's first attempt", train_state, 420, procs, logs)
+        assert ti["state"] == "up_for_retry", ti  # exit 75: transient, retried; never failed for good
+        mlflow_gen = _start_mlflow(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", port=mlflow_port)
+        assert next(mlflow_gen) == tracking_uri
+
+        def finished():
+            state = api.call("GET", run_path)["state"]
+            return state if state in ("success", "failed") else None
+
+        assert _wait("the DAG run to finish", finished, 900, procs, logs, every=5) == "success", api.call("GET", f"{run_path}/taskInstances")
+        tis = {t["task_id"]: t for t in api.call("GET", f"{run_path}/taskInstances")["task_instances"]}
+        assert {k: v["state"] for k, v in tis.items()} == dict.fromkeys(
+            ["validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "gate", "register_model"], "success")
+        assert tis["train_model"]["try_number"] >= 2 and tis["validate_data"]["try_number"] == 1
+        tries = api.call("GET", f"{run_path}/taskInstances/train_model/tries")["task_instances"]
+        states = [t["state"] for t in sorted(tries, key=lambda t: t["try_number"])]
+        assert states[0] == "failed" and states[-1] == "success", states  # the history of a retried task
+        xcom = api.call("GET", f"{run_path}/taskInstances/register_model/xcomEntries/return_value")
+        result = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+        assert result["model_name"] == "scheduler-digits" and str(result["version"]) == "1"
+        assert result["lineage"]["orchestrator"] == {"name": "airflow", "run_id": run["dag_run_id"]}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if mlflow_gen is not None:
+            mlflow_gen.close()
+    for proc in procs.values():  # nothing of the deployment (task runners included) is left behind
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True, check=False).stdout.split()
+        assert left == [], f"processes of airflow {proc.args[3]} still running: {left}"
