@@ -99,10 +99,14 @@ def upload(package: str | os.PathLike[str], host: str, pipeline_name: str, versi
 
 def schedule(host: str, pipeline_name: str, cron: str, experiment: str, job_name: str, params: dict[str, Any],
              version_id: str | None = None, namespace: str | None = None, enable_caching: bool = True,
-             package: str | os.PathLike[str] | None = None, kfp_client: Any | None = None) -> dict[str, str]:
+             package: str | os.PathLike[str] | None = None, kfp_client: Any | None = None,
+             service_account: str | None = None) -> dict[str, str]:
     """A recurring run on a cron schedule: of the pipeline's given (default: newest) uploaded
     version, or of a compiled ``package`` submitted with the run (needed to switch caching
-    off: KFP applies a run's caching override to a package, not to an uploaded version)."""
+    off: KFP applies a run's caching override to a package, not to an uploaded version).
+
+    ``service_account`` is the Kubernetes service account every pod of each run uses (KFP sets
+    it per run; kfp-kubernetes has no per-task setting)."""
     fields = cron.split()
     if len(fields) not in (5, 6):
         raise InputError(f"cron: {cron!r} is not a cron expression (5 or 6 fields, e.g. '0 0 3 * * *')")
@@ -121,7 +125,7 @@ def schedule(host: str, pipeline_name: str, cron: str, experiment: str, job_name
             exp = c.create_experiment(experiment, namespace=namespace)
             run = c.create_recurring_run(
                 experiment_id=exp.experiment_id, job_name=job_name, cron_expression=cron, pipeline_package_path=str(package),
-                params=params, enable_caching=enable_caching, max_concurrency=1,
+                params=params, enable_caching=enable_caching, max_concurrency=1, service_account=service_account,
             )
             return {"recurring_run_id": run.recurring_run_id, "pipeline_id": "", "version_id": "", "cron": cron}
         pipeline_id = c.get_pipeline_id(pipeline_name)
@@ -135,7 +139,7 @@ def schedule(host: str, pipeline_name: str, cron: str, experiment: str, job_name
         exp = c.create_experiment(experiment, namespace=namespace)
         run = c.create_recurring_run(
             experiment_id=exp.experiment_id, job_name=job_name, cron_expression=cron, pipeline_id=pipeline_id,
-            version_id=version_id, params=params, enable_caching=enable_caching, max_concurrency=1,
+            version_id=version_id, params=params, enable_caching=enable_caching, max_concurrency=1, service_account=service_account,
         )
     except _api_errors() as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -161,6 +161,7 @@ def schedule(
     namespace: str = typer.Option(None),
     caching: bool = typer.Option(True, help="--no-caching runs every task afresh (with --package)"),
     package: Path = typer.Option(None, help="submit this compiled pipeline with the schedule instead of an uploaded version"),
+    service_account: str = typer.Option(None, help="Kubernetes service account of the runs' pods (default: the config's hardware profile's)"),
 ) -> None:
     """Create a recurring run of the uploaded pipeline."""
 
@@ -168,8 +169,13 @@ def schedule(
     from trainpipe.pipelines.publish import schedule as do_schedule
 
     def call() -> dict:
-        params = load_pipeline_config(config).pipeline_arguments() if config else {}
-        return do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package)
+        from trainpipe.profiles import get_profile
+
+        cfg = load_pipeline_config(config) if config else None
+        params = cfg.pipeline_arguments() if cfg else {}
+        account = service_account or (get_profile(cfg.profile).service_account if cfg else None)
+        return do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package,
+                           service_account=account)
 
     _print_kfp_result(call)
 

@@ -150,7 +150,7 @@ def test_schedule_creates_a_recurring_run_of_the_newest_version(kfp_api, tmp_pat
     assert _cli("upload", "--host", host, "--package", str(package), "--version", "v2").returncode == 0
     cfg = tmp_path / "p.yaml"
     cfg.write_text("data: s3://bucket/raw/digits.csv\nlabel_column: label\ntracking_uri: https://mlflow.example.com\n")
-    proc = _cli("schedule", "--host", host, "--cron", "0 3 * * *", "--config", str(cfg))
+    proc = _cli("schedule", "--host", host, "--cron", "0 3 * * *", "--config", str(cfg), "--service-account", "team-a-runner")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["cron"] == "0 0 3 * * *"
     (run,) = state.recurring
@@ -159,6 +159,7 @@ def test_schedule_creates_a_recurring_run_of_the_newest_version(kfp_api, tmp_pat
     assert run["runtime_config"]["parameters"]["raw_data_uri"] == "s3://bucket/raw/digits.csv"
     assert run["max_concurrency"] in ("1", 1) and run["display_name"] == "trainpipe-training-schedule"
     assert "https://mlflow.example.com" == run["runtime_config"]["parameters"]["tracking_uri"]
+    assert run["service_account"] == "team-a-runner"  # every pod of each run runs under it
 
 
 def test_schedule_without_caching_submits_the_package_with_caching_off(kfp_api, tmp_path):
