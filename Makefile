@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser demo test test-fast compile golden component clean
+.PHONY: all install dev horovod browser demo test test-fast compile golden component lock images push clean
 
 all: test
 
@@ -21,8 +21,8 @@ $(VENV)/bin/python:
 
 # One install for demo and tests: the dev extra pulls every runtime extra.
 # torch is pinned (==2.13.0) in pyproject.toml: an unpinned torch pulls a multi-GB CUDA build.
-$(STAMP): pyproject.toml | $(VENV)/bin/python
-	$(PIP) install --quiet -e '.[dev]'
+$(STAMP): pyproject.toml images/constraints.txt | $(VENV)/bin/python
+	$(PIP) install --quiet -e '.[dev]' -c images/constraints.txt
 	touch $(STAMP)
 
 install dev: $(STAMP)
@@ -66,6 +66,44 @@ golden: $(STAMP)
 component: $(STAMP)
 	@test -n "$(NAME)" || { echo "usage: make component NAME=my_step" >&2; exit 2; }
 	$(VENV)/bin/trainpipe scaffold $(NAME)
+
+# Locked requirements per image (images/<kind>/requirements.lock), with hashes, from the pyproject
+# extras each image needs; review the diff. One resolution of the dev extra (images/constraints.txt)
+# constrains them all and the dev venv, so the images and the tests run the same versions. torch's CPU build comes from PyTorch's wheel page (or the
+# copy on this disk).
+TORCH_CPU_WHEELS ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),/opt/wheels,https://download.pytorch.org/whl/torch/)
+LOCK := $(VENV)/bin/uv pip compile --quiet --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--generate-hashes --index-url https://pypi.org/simple --custom-compile-command "make lock" \
+	-c images/constraints.txt pyproject.toml images/build.in
+
+$(VENV)/bin/uv: | $(VENV)/bin/python
+	$(PIP) install --quiet uv==0.13.9
+
+lock: | $(VENV)/bin/uv
+	$(VENV)/bin/uv pip compile --quiet --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-annotate \
+		--index-url https://pypi.org/simple --custom-compile-command "make lock" pyproject.toml --extra dev \
+		--find-links $(TORCH_CPU_WHEELS) | grep -v '^torch==' > images/constraints.txt
+	$(LOCK) --extra kfp --extra data -o images/data/requirements.lock
+	$(LOCK) images/horovod.in --extra kfp --extra data --extra mlflow --extra torch --extra report --extra tensorflow \
+		--extra cluster --find-links $(TORCH_CPU_WHEELS) -o images/cpu/requirements.lock
+	$(LOCK) images/horovod.in --extra kfp --extra mlflow --extra torch --extra report --extra cluster -o images/gpu/requirements.lock
+
+# Build and push the images with docker or buildah (none here: no engine on this machine).
+# The registry and the tags come from trainpipe.images, as the compiled pipelines and DAGs use them.
+ENGINE   ?= $(shell command -v docker || command -v buildah)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+images: $(STAMP)
+	@test -n "$(ENGINE)" || { echo "make images: no docker or buildah on this machine" >&2; exit 2; }
+	for kind in data cpu gpu; do \
+		ref=$$($(PY) -c "from trainpipe.images import reference; print(reference('$$kind'))"); \
+		$(ENGINE) build -f images/$$kind/Dockerfile --build-arg REVISION=$(REVISION) --build-arg IMAGE_REF=$$ref -t $$ref . || exit 1; \
+	done
+
+push: images
+	for kind in data cpu gpu; do \
+		$(ENGINE) push $$($(PY) -c "from trainpipe.images import reference; print(reference('$$kind'))") || exit 1; \
+	done
 
 clean:
 	rm -rf build .trainpipe .pytest_cache

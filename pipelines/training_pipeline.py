@@ -18,6 +18,8 @@ from trainpipe.components.register_model.kfp_component import register_model
 from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
 from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.validate_data.kfp_component import validate_data
+from trainpipe.faces.kfp_face import accelerated
+from trainpipe.images import RUN_AS
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
 
 PIPELINE_NAME = "trainpipe-training"
@@ -28,6 +30,11 @@ def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: boo
     task.set_memory_request(res.memory_request).set_memory_limit(res.memory_limit)
     if res.accelerator_type and res.accelerator_count:
         task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerator_count)
+    # trainpipe's images run as UID/GID 10001; KFP's compiler adds allowPrivilegeEscalation: false,
+    # drops every capability and sets seccompProfile RuntimeDefault (Pod Security "restricted").
+    from kfp import kubernetes
+
+    kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
     # backoff_max_duration is the cap on one wait, chosen on purpose: KFP's default
     # (3600 s) is the same, but we say it so nobody has to guess.
     task.set_retry(num_retries=profile.retries, backoff_duration=f"{profile.retry_backoff_s}s", backoff_factor=2.0, backoff_max_duration="600s")
@@ -59,6 +66,7 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
 
 def build_pipeline(profile: HardwareProfile) -> Any:
     """The reference pipeline with one hardware profile's settings."""
+    train_op = accelerated(train_model) if profile.train.accelerated else train_model
 
     @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, train, profile, evaluate and register a model.")
     def training_pipeline(
@@ -102,7 +110,7 @@ def build_pipeline(profile: HardwareProfile) -> Any:
             dataset_name=dataset_name,
             run_id=run_id,
         )
-        trained = train_model(
+        trained = train_op(
             snapshot=snap.outputs["snapshot"],
             dataset_md5=snap.outputs["md5"],
             label_column=label_column,

@@ -4,7 +4,8 @@
 # Horovod 0.28.1's sdist sets CMAKE_CXX_STANDARD 14; torch 2.13's headers need C++17,
 # so the two CMAKE_CXX_STANDARD lines are raised to 17 before building. The TensorFlow
 # binding does not build against TF 2.21 and is left out (HOROVOD_WITHOUT_TENSORFLOW).
-# On a CUDA build host, set HOROVOD_GPU_OPERATIONS=NCCL in the environment.
+# On a CUDA build host, set HOROVOD_GPU_OPERATIONS=NCCL in the environment (images/gpu does).
+# HOROVOD_SDIST_SHA256, when set, must match the downloaded sdist.
 #
 # Usage: build_horovod_wheel.sh PYTHON WHEELHOUSE
 set -euo pipefail
@@ -15,6 +16,9 @@ mkdir -p "$WHEELHOUSE"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$VERSION" -d "$work"
+if [ -n "${HOROVOD_SDIST_SHA256:-}" ]; then  # the images pin the sdist by hash
+    echo "$HOROVOD_SDIST_SHA256  $work/horovod-$VERSION.tar.gz" | sha256sum -c - >&2
+fi
 tar -xzf "$work/horovod-$VERSION.tar.gz" -C "$work"
 src="$work/horovod-$VERSION"
 n=$(grep -rl --include=CMakeLists.txt 'CMAKE_CXX_STANDARD 14' "$src" | wc -l)

@@ -24,6 +24,11 @@ class Resources(StrictModel):
     accelerator_type: str | None = Field(None, description="e.g. nvidia.com/gpu, or a MIG resource name")
     accelerator_count: int = Field(0, ge=0, le=64)
 
+    @property
+    def accelerated(self) -> bool:
+        """Whether the step asks for an accelerator (and so runs in the GPU image)."""
+        return bool(self.accelerator_type and self.accelerator_count)
+
     def as_k8s(self) -> dict[str, dict[str, str]]:
         """core/v1 ResourceRequirements; an accelerator (extended resource) is a limit and the same request."""
         requests = {"cpu": self.cpu_request, "memory": self.memory_request}

@@ -90,6 +90,23 @@ print(json.dumps(out))
 """
 
 
+def _assert_restricted(spec: dict) -> None:
+    """The fields Pod Security Standard "restricted" requires, on the pod and every container."""
+    pod_sc = spec.get("securityContext", {})
+    assert pod_sc.get("runAsNonRoot") is True and pod_sc.get("runAsUser", 1) != 0
+    assert pod_sc.get("seccompProfile", {}).get("type") in ("RuntimeDefault", "Localhost")
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    for c in spec["containers"] + spec.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        assert sc.get("allowPrivilegeEscalation") is False, c["name"]
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], c["name"]
+        assert set(sc.get("capabilities", {}).get("add") or []) <= {"NET_BIND_SERVICE"}, c["name"]
+        assert not sc.get("privileged"), c["name"]
+        assert sc.get("runAsUser", 1) != 0 and sc.get("runAsNonRoot", True) is True, c["name"]
+    for v in spec.get("volumes", []):
+        assert "hostPath" not in v
+
+
 def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
     import json
 
@@ -119,8 +136,8 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
         "users": [{"name": "nobody", "user": {}}],
     }))
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_AIRFLOW_MODE": "kubernetes",
-           "TRAINPIPE_CONFIG": str(cfg), "TRAINPIPE_IMAGE": "registry.example/trainpipe-gpu@sha256:" + "a" * 64,
-           "KUBECONFIG": str(kubeconfig)}
+           "TRAINPIPE_CONFIG": str(cfg), "TRAINPIPE_IMAGE_REGISTRY": "registry.example/team-a", "KUBECONFIG": str(kubeconfig)}
+    env.pop("TRAINPIPE_IMAGE", None)
     proc = subprocess.run([sys.executable, "-c", POD_CHECK.format(path=str(REPO / "dags" / "training_dag.py"))],
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -134,9 +151,15 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
         assert spec["serviceAccountName"] == "trainpipe-runner" and spec["imagePullSecrets"] == [{"name": "regcred"}]
         assert spec["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        _assert_restricted(spec)
         secret_env = [e for e in c.get("env", []) if e.get("valueFrom")]
         assert secret_env == [{"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "mlflow-credentials"}}}]
     assert pods["train_model"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    # one place (trainpipe.images) picks each task's image: GPU training, slim data steps, CPU for the rest
+    images = {t: p["spec"]["containers"][0]["image"] for t, p in pods.items()}
+    assert images == {"validate_data": "registry.example/team-a/trainpipe-data:0.1.0", "snapshot_dataset": "registry.example/team-a/trainpipe-data:0.1.0",
+                      "train_model": "registry.example/team-a/trainpipe-gpu:0.1.0", "profile_training": "registry.example/team-a/trainpipe-cpu:0.1.0",
+                      "evaluate_model": "registry.example/team-a/trainpipe-cpu:0.1.0", "register_model": "registry.example/team-a/trainpipe-cpu:0.1.0"}
     assert "nvidia.com/gpu" not in pods["evaluate_model"]["spec"]["containers"][0]["resources"]["limits"]
 
 

@@ -78,8 +78,9 @@ def orchestrator(name: str | None = None, run_id: str | None = None) -> dict[str
 
 
 def image() -> str:
-    """The container image this step runs in (``TRAINPIPE_IMAGE``), or ``local``."""
-    return os.environ.get("TRAINPIPE_IMAGE", "local")
+    """The container image this step runs in: ``TRAINPIPE_IMAGE_REF`` (set by trainpipe's
+    Dockerfiles at build time), else ``TRAINPIPE_IMAGE``, else ``local``."""
+    return os.environ.get("TRAINPIPE_IMAGE_REF") or os.environ.get("TRAINPIPE_IMAGE", "local")
 
 
 def flatten(lineage: dict[str, Any], prefix: str = "lineage") -> dict[str, str]:

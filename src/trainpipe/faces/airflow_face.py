@@ -65,6 +65,8 @@ def pod_settings(profile: Any, resources: Any) -> dict[str, Any]:
     from kubernetes.client import models as k8s
     from airflow.providers.cncf.kubernetes.secret import Secret
 
+    from trainpipe.faces.airflow_pod import container_security_context, pod_security_context
+
     settings: dict[str, Any] = {
         "container_resources": k8s.V1ResourceRequirements(**resources.as_k8s()),
         "node_selector": dict(profile.node_selector) or None,
@@ -72,11 +74,8 @@ def pod_settings(profile: Any, resources: Any) -> dict[str, Any]:
         "image_pull_policy": profile.image_pull_policy,
         "image_pull_secrets": [k8s.V1LocalObjectReference(name=n) for n in profile.image_pull_secrets] or None,
         "secrets": [Secret("env", env, secret, key) for secret, keys in sorted(profile.secrets_as_env.items()) for key, env in sorted(keys.items())] or None,
-        "security_context": k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=10001, run_as_group=10001, fs_group=10001,
-                                                     seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
-        "container_security_context": k8s.V1SecurityContext(allow_privilege_escalation=False, run_as_non_root=True,
-                                                           capabilities=k8s.V1Capabilities(drop=["ALL"]),
-                                                           seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault")),
+        "security_context": pod_security_context(),
+        "container_security_context": container_security_context(),
     }
     if profile.service_account:
         settings["service_account_name"] = profile.service_account
@@ -96,14 +95,19 @@ def kubernetes_task(
 
     The result JSON goes to ``/airflow/xcom/return.json`` so it becomes the XCom value.
     """
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from trainpipe.faces.airflow_pod import TrainpipePodOperator
 
     command = component_command(
         component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
     )
+    from trainpipe.faces.airflow_pod import container_security_context, pod_security_context
+
     if profile is not None:
         kwargs = {**pod_settings(profile, resources or profile.default), **kwargs}
-    return KubernetesPodOperator(
+    # Pod Security "restricted" with or without a profile
+    kwargs.setdefault("security_context", pod_security_context())
+    kwargs.setdefault("container_security_context", container_security_context())
+    return TrainpipePodOperator(
         task_id=task_id,
         name=task_id.replace("_", "-"),
         namespace=namespace,
@@ -240,7 +244,8 @@ RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | r
 class DagSettings:
     """What a trainpipe DAG file reads at parse time: the pipeline config named by
     ``TRAINPIPE_CONFIG`` (a small YAML file; no database or connection lookups), the mode
-    (``TRAINPIPE_AIRFLOW_MODE``: local or kubernetes), the image and the hardware profile."""
+    (``TRAINPIPE_AIRFLOW_MODE``: local or kubernetes) and the hardware profile; each task's image
+    comes from :mod:`trainpipe.images`."""
 
     def __init__(self) -> None:
         from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
@@ -249,13 +254,15 @@ class DagSettings:
         path = os.environ.get("TRAINPIPE_CONFIG")
         self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
-        self.image = os.environ.get("TRAINPIPE_IMAGE", "ghcr.io/trainpipe/trainpipe-cpu:0.1.0")
         self.profile = get_profile(self.config.profile)
 
     def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
         """One task in this DAG's mode, with the profile's training or default resources."""
+        from trainpipe.images import image_for
+
         resources = self.profile.train if task_id == "train_model" else self.profile.default
-        return component_task(operator_cls, task_id, settings, mode=self.mode, image=self.image, profile=self.profile, resources=resources, **kwargs)
+        image = image_for(operator_cls.component, accelerated=resources.accelerated)
+        return component_task(operator_cls, task_id, settings, mode=self.mode, image=image, profile=self.profile, resources=resources, **kwargs)
 
     def params(self, *keys: str) -> dict[str, Any]:
         """DAG params from the config (overridable per run)."""
