@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser demo test test-fast compile golden component lock images push clean
+.PHONY: all install dev horovod browser demo test test-fast bench compile golden component lock images push clean
 
 all: test
 
@@ -47,6 +47,11 @@ demo: $(STAMP)
 
 test: $(STAMP) $(HOROVOD_STAMP) browser
 	$(PY) -m pytest
+
+# Ratios against baselines measured in the same run; writes bench/results/<date>.json and prints
+# the markdown table the README shows. BENCH_ARGS="--repeats 5" for more repeats.
+bench: $(STAMP) $(HOROVOD_STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "unit or contract"

@@ -19,6 +19,7 @@ import os
 import platform
 import resource
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,11 +66,15 @@ def _plain_step(opt: torch.optim.Optimizer, scaler: Any) -> None:
         opt.step()
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int, fault: Fault) -> Path:
-    """Write ``ckpt-<step>.pt`` atomically and keep the newest ``keep``."""
+def serialize_checkpoint(state: dict[str, Any]) -> bytes:
+    """The checkpoint's bytes: a consistent copy, taken before the next optimizer step."""
     buf = io.BytesIO()
     torch.save(state, buf)
-    data = buf.getvalue()
+    return buf.getvalue()
+
+
+def write_checkpoint(ckpt_dir: Path, step: int, data: bytes, keep: int, fault: Fault) -> Path:
+    """Write ``ckpt-<step>.pt`` atomically (tmp + fsync + rename) and keep the newest ``keep``."""
 
     def chunks() -> Iterator[bytes]:
         half = len(data) // 2
@@ -83,6 +88,45 @@ def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int,
     for stale in ckpt_dir.glob(".ckpt-*.tmp"):
         stale.unlink(missing_ok=True)
     return path
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int, fault: Fault) -> Path:
+    """Serialize and write a checkpoint in the caller's thread."""
+    return write_checkpoint(ckpt_dir, step, serialize_checkpoint(state), keep, fault)
+
+
+class CheckpointWriter:
+    """Checkpoints written on a background thread, so training does not wait for the disk.
+
+    The loop serializes the state (a consistent copy) and goes on; the writer thread writes,
+    fsyncs and renames it. One write is in flight at a time: the next save, and ``wait`` at the
+    end of training, wait for it and re-raise its error. A process killed mid-write leaves the
+    previous checkpoint, as with a synchronous write.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, ckpt_dir: Path, step: int, state: dict[str, Any], keep: int, fault: Fault) -> None:
+        data = serialize_checkpoint(state)
+        self.wait()
+        self._thread = threading.Thread(target=self._write, args=(ckpt_dir, step, data, keep, fault), name="trainpipe-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _write(self, *args: Any) -> None:
+        try:
+            write_checkpoint(*args)
+        except BaseException as exc:  # re-raised in the training thread by wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 def load_latest_checkpoint(ckpt_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -165,6 +209,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
     steps: list[dict[str, float]] = []
     prof = TorchProfile(config, out, device) if config.profile_steps and rank == 0 else None
     gpu = NvmlSampler(device) if device.type == "cuda" else None
+    writer = CheckpointWriter()
     t_start = time.perf_counter()
     first_step_s: float | None = None
 
@@ -230,7 +275,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
                 carried = carried + coll.all_reduce_sum(local.clone())
                 local.zero_()
                 if rank == 0:
-                    save_checkpoint(ckpt_dir, global_step, checkpoint_state(carried), config.keep_checkpoints, fault)
+                    writer.save(ckpt_dir, global_step, checkpoint_state(carried), config.keep_checkpoints, fault)
             t_done = time.perf_counter()
             _settle(steps[-1], t_done - t_end)  # bookkeeping and checkpoints count toward the step
             if prof is not None:
@@ -243,12 +288,13 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
         if rank == 0:
             history.append(json.dumps({"epoch": epoch, "step": global_step, "loss": loss_e, "accuracy": acc_e}))
             atomic_write_text(metrics_path, "".join(line + "\n" for line in history))
-            save_checkpoint(ckpt_dir, global_step, checkpoint_state(torch.zeros(3, dtype=torch.float64)), config.keep_checkpoints, fault)
+            writer.save(ckpt_dir, global_step, checkpoint_state(torch.zeros(3, dtype=torch.float64)), config.keep_checkpoints, fault)
             print(f"train_model: epoch {epoch + 1}/{config.epochs} step {global_step} loss {loss_e:.4f} accuracy {acc_e:.4f}", file=sys.stderr)
         if steps:
             _settle(steps[-1], time.perf_counter() - t_epoch_end)
         start_in_epoch = 0
 
+    writer.wait()  # the last checkpoint is on disk before the model is reported
     wall = time.perf_counter() - t_start
     usage = resource.getrusage(resource.RUSAGE_SELF)
     atomic_write_json(
@@ -335,8 +381,6 @@ class NvmlSampler:
     """GPU utilization and memory of this rank's device through NVML, sampled every 0.5 s in a thread."""
 
     def __init__(self, device: torch.device) -> None:
-        import threading
-
         self.util: list[float] = []
         self.mem: list[float] = []
         self._stop = threading.Event()
