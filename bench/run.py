@@ -181,7 +181,7 @@ m = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.L
 opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
 m(torch.randn(8, 1024)).sum().backward(); opt.step()
 state = {{"model": m.state_dict(), "optimizer": opt.state_dict(), "global_step": 1}}
-d = Path({str(work / 'ckpt')!r}); d.mkdir(exist_ok=True)
+d = Path({str(work / 'ckpt')!r}); (d / "async").mkdir(parents=True, exist_ok=True)
 b, o, f, w = [], [], [], []
 writer = CheckpointWriter()
 for i in range({max(repeats, 5)}):
@@ -191,7 +191,7 @@ for i in range({max(repeats, 5)}):
     with open(d / "synced.pt", "wb") as fh:
         torch.save(state, fh); fh.flush(); os.fsync(fh.fileno())
     f.append(time.perf_counter() - t)
-    writer.wait(); t = time.perf_counter(); writer.save(d, 1000 + i, state, 2, Fault.from_env()); w.append(time.perf_counter() - t)
+    writer.wait(); t = time.perf_counter(); writer.save(d / "async", i + 1, state, 2, Fault.from_env()); w.append(time.perf_counter() - t)
 writer.wait()
 print(json.dumps({{"b": b, "o": o, "f": f, "w": w, "mb": (d / "plain.pt").stat().st_size / 1e6}}))
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -108,16 +109,17 @@ def mlflow_server(tmp_path_factory):
 PG_URL = os.environ.get("TRAINPIPE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 
 
-@pytest.fixture(scope="session")
-def mlflow_server_postgres(tmp_path_factory):
-    """A real MLflow tracking server on PostgreSQL (as in production), in a fresh database."""
+@contextlib.contextmanager
+def fresh_postgres_db(prefix: str):
+    """A new PostgreSQL database on the local server, dropped afterwards; yields its name.
+    Under CI a missing server fails the test instead of skipping it."""
     import uuid
 
     try:
         import psycopg2
-    except ImportError:  # pragma: no cover - the mlflow extra installs it
+    except ImportError:  # pragma: no cover - the mlflow and airflow extras install it
         pytest.fail("psycopg2 is not installed")
-    db = f"trainpipe_test_{uuid.uuid4().hex[:8]}"
+    db = f"{prefix}_{uuid.uuid4().hex[:8]}"
     try:
         admin = psycopg2.connect(f"{PG_URL}/postgres", connect_timeout=5)
     except psycopg2.OperationalError as exc:
@@ -126,10 +128,20 @@ def mlflow_server_postgres(tmp_path_factory):
         pytest.skip(f"PostgreSQL at {PG_URL} is not reachable: {exc}")
     admin.autocommit = True
     admin.cursor().execute(f"CREATE DATABASE {db}")
-    root = tmp_path_factory.mktemp("mlflow-pg")
     try:
-        # SQLAlchemy's default PostgreSQL driver is psycopg 3; the mlflow extra ships psycopg2.
-        yield from _start_mlflow(root, f"{PG_URL.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{db}")
+        yield db
     finally:
         admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         admin.close()
+
+
+def psycopg2_url(db: str) -> str:
+    """SQLAlchemy's default PostgreSQL driver is psycopg 3; the extras ship psycopg2: name it."""
+    return f"{PG_URL.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{db}"
+
+
+@pytest.fixture(scope="session")
+def mlflow_server_postgres(tmp_path_factory):
+    """A real MLflow tracking server on PostgreSQL (as in production), in a fresh database."""
+    with fresh_postgres_db("trainpipe_test") as db:
+        yield from _start_mlflow(tmp_path_factory.mktemp("mlflow-pg"), psycopg2_url(db))

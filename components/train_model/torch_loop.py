@@ -85,9 +85,14 @@ def write_checkpoint(ckpt_dir: Path, step: int, data: bytes, keep: int, fault: F
     path = atomic_write_chunks(ckpt_dir / f"ckpt-{step:010d}.pt", chunks())
     for old in sorted(ckpt_dir.glob(CKPT_GLOB))[:-keep]:
         old.unlink(missing_ok=True)
-    for stale in ckpt_dir.glob(".ckpt-*.tmp"):
-        stale.unlink(missing_ok=True)
     return path
+
+
+def remove_partial_checkpoints(ckpt_dir: Path) -> None:
+    """Drop the hidden temp files of writes a killed run left behind (before any new write starts)."""
+    if ckpt_dir.is_dir():
+        for stale in ckpt_dir.glob(".ckpt-*.tmp"):
+            stale.unlink(missing_ok=True)
 
 
 def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, Any], keep: int, fault: Fault) -> Path:
@@ -171,6 +176,8 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
     amp_dtype = autocast_dtype(config)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
+    if rank == 0:
+        remove_partial_checkpoints(ckpt_dir)
     ckpt, ckpt_name = load_latest_checkpoint(ckpt_dir)
     global_step = 0
     carried = torch.zeros(3, dtype=torch.float64)

@@ -16,13 +16,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import PG_URL, REPO, _free_port, _start_mlflow
+from tests.conftest import REPO, _free_port, _start_mlflow, fresh_postgres_db, psycopg2_url
 
 pytestmark = pytest.mark.integration
 
@@ -65,22 +64,8 @@ def _wait(what: str, check, timeout: float, procs: dict, logs: Path, every: floa
 @pytest.fixture
 def postgres_db():
     """A fresh PostgreSQL database for Airflow's metadata, dropped afterwards."""
-    import psycopg2
-
-    name = f"trainpipe_airflow_{uuid.uuid4().hex[:8]}"
-    try:
-        admin = psycopg2.connect(f"{PG_URL}/postgres", connect_timeout=5)
-    except psycopg2.OperationalError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL at {PG_URL} is required under CI: {exc}")
-        pytest.skip(f"PostgreSQL at {PG_URL} is not reachable: {exc}")
-    admin.autocommit = True
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"{PG_URL.replace('postgresql://', 'postgresql+psycopg2://', 1)}/{name}"
-    finally:
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
+    with fresh_postgres_db("trainpipe_airflow") as db:
+        yield psycopg2_url(db)
 
 
 def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, digits_csv, postgres_db):
