@@ -45,10 +45,10 @@ def peak_rss_mb(*cmd: str, env: dict | None = None) -> tuple[float, str, float]:
             "w = time.perf_counter() - t\n"
             "sys.stderr.write(p.stderr[-3000:]) if p.returncode else None\n"
             "print(json.dumps({'rc': p.returncode, 'out': p.stdout, 'wall': w, 'rss': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))")
-    _, out = sh(PY, "-c", code, *cmd, env=env)
-    doc = json.loads(out)
+    proc = subprocess.run([PY, "-c", code, *cmd], capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    doc = json.loads(proc.stdout)
     if doc["rc"] != 0:
-        sys.exit(f"bench: {' '.join(cmd[:4])} failed ({doc['rc']})")
+        sys.exit(f"bench: {' '.join(cmd[:4])} failed ({doc['rc']}):\n{proc.stderr[-2000:]}")
     return doc["wall"], doc["out"], doc["rss"]
 
 
@@ -338,14 +338,13 @@ def bench_compile(work: Path, repeats: int) -> None:
 
 def bench_rss(work: Path) -> None:
     print("peak RSS per component", file=sys.stderr)
-    snap = work / "digits-snapshot"
     track = f"sqlite:///{work / 'mlflow.db'}"
     rss = EXTRA.setdefault("peak_rss_mb", {})
     steps = {
         "validate_data": ["--data", str(work / "digits.csv"), "--output-dir", str(work / "r-v")],
         "snapshot_dataset": ["--data", str(work / "r-v"), "--output-dir", str(work / "r-s"), "--repo-dir", str(work / "r-repo"), "--remote-url", str(work / "r-remote")],
         "profile_training": ["--model", str(work / "train"), "--output-dir", str(work / "r-p"), "--tracking-uri", track],
-        "evaluate_model": ["--model", str(work / "train"), "--data", str(snap), "--output-dir", str(work / "r-e"), "--tracking-uri", track, "--model-name", "bench"],
+        "evaluate_model": ["--model", str(work / "train"), "--data", str(work / "digitsx16-snapshot"), "--output-dir", str(work / "r-e"), "--tracking-uri", track, "--model-name", "bench"],
         "register_model": ["--model", str(work / "train"), "--decision", str(work / "r-e"), "--profile", str(work / "r-p"), "--output-dir", str(work / "r-r"), "--tracking-uri", track, "--model-name", "bench"],
     }
     for name, args in steps.items():
@@ -395,7 +394,7 @@ def main() -> None:
     (out / f"{date.today().isoformat()}.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(f"## trainpipe bench, {date.today().isoformat()} ({machine})\n")
     print(table())
-    print("\n```json\n" + json.dumps(EXTRA, indent=2) + "\n```")
+    print("\n```json\n" + json.dumps(EXTRA, indent=2, ensure_ascii=False) + "\n```")
 
 
 if __name__ == "__main__":
