@@ -10,11 +10,10 @@ import json
 import sys
 import time
 
-import numpy as np
-import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from _data import load, shard
 
 
 def main() -> None:
@@ -22,28 +21,15 @@ def main() -> None:
     t0 = time.perf_counter()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    df = pd.read_csv(path)
-    y_raw = df.pop(label).to_numpy()
-    x = df.to_numpy(dtype=np.float32)
-    classes, y = np.unique(y_raw, return_inverse=True)
-    n = len(df)
-    perm = np.random.default_rng(seed).permutation(n)  # the same held-out split as trainpipe.tabular
-    n_test = max(1, int(round(n * 0.2)))
-    train_idx = np.sort(perm[n_test:])
-    xt = x[train_idx]
-    mean, std = xt.mean(axis=0), xt.std(axis=0)
-    std[std == 0] = 1.0
-    xs = torch.from_numpy(((xt - mean) / std).astype(np.float32))
-    ys = torch.from_numpy(y[train_idx].astype(np.int64))
+    x, y, n_classes = load(path, label, seed)
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
     torch.manual_seed(seed)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(xs.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, len(classes))))
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(xs.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, n_classes)))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    steps = len(xs) // batch
-    local = batch // world
     ends, t_loop = [], time.perf_counter()
     for epoch in range(epochs):
-        order = np.random.default_rng(seed + epoch).permutation(len(xs))[: steps * batch].reshape(steps, world, local)[:, rank, :]
+        order = shard(len(xs), batch, seed, epoch, rank, world)
         sums = torch.zeros(2, dtype=torch.float64)
         for idx in torch.from_numpy(order):
             opt.zero_grad()

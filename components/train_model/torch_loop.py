@@ -219,6 +219,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
     writer = CheckpointWriter()
     t_start = time.perf_counter()
     first_step_s: float | None = None
+    first_step_unix: float | None = None  # wall clock, so a launcher can measure launch-to-first-step
 
     def checkpoint_state(in_epoch_sums: torch.Tensor) -> dict[str, Any]:
         return {
@@ -262,7 +263,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             with torch.no_grad():
                 local += torch.tensor([float(loss) * b, float((logits.argmax(1) == yb).sum()), b], dtype=torch.float64)
             if first_step_s is None:
-                first_step_s = t_end - t_start
+                first_step_s, first_step_unix = t_end - t_start, time.time()
             steps.append(
                 {
                     "epoch": epoch,
@@ -318,6 +319,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             "batch_size": config.batch_size,
             "wall_s": wall,
             "time_to_first_step_s": first_step_s,
+            "first_step_unix": first_step_unix,
             "cpu_s": usage.ru_utime + usage.ru_stime,
             "usable_cpus": usable_cpus(),
             "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", world))),
