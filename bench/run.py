@@ -218,7 +218,8 @@ def bench_other_backends(work: Path, repeats: int) -> None:
 
     def bare_horovod() -> float:
         _, out = sh(str(bindir / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", PY, str(BASELINES / "bare_horovod.py"), *args, env=one_thread)
-        return result(out)["samples_per_second"]
+        line = next(l for l in out.splitlines() if "samples_per_second" in l)  # horovodrun prefixes rank tags
+        return json.loads(line[line.index("{"):])["samples_per_second"]
 
     def bare_tf() -> float:
         import socket
@@ -454,7 +455,7 @@ def main() -> None:
                     lambda: bench_compile(work, args.repeats), lambda: bench_rss(work)):
             try:
                 run()
-            except SystemExit as exc:  # one benchmark's failure is reported, the others still run
+            except (SystemExit, Exception) as exc:  # one benchmark's failure is reported, the others still run
                 EXTRA.setdefault("failed", []).append(str(exc)[:500])
                 print(f"  failed: {str(exc)[:500]}", file=sys.stderr)
     finally:
