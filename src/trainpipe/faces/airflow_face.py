@@ -61,11 +61,10 @@ class TrainpipeOperator(BaseOperator):
 
 def pod_settings(profile: Any, resources: Any) -> dict[str, Any]:
     """KubernetesPodOperator arguments from a hardware profile: resources, scheduling, pull
-    settings, secrets (by name: Kubernetes injects the values) and the restricted security context."""
+    settings and secrets (by name: Kubernetes injects the values). The restricted security
+    context comes from :class:`~trainpipe.faces.airflow_pod.TrainpipePodOperator` itself."""
     from kubernetes.client import models as k8s
     from airflow.providers.cncf.kubernetes.secret import Secret
-
-    from trainpipe.faces.airflow_pod import container_security_context, pod_security_context
 
     settings: dict[str, Any] = {
         "container_resources": k8s.V1ResourceRequirements(**resources.as_k8s()),
@@ -74,8 +73,6 @@ def pod_settings(profile: Any, resources: Any) -> dict[str, Any]:
         "image_pull_policy": profile.image_pull_policy,
         "image_pull_secrets": [k8s.V1LocalObjectReference(name=n) for n in profile.image_pull_secrets] or None,
         "secrets": [Secret("env", env, secret, key) for secret, keys in sorted(profile.secrets_as_env.items()) for key, env in sorted(keys.items())] or None,
-        "security_context": pod_security_context(),
-        "container_security_context": container_security_context(),
     }
     if profile.service_account:
         settings["service_account_name"] = profile.service_account
@@ -100,13 +97,8 @@ def kubernetes_task(
     command = component_command(
         component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
     )
-    from trainpipe.faces.airflow_pod import container_security_context, pod_security_context
-
     if profile is not None:
         kwargs = {**pod_settings(profile, resources or profile.default), **kwargs}
-    # Pod Security "restricted" with or without a profile
-    kwargs.setdefault("security_context", pod_security_context())
-    kwargs.setdefault("container_security_context", container_security_context())
     return TrainpipePodOperator(
         task_id=task_id,
         name=task_id.replace("_", "-"),

@@ -29,7 +29,13 @@ def container_security_context() -> k8s.V1SecurityContext:
 
 
 class TrainpipePodOperator(KubernetesPodOperator):
-    """``KubernetesPodOperator`` whose XCom sidecar uses the task's image and the restricted security context."""
+    """``KubernetesPodOperator`` with Pod Security "restricted" contexts by default (pod and main
+    container), and an XCom sidecar in the task's image with the same container context."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("security_context", pod_security_context())
+        kwargs.setdefault("container_security_context", container_security_context())
+        super().__init__(**kwargs)
 
     def build_pod_request_obj(self, context: Any = None) -> k8s.V1Pod:
         pod = super().build_pod_request_obj(context)
