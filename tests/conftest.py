@@ -62,18 +62,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_mlflow(root: Path, backend_store: str, port: int | None = None):
-    """A real `mlflow server` process on 127.0.0.1; yields its URI and stops it."""
+def _start_mlflow(root: Path, backend_store: str, port: int | None = None, args: tuple[str, ...] = (), env: dict | None = None):
+    """A real `mlflow server` process on 127.0.0.1; yields its URI and stops it.
+
+    ``args`` replace the default artifact store (proxied, under ``root``) when they name one.
+    """
     port = port or _free_port()
+    store = [] if any(a.startswith("--default-artifact-root") for a in args) else ["--artifacts-destination", str(root / "artifacts")]
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "mlflow", "server",
-            "--backend-store-uri", backend_store,
-            "--artifacts-destination", str(root / "artifacts"),
+            "--backend-store-uri", backend_store, *store, *args,
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
         ],
         stdout=open(root / "server.log", "w"),
         stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
     )
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120

@@ -82,6 +82,13 @@ class EvaluateModelResult(BaseModel):
     decision: GateDecision
     lineage: dict[str, Any] = Field(default_factory=dict)
 
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The gate decision, as a record of the audit trail."""
+        d = self.decision
+        champion = (d.champion or {}).get("version")
+        return [{"action": "gate", "decision": {"passed": d.passed, "failures": d.failures, "thresholds": d.thresholds,
+                                                "metrics": d.metrics, "champion_version": champion, "beats_champion": d.beats_champion}}]
+
     def summary(self) -> str:
         m = ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
         return f"{m} on {self.n_test} held-out rows; gate {'passed' if self.decision.passed else 'NOT passed'}"

@@ -296,6 +296,7 @@ def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str
     from trainpipe import tracking
 
     client = tracking.connect(config.tracking_uri)
+    tracking.prepare_artifact_store(client, run_id)
     for key in ("samples_per_second", "rank_skew", "cpu_utilization", "mfu", "achieved_tflops", "collective_ms_per_step"):
         value = summary.get(key)
         if isinstance(value, (int, float)) and not math.isnan(value):

@@ -11,7 +11,7 @@ from trainpipe.components.evaluate_model.spec import DECISION_FILE
 from trainpipe.components.register_model.spec import LINEAGE_FILE, MODEL_CARD_FILE, NAME, RegisterModelConfig, RegisterModelResult
 from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
 from trainpipe.contract import lineage as lineage_mod
-from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest, read_json
 
 HASH_TAG = registry.HASH_TAG
@@ -123,6 +123,7 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
     from trainpipe import tracking
 
     client = tracking.connect(config.tracking_uri)
+    tracking.prepare_artifact_store(client, training["mlflow_run_id"])
     try:
         existing = find_existing(client, config.model_name, sha, snapshot["md5"])
         created = existing is None
@@ -130,18 +131,14 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
         version = str(version)
         current = registry.alias_version(client, config.model_name, config.alias)
         move, why = should_move_champion(decision, current, version)
-        if created:
-            client.set_registered_model_alias(config.model_name, config.challenger_alias, version)
-        if move:
-            client.set_registered_model_alias(config.model_name, config.alias, version)
+        aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
+        for name in aliases_set:
+            client.set_registered_model_alias(config.model_name, name, version)
         aliases = sorted(client.get_model_version(config.model_name, version).aliases)
     except (InputError, ServiceUnavailable):
         raise
     except Exception as exc:
-        status = getattr(exc, "get_http_status_code", lambda: 503)()
-        if isinstance(status, int) and 400 <= status < 500:
-            raise TrainpipeError(f"tracking_uri: MLflow refused the registration: {tracking.first_line(exc)}") from None
-        raise ServiceUnavailable(f"tracking_uri: registering in MLflow failed: {tracking.first_line(exc)}") from None
+        raise tracking.classify(exc, f"tracking_uri: registering {config.model_name!r} in MLflow", "failed") from None
     alias = config.alias if config.alias in aliases else (config.challenger_alias if config.challenger_alias in aliases else None)
     uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
     lineage["registration"] = {"model_name": config.model_name, "version": version, "aliases": aliases, "champion_moved": move}
@@ -156,6 +153,7 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
         alias=alias,
         aliases=aliases,
         champion_moved=move,
+        aliases_set=aliases_set,
         model_uri=uri,
         reason=("gate passed; " if created else "identical model and data already registered; ") + why,
         lineage=lineage,

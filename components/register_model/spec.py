@@ -54,8 +54,18 @@ class RegisterModelResult(BaseModel):
     model_uri: str | None
     aliases: list[str] = Field(default_factory=list, description="aliases now pointing at this version")
     champion_moved: bool = False
+    aliases_set: list[str] = Field(default_factory=list, description="aliases this run pointed at the version")
     reason: str
     lineage: dict[str, Any] = Field(default_factory=dict)
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Each alias this run set, as a record of the audit trail."""
+        if not self.registered:
+            return []
+        return [
+            {"action": "alias", "decision": {"model_name": self.model_name, "version": self.version, "alias": a, "new_version": self.created}}
+            for a in self.aliases_set
+        ]
 
     def summary(self) -> str:
         if not self.registered:

@@ -22,8 +22,57 @@ def _git(repo: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def open_repo(repo_dir: Path, remote_name: str, remote_url: str) -> Any:
+REMOTE_SCHEMES = ("file", "s3")
+
+
+def remote_settings(config: SnapshotDatasetConfig) -> dict[str, Any]:
+    """The DVC remote's settings, checked against the policy (scheme, TLS, residency, encryption).
+
+    Raises:
+        InputError: the remote is outside what the policy allows, or its scheme is not supported.
+    """
+    from trainpipe.contract import policy as policy_mod
+
+    policy = policy_mod.load_policy()
+    url = config.remote_url
+    policy_mod.check_scheme("remote_url", url, REMOTE_SCHEMES)
+    if "://" not in url:
+        if ".." in Path(url).parts:
+            raise InputError(f"remote_url: {url!r} climbs out with '..' (path traversal is refused; give the path itself)")
+        url = str(Path(url).resolve())
+    settings: dict[str, Any] = {"url": url}
+    if url.startswith("s3://"):
+        sse = config.remote_sse or policy.sse
+        kms = config.remote_sse_kms_key_id or policy.sse_kms_key_id
+        if config.remote_endpoint_url:
+            policy_mod.check_scheme("remote_endpoint_url", config.remote_endpoint_url, ("http", "https"))
+            policy_mod.check_endpoint("remote_endpoint_url", config.remote_endpoint_url, policy)
+            settings["endpointurl"] = config.remote_endpoint_url
+        if config.remote_region:
+            settings["region"] = config.remote_region
+        policy_mod.check_encryption("remote_sse", url, sse, policy)
+        if sse:
+            settings["sse"] = sse
+            if sse == "aws:kms":
+                if not kms:
+                    raise InputError("remote_sse_kms_key_id: aws:kms encryption needs a key id (here or in the policy's sse_kms_key_id)")
+                settings["sse_kms_key_id"] = kms
+    elif config.remote_region or config.remote_endpoint_url or config.remote_sse:
+        raise InputError("remote_region/remote_endpoint_url/remote_sse: apply only to an s3:// remote_url")
+    policy_mod.check_location("remote_url", url, config.remote_region, policy)
+    return settings
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     """Open (creating if needed) the git+DVC workspace and point it at the remote.
+
+    Credentials are never written into the workspace's config: DVC reads them from the
+    environment (``AWS_ACCESS_KEY_ID`` … or the pod's role).
 
     Returns:
         A ``dvc.repo.Repo``.
@@ -35,11 +84,10 @@ def open_repo(repo_dir: Path, remote_name: str, remote_url: str) -> Any:
     if not (repo_dir / ".git").exists():
         _git(repo_dir, "init", "-q")
     repo = Repo(str(repo_dir)) if (repo_dir / ".dvc").is_dir() else Repo.init(str(repo_dir))
-    url = remote_url if "://" in remote_url else str(Path(remote_url).resolve())
     conf = repo.config.read("repo")
-    if conf.get("remote", {}).get(remote_name, {}).get("url") != url or conf.get("core", {}).get("remote") != remote_name:
+    if conf.get("remote", {}).get(remote_name, {}) != remote or conf.get("core", {}).get("remote") != remote_name:
         with repo.config.edit("repo") as edit:
-            edit["remote"][remote_name] = {"url": url}
+            edit["remote"][remote_name] = dict(remote)
             edit["core"]["remote"] = remote_name
     return repo
 
@@ -63,8 +111,9 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
             is not reported done and a rerun pushes what is missing.
     """
     src = find_data_file(config.data, "data")
+    remote = remote_settings(config)
     repo_dir = Path(config.repo_dir).resolve()
-    repo = open_repo(repo_dir, config.remote_name, config.remote_url)
+    repo = open_repo(repo_dir, config.remote_name, remote)
     rel = Path("data") / config.dataset_name / src.name
     target = repo_dir / rel
     for stale in target.parent.glob("*") if target.parent.exists() else []:
@@ -80,16 +129,18 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
     out = stage.outs[0]
     md5 = out.hash_info.value
     size = int(out.meta.size or target.stat().st_size)
+    # Push first, commit after: a snapshot is recorded in git only once its bytes are on the
+    # remote, so a push cut short leaves no commit that names missing data.
+    try:
+        pushed = int(repo.push(targets=[str(target)], remote=config.remote_name) or 0)
+    except Exception as exc:
+        raise ServiceUnavailable(f"remote_url: pushing to DVC remote {config.remote_url!r} failed: {_first_line(exc)}") from None
     dvc_file = rel.with_name(rel.name + ".dvc")
     _git(repo_dir, "add", "--", ".dvc/config", ".dvcignore", ".dvc/.gitignore", str(dvc_file), str(rel.parent / ".gitignore"))
     staged = subprocess.run(["git", "-C", str(repo_dir), "diff", "--cached", "--quiet"], check=False).returncode != 0
     if staged:
         _git(repo_dir, "commit", "-q", "-m", f"snapshot {config.dataset_name}: md5 {md5}")
     rev = _git(repo_dir, "rev-parse", "HEAD")
-    try:
-        pushed = int(repo.push(targets=[str(target)], remote=config.remote_name) or 0)
-    except Exception as exc:
-        raise ServiceUnavailable(f"remote_url: pushing to DVC remote {config.remote_url!r} failed: {str(exc).strip() or type(exc).__name__}") from None
     data_file = Path(config.output_dir) / src.name
     link_or_copy(target, data_file)
     url = repo.config["remote"][config.remote_name]["url"]
@@ -111,4 +162,4 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
     return result
 
 
-__all__ = ["NAME", "open_repo", "snapshot_dataset"]
+__all__ = ["NAME", "open_repo", "remote_settings", "snapshot_dataset"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,12 @@ class SnapshotDatasetParams(StrictModel):
 
     repo_dir: str = Field(..., min_length=1, description="the git+DVC workspace that tracks snapshots (created if missing)")
     remote_url: str = Field(..., min_length=1, description="DVC remote: a local directory, or s3://, gs://, azure:// … URL")
+    remote_region: str | None = Field(None, description="the S3 remote's region (data residency is checked against it)")
+    remote_endpoint_url: str | None = Field(None, description="an S3-compatible endpoint (MinIO, Ceph …); AWS when unset")
+    remote_sse: Literal["AES256", "aws:kms"] | None = Field(
+        None, description="server-side encryption of the S3 remote's objects (default: the policy's sse)"
+    )
+    remote_sse_kms_key_id: str | None = Field(None, description="the KMS key of aws:kms encryption (default: the policy's)")
     remote_name: str = Field("storage", pattern=r"^[A-Za-z0-9_-]+$", description="the DVC remote's name")
     dataset_name: str = Field(
         "dataset", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the dataset's folder in the workspace: data/<name>/"

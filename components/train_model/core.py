@@ -123,6 +123,7 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         client = tracking.connect(config.tracking_uri)
         uri = tracking.resolve_tracking_uri(config.tracking_uri)
         exp_id = tracking.ensure_experiment(client, config.experiment_name, uri)
+        tracking.prepare_artifact_store(client, experiment_id=exp_id)
         snapshot = lineage.get("snapshot", {})
         run = client.create_run(
             exp_id,

@@ -236,6 +236,30 @@ def lineage(
         raise typer.Exit(3)
 
 
+audit_app = typer.Typer(no_args_is_help=True, help="The audit trail: an append-only, hash-chained log of every execution, gate decision and alias change.")
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.command("verify")
+def audit_verify(
+    log: Path = typer.Argument(None, help="the audit log (default: TRAINPIPE_AUDIT_LOG, or the policy's audit_log)"),
+) -> None:
+    """Recompute the hash chain: exit 0 when intact, 6 naming the first edited, removed or reordered record."""
+    from trainpipe.contract import audit
+    from trainpipe.contract.policy import load_policy
+
+    try:
+        path = log or audit.log_path(load_policy().audit_log)
+        if path is None:
+            from trainpipe.contract.errors import InputError
+
+            raise InputError("audit_log: no log given, and neither TRAINPIPE_AUDIT_LOG nor the policy's audit_log is set")
+        summary = audit.verify(Path(path))
+    except TrainpipeError as exc:
+        _fail(exc)
+    typer.echo(f"trainpipe: audit log {path}: intact, {summary['records']} records, head {summary['head']}")
+
+
 @app.command()
 def demo(
     workspace: Path = typer.Option(Path(".trainpipe/demo"), help="where the demo keeps its data and state"),

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainpipe.contract.errors import InputError, ServiceUnavailable
+from trainpipe.contract.errors import InputError, NotPermitted, ServiceUnavailable, TrainpipeError
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -29,6 +29,10 @@ def resolve_tracking_uri(uri: str | None) -> str:
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
         return "sqlite:///" + str(Path(path).resolve())
+    if uri.startswith("http://"):
+        from trainpipe.contract.policy import check_endpoint
+
+        check_endpoint("tracking_uri", uri)
     if uri.startswith(("http://", "https://", "postgresql://", "postgresql+psycopg2://", "mysql://", "databricks")):
         return uri
     if "://" not in uri:
@@ -67,8 +71,80 @@ def connect(uri: str | None) -> Any:
     try:
         client.search_experiments(max_results=1)
     except Exception as exc:
-        raise ServiceUnavailable(f"tracking_uri: MLflow at {redact(resolved)!r} is unavailable: {first_line(exc)}") from None
+        raise classify(exc, f"tracking_uri: MLflow at {redact(resolved)!r}", "is unavailable") from None
     return client
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an MLflow client error carries, if any."""
+    import re
+
+    getter = getattr(exc, "get_http_status_code", None)
+    status = getter() if callable(getter) else None
+    code = getattr(exc, "error_code", "")
+    if code in ("UNAUTHENTICATED",):
+        return 401
+    if code in ("PERMISSION_DENIED",):
+        return 403
+    match = re.search(r"error code (\d{3})", str(exc))
+    if match:
+        return int(match.group(1))
+    return status if isinstance(status, int) else None
+
+
+def classify(exc: BaseException, what: str, verb: str) -> TrainpipeError:
+    """Map an MLflow client error to ours: refused credentials or rights are permanent (77),
+    another 4xx is a bug or bad input (2), anything else is transient (75)."""
+    status = http_status(exc)
+    if status in (401, 403):
+        return NotPermitted(f"{what} refused: {'credentials not accepted' if status == 401 else 'permission denied'} "
+                            f"(HTTP {status}; check MLFLOW_TRACKING_USERNAME/PASSWORD or TOKEN and the identity's rights)")
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
+        return InputError(f"{what} refused the request (HTTP {status}): {first_line(exc)}")
+    return ServiceUnavailable(f"{what} {verb}: {first_line(exc)}")
+
+
+def prepare_artifact_store(client: Any, run_id: str | None = None, experiment_id: str | None = None) -> str:
+    """Check the run's artifact store against the policy and ask S3 to encrypt what is uploaded.
+
+    The store must lie in the allowed locations and regions (the region of an S3 store is
+    ``AWS_REGION``/``AWS_DEFAULT_REGION``, as boto3 reads it). With the policy's ``sse``,
+    uploads to S3 carry the server-side encryption headers; when the policy requires
+    encryption and none is configured, nothing is uploaded. A store the tracking server
+    proxies (``mlflow-artifacts:``) is checked by that name.
+
+    Args:
+        client: An MLflow client.
+        run_id: The run whose artifact URI is checked, or
+        experiment_id: the experiment whose artifact location is (before a run exists).
+
+    Returns:
+        The artifact URI.
+
+    Raises:
+        InputError: the store is outside the policy.
+    """
+    import json as _json
+
+    from trainpipe.contract import policy as policy_mod
+
+    policy = policy_mod.load_policy()
+    try:
+        uri = client.get_run(run_id).info.artifact_uri if run_id else client.get_experiment(experiment_id).artifact_location
+    except Exception as exc:
+        raise classify(exc, "tracking_uri: MLflow", "did not answer") from None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    policy_mod.check_location("artifact store", uri, region, policy)
+    if uri.startswith("s3://"):
+        policy_mod.check_encryption("artifact store", uri, policy.sse, policy)
+        extra = policy_mod.s3_upload_args(policy.sse, policy.sse_kms_key_id)
+        if extra:
+            os.environ["MLFLOW_S3_UPLOAD_EXTRA_ARGS"] = _json.dumps(extra)
+        if os.environ.get("MLFLOW_S3_ENDPOINT_URL"):
+            policy_mod.check_endpoint("MLFLOW_S3_ENDPOINT_URL", os.environ["MLFLOW_S3_ENDPOINT_URL"], policy)
+    elif policy.require_encryption and not uri.startswith("file:"):
+        policy_mod.check_encryption("artifact store", uri, None, policy)
+    return uri
 
 
 def ensure_experiment(client: Any, name: str, uri: str) -> str:

@@ -62,6 +62,8 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"config file {str(p)!r} does not exist") from None
     except OSError as exc:
         raise InputError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start})") from None
     try:
         if p.suffix == ".json":
             data = json.loads(text)

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from trainpipe.contract import artifacts, lineage as lineage_mod
 from trainpipe.contract.config import build, load_file
-from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, TrainpipeError
+from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
 
 INPUT = {"role": "input"}
@@ -83,7 +83,7 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
         prog=f"python -m trainpipe.components.{name}",
         description=doc,
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 data failed its suite, "
-        "4 gate not passed, 75 service unavailable (retry).",
+        "4 gate not passed, 75 service unavailable (retry), 77 not permitted.",
     )
     parser.add_argument("--config", help="YAML or JSON file of settings; flags override it")
     parser.add_argument("--result", help="where to write the result JSON (default: stdout only)")
@@ -151,7 +151,15 @@ def _stdout_to_stderr() -> Iterator[typing.TextIO]:
 
 def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]], BaseModel], ns: dict[str, Any], prefix: str) -> tuple[int, dict[str, Any], Any]:
     payload: dict[str, Any] = {}
+    config: Any = None
+    audit_log: Path | None = None
     try:
+        from trainpipe.contract import audit, policy as policy_mod
+
+        policy = policy_mod.load_policy()
+        audit_log = audit.log_path(policy.audit_log)
+        if audit_log is None and policy.require_audit:
+            raise InputError(f"audit_log: the policy requires an audit log; set {audit.ENV} or the policy's audit_log")
         data: dict[str, Any] = {}
         if ns.get("config"):
             data.update(load_file(ns["config"]))
@@ -159,6 +167,7 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
             if fname in ns:
                 data[fname] = _parse_value(ns[fname], f.annotation)
         config = build(model, data, where=name)
+        check_artifact_paths(model, config)
         upstream = [
             artifacts.read_artifact(getattr(config, f), f).lineage
             for f in input_fields(model)
@@ -178,10 +187,17 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
         payload["lineage"] = final_lineage
         for out in outs:
             artifacts.finish_output(out, name, payload, final_lineage)
+        if audit_log is not None:
+            _audit(audit_log, name, model, config, ns, payload, result, None)
         if ns.get("result"):
             atomic_write_json(ns["result"], payload)
     except TrainpipeError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)
+        if audit_log is not None and config is not None:
+            try:
+                _audit(audit_log, name, model, config, ns, payload, None, exc)
+            except TrainpipeError as audit_exc:
+                print(f"{prefix}: error: {audit_exc}", file=sys.stderr)
         return exc.exit_code, payload, None
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
@@ -193,6 +209,68 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
         print(f"{prefix}: internal error (a bug in trainpipe; the traceback above says where)", file=sys.stderr)
         return EXIT_INTERNAL, payload, None
     return EXIT_OK, payload, result
+
+
+def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:
+    """Refuse artifact paths that climb out with ``..``, that are URIs, or that lie outside the workspace.
+
+    Components read and write local paths (KFP and Airflow mount object storage as
+    files). When ``TRAINPIPE_WORKSPACE`` is set, every output, and every input artifact
+    directory, must lie inside it. A source file the user names (the raw data) is exempt.
+
+    Raises:
+        InputError: naming the field and the path.
+    """
+    workspace = os.environ.get("TRAINPIPE_WORKSPACE")
+    root = Path(workspace).resolve() if workspace else None
+    for field in input_fields(model) + output_fields(model):
+        value = getattr(config, field)
+        if not value:
+            continue
+        if "://" in value:
+            scheme = value.split("://", 1)[0]
+            raise InputError(f"{field}: unsupported URI scheme {scheme + '://'!r} in {value!r} (a local path is expected; orchestrators mount object storage as files)")
+        p = Path(value).resolve()
+        if field in input_fields(model) and p.is_file():
+            continue  # a source file the user names (raw data) may live anywhere it can be read
+        if ".." in Path(value).parts:
+            raise InputError(f"{field}: {value!r} climbs out with '..' (path traversal is refused; give the path itself)")
+        if root is not None and not p.is_relative_to(root):
+            raise InputError(f"{field}: {value!r} is outside the workspace {str(root)!r} (TRAINPIPE_WORKSPACE)")
+
+
+def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel, ns: dict[str, Any], payload: dict[str, Any],
+           result: Any, exc: TrainpipeError | None) -> None:
+    """Append this execution (and any gate decision or alias change it made) to the audit log."""
+    from trainpipe.contract import audit
+    from trainpipe.contract.io import file_digest
+
+    def ref(field: str) -> dict[str, Any]:
+        p = Path(getattr(config, field))
+        if p.is_file():
+            return {"path": str(p), "md5": file_digest(p)}
+        return {"path": str(p), "marker_sha256": audit.artifact_hash(p)}
+
+    base = {
+        "component": name,
+        "who": audit.identity(),
+        "run": {"orchestrator": ns.get("orchestrator") or os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual", "run_id": ns.get("run_id")},
+    }
+    execution = {
+        **base,
+        "action": "execute",
+        "status": "ok" if exc is None else "failed",
+        "inputs": {f: ref(f) for f in input_fields(model) if getattr(config, f)},
+        "outputs": {f: ref(f) for f in output_fields(model) if getattr(config, f)} if exc is None else {},
+        "result_sha256": audit.payload_hash(payload) if exc is None else None,
+    }
+    if exc is not None:
+        execution["error"] = {"exit_code": exc.exit_code, "message": str(exc)}
+    events = [execution]
+    extra = getattr(result, "audit_events", None)
+    if callable(extra):
+        events += [{**base, **e} for e in extra()]
+    audit.append(log, events)
 
 
 def main(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]], BaseModel], doc: str = "") -> None:

@@ -10,7 +10,9 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 | 2         | bad input: config, arguments, data, paths | no      |
 | 3         | data failed its expectation suite         | no      |
 | 4         | model gate not passed (when asked to fail)| no      |
+| 6         | the audit log failed verification         | no      |
 | 75        | a service is unreachable (EX_TEMPFAIL)    | yes     |
+| 77        | not permitted: credentials or rights (EX_NOPERM) | no |
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_VALIDATION_FAILED = 3
 EXIT_GATE_FAILED = 4
+EXIT_AUDIT_TAMPERED = 6
 EXIT_TRANSIENT = 75
+EXIT_NOT_PERMITTED = 77
 
 #: Exit codes an orchestrator may retry. A process killed by a signal
 #: (exit status > 128, or negative from subprocess) is also retryable.
@@ -50,6 +54,18 @@ class GateFailed(TrainpipeError):
     """The model did not pass its gate: permanent."""
 
     exit_code = EXIT_GATE_FAILED
+
+
+class AuditTampered(TrainpipeError):
+    """The audit log's hash chain is broken: a record was edited, removed or reordered."""
+
+    exit_code = EXIT_AUDIT_TAMPERED
+
+
+class NotPermitted(TrainpipeError):
+    """A service refused the credentials or the identity lacks the right: permanent until someone grants it."""
+
+    exit_code = EXIT_NOT_PERMITTED
 
 
 class ServiceUnavailable(TrainpipeError):
