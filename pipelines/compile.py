@@ -9,16 +9,35 @@ from typing import Any
 from trainpipe.pipelines.config import PipelineConfig
 
 
-def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu") -> Path:
-    """Compile the reference pipeline for a hardware profile to ``output``."""
+def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", policy: Any = None, pipeline_root: str | None = None) -> Path:
+    """Compile the reference pipeline for a hardware profile to ``output``.
+
+    Args:
+        output: Where the IR YAML goes.
+        profile: A built-in profile name or a profile YAML.
+        policy: A :class:`~trainpipe.contract.policy.Policy` (default: ``TRAINPIPE_POLICY``). A
+            non-empty policy is put on every task, which enforces it at run time.
+        pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
+
+    Raises:
+        InputError: the pipeline root is outside the policy's locations, regions or encryption.
+    """
     from kfp import compiler
 
+    from trainpipe.contract import policy as policy_mod
     from trainpipe.pipelines.training_pipeline import build_pipeline
     from trainpipe.profiles import get_profile
 
+    policy = policy if policy is not None else policy_mod.load_policy()
+    hw = get_profile(profile)
+    if pipeline_root:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        policy_mod.check_endpoint("pipeline_root", pipeline_root, policy)
+        policy_mod.check_location("pipeline_root", pipeline_root, region, policy)
+        policy_mod.check_encryption("pipeline_root", pipeline_root, policy.sse, policy)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(build_pipeline(get_profile(profile)), package_path=str(out))
+    compiler.Compiler().compile(build_pipeline(hw, policy=policy, pipeline_root=pipeline_root), package_path=str(out))
     return out
 
 

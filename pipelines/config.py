@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trainpipe.contract.config import StrictModel, build, load_file
+from trainpipe.contract.policy import Policy
 
 
 class TrainSettings(StrictModel):
@@ -51,6 +52,9 @@ class PipelineConfig(StrictModel):
     thresholds: dict[str, float] = Field(default_factory=lambda: {"accuracy": 0.8})
     train: TrainSettings = Field(default_factory=TrainSettings)
     profile: str = "cpu"
+    policy: Policy | None = Field(
+        None, description="data residency, TLS, encryption and audit rules (default: TRAINPIPE_POLICY); every step gets it"
+    )
     schedule: str | None = Field(
         "@daily", min_length=1, description="the training DAG's schedule: a cron expression or preset; null for triggered runs only"
     )
@@ -74,6 +78,34 @@ class PipelineConfig(StrictModel):
                 "tracking_uri": tracking,
             }
         )
+
+    def effective_policy(self) -> Policy:
+        """The config's policy, else the one in force (``TRAINPIPE_POLICY``)."""
+        from trainpipe.contract.policy import load_policy
+
+        return self.policy if self.policy is not None else load_policy()
+
+    def check_policy(self) -> Policy:
+        """What can be known before anything runs: the DVC remote, the tracking server, the workspace.
+
+        Each step checks again at run time against what it is about to touch.
+
+        Raises:
+            InputError: a location, region, endpoint or missing encryption the policy refuses.
+        """
+        from trainpipe.components.snapshot_dataset.core import REMOTE_SCHEMES
+        from trainpipe.contract import policy as p
+
+        policy = self.effective_policy()
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if self.tracking_uri:
+            p.check_endpoint("tracking_uri", self.tracking_uri, policy)
+        if self.dvc_remote_url:
+            p.check_scheme("dvc_remote_url", self.dvc_remote_url, REMOTE_SCHEMES)
+            p.check_location("dvc_remote_url", self.dvc_remote_url, region, policy)
+            p.check_encryption("dvc_remote_url", self.dvc_remote_url, policy.sse, policy)
+        p.check_location("workspace", self.workspace, region, policy)
+        return policy
 
     def pipeline_arguments(self) -> dict[str, Any]:
         """The KFP pipeline's parameters for this config (resolve first)."""

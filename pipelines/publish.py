@@ -20,6 +20,9 @@ TOKEN_ENV = "KFP_EXISTING_TOKEN"
 def _check_host(host: str) -> None:
     if not host.startswith(("http://", "https://")):
         raise InputError(f"host: {host!r} is not an http(s) URL of the KFP API")
+    from trainpipe.contract.policy import check_endpoint
+
+    check_endpoint("host", host)
 
 
 def client(host: str, namespace: str | None = None) -> Any:

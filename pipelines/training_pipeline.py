@@ -64,11 +64,21 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
         kubernetes.mount_pvc(trained, pvc_name=pvc, mount_path=path)
 
 
-def build_pipeline(profile: HardwareProfile) -> Any:
-    """The reference pipeline with one hardware profile's settings."""
-    train_op = accelerated(train_model) if profile.train.accelerated else train_model
+def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: str | None = None) -> Any:
+    """The reference pipeline with one hardware profile's settings.
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, train, profile, evaluate and register a model.")
+    Args:
+        profile: Resources, scheduling and retries of every step.
+        policy: A non-empty :class:`~trainpipe.contract.policy.Policy` goes onto every task as
+            ``TRAINPIPE_POLICY`` (rules only: it holds no secret).
+        pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
+    """
+    train_op = accelerated(train_model) if profile.train.accelerated else train_model
+    from trainpipe.contract.policy import ENV as POLICY_ENV, to_env
+
+    policy_json = to_env(policy) if policy is not None else "{}"
+
+    @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, train, profile, evaluate and register a model.", pipeline_root=pipeline_root)
     def training_pipeline(
         raw_data_uri: str,
         dvc_repo_dir: str,
@@ -160,6 +170,9 @@ def build_pipeline(profile: HardwareProfile) -> Any:
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
         _kubernetes_settings(profile, trained, [validated, snap, trained, profiled, evaluated, registered])
+        if policy_json != "{}":
+            for task in (validated, snap, trained, profiled, evaluated, registered):
+                task.set_env_variable(name=POLICY_ENV, value=policy_json)
 
     return training_pipeline
 

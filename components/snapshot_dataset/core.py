@@ -41,15 +41,20 @@ def remote_settings(config: SnapshotDatasetConfig) -> dict[str, Any]:
             raise InputError(f"remote_url: {url!r} climbs out with '..' (path traversal is refused; give the path itself)")
         url = str(Path(url).resolve())
     settings: dict[str, Any] = {"url": url}
+    # boto's own variables fill what the config leaves unset (a platform sets them on every pod)
+    region = config.remote_region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    env_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if url.startswith("s3://"):
+        if env_endpoint and not config.remote_endpoint_url:
+            policy_mod.check_endpoint("AWS_ENDPOINT_URL_S3", env_endpoint, policy)
         sse = config.remote_sse or policy.sse
         kms = config.remote_sse_kms_key_id or policy.sse_kms_key_id
         if config.remote_endpoint_url:
             policy_mod.check_scheme("remote_endpoint_url", config.remote_endpoint_url, ("http", "https"))
             policy_mod.check_endpoint("remote_endpoint_url", config.remote_endpoint_url, policy)
             settings["endpointurl"] = config.remote_endpoint_url
-        if config.remote_region:
-            settings["region"] = config.remote_region
+        if region:
+            settings["region"] = region
         policy_mod.check_encryption("remote_sse", url, sse, policy)
         if sse:
             settings["sse"] = sse
@@ -59,7 +64,7 @@ def remote_settings(config: SnapshotDatasetConfig) -> dict[str, Any]:
                 settings["sse_kms_key_id"] = kms
     elif config.remote_region or config.remote_endpoint_url or config.remote_sse:
         raise InputError("remote_region/remote_endpoint_url/remote_sse: apply only to an s3:// remote_url")
-    policy_mod.check_location("remote_url", url, config.remote_region, policy)
+    policy_mod.check_location("remote_url", url, region if url.startswith("s3://") else None, policy)
     return settings
 
 

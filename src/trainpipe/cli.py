@@ -73,6 +73,18 @@ def run_airflow_local(config_path: Path, workspace: Path) -> str:
     return str(home)
 
 
+def _apply_policy(cfg: "typing.Any") -> None:
+    """Check the config against its policy before anything runs, and hand the policy, the
+    workspace and the audit log to every step (they check again at run time)."""
+    from trainpipe.contract import audit, policy as policy_mod
+
+    policy = cfg.check_policy()
+    os.environ[policy_mod.ENV] = policy_mod.to_env(policy)
+    os.environ.setdefault("TRAINPIPE_WORKSPACE", cfg.workspace)
+    if not os.environ.get(audit.ENV):
+        os.environ[audit.ENV] = policy.audit_log or str(Path(cfg.workspace) / "audit" / "audit.jsonl")
+
+
 @app.command()
 def run(
     config: Path = typer.Option(..., "--config", "-c", help="pipeline config YAML"),
@@ -86,6 +98,7 @@ def run(
         cfg = load_pipeline_config(config)
         if engine not in ("kfp-local", "airflow-local"):
             raise TrainpipeError(f"engine: {engine!r} is not kfp-local or airflow-local")
+        _apply_policy(cfg)
         started = time.time()
         typer.echo(f"trainpipe: running the reference pipeline with engine {engine}", err=True)
         if engine == "kfp-local":
@@ -97,7 +110,7 @@ def run(
             root = str(Path(cfg.workspace) / "airflow-runs")
         from trainpipe.pipelines.compile import compile_pipeline
 
-        yaml_path = compile_pipeline(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg.profile)
+        yaml_path = compile_pipeline(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg.profile, policy=cfg.effective_policy())
         results = collect_results(root, since=started)
     except TrainpipeError as exc:
         _fail(exc)
@@ -109,12 +122,15 @@ def run(
 def compile_cmd(
     output: Path = typer.Option(Path("pipeline.yaml"), "--output", "-o", help="where to write the IR YAML"),
     profile: str = typer.Option("cpu", help="hardware profile: cpu, gpu, or a YAML file"),
+    policy: Path = typer.Option(None, help="policy YAML put on every task (default: TRAINPIPE_POLICY)"),
+    pipeline_root: str = typer.Option(None, help="where KFP keeps the run's artifacts, checked against the policy"),
 ) -> None:
     """Compile the reference pipeline to KFP IR YAML."""
+    from trainpipe.contract.policy import load_policy
     from trainpipe.pipelines.compile import compile_pipeline
 
     try:
-        path = compile_pipeline(output, profile)
+        path = compile_pipeline(output, profile, policy=load_policy(str(policy)) if policy else None, pipeline_root=pipeline_root)
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(str(path))
@@ -172,6 +188,8 @@ def schedule(
         from trainpipe.profiles import get_profile
 
         cfg = load_pipeline_config(config) if config else None
+        if cfg:
+            cfg.check_policy()
         params = cfg.pipeline_arguments() if cfg else {}
         account = service_account or (get_profile(cfg.profile).service_account if cfg else None)
         return do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package,
