@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainpipe.contract.errors import ServiceUnavailable
 
 HASH_TAG = "trainpipe.model_sha256"
 DATA_TAG = "trainpipe.dataset_md5"
@@ -25,13 +24,19 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
     """The version an alias points at; None when the model or the alias does not exist."""
     from mlflow.exceptions import MlflowException
 
+    from trainpipe import tracking
+
     try:
+        # A search sees only what the caller may read; with MLflow's auth app, asking for an
+        # alias of a model that does not exist yet is "permission denied", not "not found".
+        if not client.search_registered_models(filter_string=f"name = '{name}'"):
+            return None
         return client.get_model_version_by_alias(name, alias)
     except MlflowException as exc:
         code = getattr(exc, "error_code", "")
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
             return None
-        raise ServiceUnavailable(f"tracking_uri: reading alias {alias!r} of {name!r} failed: {str(exc).splitlines()[0]}") from None
+        raise tracking.classify(exc, f"tracking_uri: reading alias {alias!r} of {name!r}", "failed") from None
 
 
 def download_weights(version: Any, dest: str | Path) -> Path:
