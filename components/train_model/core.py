@@ -125,17 +125,9 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         exp_id = tracking.ensure_experiment(client, config.experiment_name, uri)
         tracking.prepare_artifact_store(client, experiment_id=exp_id)
         snapshot = lineage.get("snapshot", {})
-        run = client.create_run(
-            exp_id,
-            tags={
-                "mlflow.runName": f"train-{snapshot.get('md5', 'data')[:8]}",
-                "trainpipe.component": NAME,
-                "trainpipe.dataset_md5": snapshot.get("md5", ""),
-                "trainpipe.orchestrator_run_id": lineage.get("orchestrator", {}).get("run_id", ""),
-            },
-        )
-        run_id = run.info.run_id
-        log_dataset(run_id, config, snapshot)
+        run_id, reused = _training_run(client, exp_id, config, snapshot, lineage.get("orchestrator", {}).get("run_id", ""))
+        if not reused:
+            log_dataset(run_id, config, snapshot)
         params = config.model_dump(exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster"})
         for k, v in params.items():
             client.log_param(run_id, k, json.dumps(v) if isinstance(v, (list, dict)) else v)
@@ -163,9 +155,10 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
         return _worker_node_result(config, wall, lineage)
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
     history = [json.loads(line) for line in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
-    for h in history:
-        client.log_metric(run_id, "train_loss", h["loss"], step=h["epoch"])
-        client.log_metric(run_id, "train_accuracy", h["accuracy"], step=h["epoch"])
+    if not client.get_metric_history(run_id, "train_loss"):  # a retried attempt logs its history once
+        for h in history:
+            client.log_metric(run_id, "train_loss", h["loss"], step=h["epoch"])
+            client.log_metric(run_id, "train_accuracy", h["accuracy"], step=h["epoch"])
     client.log_metric(run_id, "train_wall_seconds", wall)
     for name in (MODEL_META, METRICS_FILE):
         client.log_artifact(run_id, str(out / name), artifact_path="train_model")
@@ -209,6 +202,35 @@ def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModel
     }
     result.lineage = lineage
     return result
+
+
+def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: dict[str, Any], orchestrator_run: str) -> tuple[str, bool]:
+    """The MLflow run of this training: a retry of the same orchestrator run on the same data and
+    settings reuses the run its earlier attempt opened, so a retried task makes no duplicate run.
+
+    Returns:
+        The run id, and whether it was reused.
+    """
+    import hashlib
+
+    settings = json.dumps(config.model_dump(mode="json", exclude={"output_dir", "checkpoint_dir", "tracking_uri"}), sort_keys=True)
+    key = hashlib.sha256(f"{orchestrator_run}|{snapshot.get('md5', '')}|{settings}".encode()).hexdigest()
+    if orchestrator_run:
+        found = client.search_runs([exp_id], filter_string=f"tags.`trainpipe.attempt_key` = '{key}'", max_results=1)
+        if found:
+            client.update_run(found[0].info.run_id, status="RUNNING")
+            return found[0].info.run_id, True
+    run = client.create_run(
+        exp_id,
+        tags={
+            "mlflow.runName": f"train-{snapshot.get('md5', 'data')[:8]}",
+            "trainpipe.component": NAME,
+            "trainpipe.dataset_md5": snapshot.get("md5", ""),
+            "trainpipe.orchestrator_run_id": orchestrator_run,
+            "trainpipe.attempt_key": key,
+        },
+    )
+    return run.info.run_id, False
 
 
 def log_dataset(run_id: str, config: TrainModelConfig, snapshot: dict[str, Any]) -> None:
