@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -107,6 +108,21 @@ def read_meta(model_dir: str | Path) -> dict[str, Any]:
         raise InputError(f"model: {str(path)!r} is not valid JSON: {exc}") from None
 
 
+TRUSTED_ENV = "TRAINPIPE_TRUSTED_MODEL_CODE"
+
+
+def trusted_code(entry_point: str) -> bool:
+    """Whether a model artifact may name ``entry_point`` as the code that builds it.
+
+    A model artifact is data: one that is not ours must never choose what runs. Its
+    architecture function is imported only when its module (or a parent package) is listed
+    in ``TRAINPIPE_TRUSTED_MODEL_CODE`` (comma-separated), which a platform sets on its pods.
+    """
+    module = entry_point.partition(":")[0]
+    trusted = [m.strip() for m in os.environ.get(TRUSTED_ENV, "").split(",") if m.strip()]
+    return any(module == t or module.startswith(t + ".") for t in trusted)
+
+
 def load_model(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     """Load a trained model for inference, weights only (safetensors).
 
@@ -122,6 +138,11 @@ def load_model(model_dir: str | Path) -> tuple[Any, dict[str, Any]]:
     arch = str(meta.get("arch", ""))
     if arch not in ("mlp", "cnn") and ":" not in arch:
         raise InputError(f"model: unsupported architecture {arch!r}")
+    if ":" in arch and not trusted_code(arch):
+        raise InputError(
+            f"model: the artifact names code to build it ({arch!r}), which is not trusted here; "
+            f"a platform that trusts it lists its module in {TRUSTED_ENV}"
+        )
     shape = list(meta.get("input_shape") or [int(meta["input_dim"])])
     model = build_model(arch, shape, len(meta["classes"]), list(meta.get("hidden_units", [])), meta.get("model_kwargs"))
     try:

@@ -103,6 +103,18 @@ def validate_data(config: ValidateDataConfig, lineage: dict[str, Any]) -> Valida
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     batch = ctx.data_sources.add_pandas("trainpipe").add_dataframe_asset("data").add_batch_definition_whole_dataframe("all")
+    # GX would drop an expectation it does not know (printing a traceback) and run the rest:
+    # a suite must run whole, so an unknown type is bad input
+    from great_expectations.expectations.registry import get_expectation_impl
+
+    unknown = []
+    for exp in suite_doc["expectations"]:
+        try:
+            get_expectation_impl(exp["type"])
+        except Exception:
+            unknown.append(exp["type"])
+    if unknown:
+        raise InputError(f"suite: {config.suite!r} names expectations GX does not have: {', '.join(unknown)}")
     try:
         suite = ctx.suites.add(gx.ExpectationSuite(**suite_doc))
     except Exception as exc:  # GX raises several kinds for a bad suite

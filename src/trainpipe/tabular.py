@@ -100,7 +100,10 @@ def features_and_label(df: "pd.DataFrame", label_column: str, feature_columns: l
     if not cols:
         raise InputError("data: no feature columns besides the label")
     feats = df[cols]
-    non_numeric = [c for c in cols if not np.issubdtype(feats[c].dtype, np.number)]
+    import pandas as pd
+
+    # pandas' own test: extension dtypes (pandas 3's str columns) are not numpy dtypes
+    non_numeric = [c for c in cols if not pd.api.types.is_numeric_dtype(feats[c]) or pd.api.types.is_bool_dtype(feats[c])]
     if non_numeric:
         raise InputError(f"data: feature columns must be numeric; not numeric: {', '.join(map(str, non_numeric[:5]))}")
     x = feats.to_numpy(dtype=np.float32)

@@ -150,7 +150,7 @@ def test_tensorflow_two_workers_train_and_end_with_identical_weights(tmp_path, d
     assert acc > 0.85
 
 
-def test_cnn_and_a_user_model_entry_point(tmp_path, digits_csv, mlflow_server):
+def test_cnn_and_a_user_model_entry_point(tmp_path, digits_csv, mlflow_server, monkeypatch):
     from trainpipe.components.train_model.models import load_model
 
     cnn = result_of(train(digits_csv, tmp_path / "cnn", mlflow_server, "--model", "cnn", "--epochs", "3"))
@@ -162,6 +162,11 @@ def test_cnn_and_a_user_model_entry_point(tmp_path, digits_csv, mlflow_server):
               "--model-kwargs", '{"width": 24}', "--nproc-per-node", "1", env=env)
     )
     assert own["model_arch"] == "tests.fixtures.custom_models:tiny_net"
+    from trainpipe.contract.errors import InputError
+
+    with pytest.raises(InputError, match="not trusted here"):  # an artifact names code: only trusted code runs
+        load_model(tmp_path / "own")
+    monkeypatch.setenv("TRAINPIPE_TRUSTED_MODEL_CODE", "tests.fixtures")
     model, _ = load_model(tmp_path / "own")
     assert model[0].out_features == 24
 
