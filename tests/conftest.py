@@ -34,6 +34,14 @@ def result_of(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def make_snapshot(root: Path, csv: Path, label_column: str = "target") -> Path:
+    """validate_data then snapshot_dataset (local DVC remote) under ``root``; returns the snapshot artifact."""
+    result_of(run_component("validate_data", "--data", str(csv), "--output-dir", str(root / "v"), "--label-column", label_column))
+    result_of(run_component("snapshot_dataset", "--data", str(root / "v"), "--output-dir", str(root / "s"), "--repo-dir", str(root / "repo"),
+                            "--remote-url", str(root / "remote")))
+    return root / "s"
+
+
 @pytest.fixture(scope="session")
 def digits_csv(tmp_path_factory) -> Path:
     from trainpipe.demo import write_digits

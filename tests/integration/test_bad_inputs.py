@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import result_of, run_component
+from tests.conftest import make_snapshot, result_of, run_component
 from tests.corpus.bad_inputs import CASES
 from trainpipe.contract.artifacts import MARKER
 
@@ -20,9 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory, tiny_csv):
     root = tmp_path_factory.mktemp("corpus")
-    result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(root / "v"), "--label-column", "target"))
-    result_of(run_component("snapshot_dataset", "--data", str(root / "v"), "--output-dir", str(root / "s"), "--repo-dir", str(root / "repo"),
-                            "--remote-url", str(root / "remote")))
+    make_snapshot(root, tiny_csv)
     result_of(run_component("train_model", "--data", str(root / "s"), "--output-dir", str(root / "m"), "--label-column", "target",
                             "--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--nproc-per-node", "1", "--epochs", "1"))
     return {"model": root / "m", "snap": root / "s"}

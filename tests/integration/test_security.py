@@ -20,7 +20,7 @@ import pytest
 import requests
 import yaml
 
-from tests.conftest import _start_mlflow, result_of, run_component
+from tests.conftest import _start_mlflow, make_snapshot, result_of, run_component
 from trainpipe.contract.artifacts import MARKER
 
 pytestmark = pytest.mark.integration
@@ -57,11 +57,7 @@ def creds(user: str, password: str | None = None) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory, tiny_csv):
-    root = tmp_path_factory.mktemp("auth-chain")
-    result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(root / "v"), "--label-column", "target"))
-    result_of(run_component("snapshot_dataset", "--data", str(root / "v"), "--output-dir", str(root / "s"), "--repo-dir", str(root / "repo"),
-                            "--remote-url", str(root / "remote")))
-    return root / "s"
+    return make_snapshot(tmp_path_factory.mktemp("auth-chain"), tiny_csv)
 
 
 def _train_and_gate(tmp_path: Path, snapshot: Path, uri: str, user: str) -> tuple[Path, Path]:
@@ -172,7 +168,8 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
     assert all(r["status"] == "ok" and r["run"]["orchestrator"] == "airflow" for r in records if r["action"] == "execute")
     assert [r["decision"]["passed"] for r in records if r["action"] == "gate"] == [True]
     assert sorted(r["decision"]["alias"] for r in records if r["action"] == "alias") == ["challenger", "champion"]
-    assert {r["who"]["identity"] for r in records} == {"airflow"} or all(r["who"]["identity"] for r in records)
+    sources = {"TRAINPIPE_IDENTITY", "kubernetes service account", "airflow dag owner", "os user"}
+    assert all(r["who"]["identity"] and r["who"]["source"] in sources for r in records), {json.dumps(r["who"]) for r in records}
     snap = next(r for r in records if r["component"] == "snapshot_dataset")
     assert snap["inputs"]["data"]["marker_sha256"] and snap["outputs"]["output_dir"]["marker_sha256"]
     compiled = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(tmp_path / "pipeline.yaml")], capture_output=True, env=env, check=True)

@@ -158,3 +158,16 @@ def test_fuzzed_config_files_load_or_fail_in_one_line(tmp_path, blob):
             assert "\n" not in str(exc)
         else:
             assert isinstance(data, dict)
+
+
+def test_the_readme_policy_example_is_a_valid_policy():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Reliability and security", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1)
+    policy = build(Policy, yaml.safe_load(block), where="policy")
+    assert policy.require_encryption and policy.allowed_regions == ["me-central-1"] and policy.sse == "aws:kms"
