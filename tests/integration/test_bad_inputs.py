@@ -65,3 +65,26 @@ def test_bad_input(tmp_path, artifacts, case, monkeypatch):
         assert not (out / MARKER).exists()
         assert not list(out.glob("**/.*.tmp")) if out.exists() else True
     assert not (tmp_path.parent / "escaped").exists() and not Path("/tmp/trainpipe-elsewhere").exists()
+
+
+def test_failed_executions_are_audited_and_the_policy_can_require_the_log(tmp_path, tiny_csv):
+    from trainpipe.contract import audit
+
+    log = tmp_path / "audit" / "audit.jsonl"
+    env = {"TRAINPIPE_AUDIT_LOG": str(log), "TRAINPIPE_IDENTITY": "svc-trainpipe@team-a"}
+    bad = run_component("validate_data", "--data", str(tmp_path / "missing.csv"), "--output-dir", str(tmp_path / "o1"), env=env)
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"name": "strict", "expectations": [{"type": "expect_column_values_to_be_between", "kwargs": {"column": "f1", "min_value": 100}}]}))
+    failed = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o2"), "--label-column", "target", "--suite", str(suite), env=env)
+    ok = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o3"), "--label-column", "target", env=env))
+    assert (bad.returncode, failed.returncode) == (2, 3)
+    assert audit.verify(log)["records"] == 3
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["status"], (r.get("error") or {}).get("exit_code")) for r in records] == [("failed", 2), ("failed", 3), ("ok", None)]
+    assert all(r["who"] == {"identity": "svc-trainpipe@team-a", "source": "TRAINPIPE_IDENTITY"} for r in records)
+    assert "suite 'strict' failed" in records[1]["error"]["message"]
+    assert records[2]["inputs"]["data"]["md5"] == ok["data_md5"] and records[2]["outputs"]["output_dir"]["marker_sha256"]
+    required = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o4"), "--label-column", "target",
+                             env={"TRAINPIPE_POLICY": '{"require_audit": true}', "TRAINPIPE_AUDIT_LOG": ""})
+    assert required.returncode == 2 and "audit_log: the policy requires an audit log" in required.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "o4" / MARKER).exists()
