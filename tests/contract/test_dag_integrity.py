@@ -126,7 +126,8 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
         "secrets_as_env": {"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
     }))
     cfg = tmp_path / "pipeline.yaml"
-    cfg.write_text(yaml.safe_dump({"data": "s3://bucket/raw.csv", "profile": str(profile)}))
+    cfg.write_text(yaml.safe_dump({"data": "s3://bucket/raw.csv", "profile": str(profile),
+                                   "policy": {"allowed_regions": ["me-central-1"], "require_encryption": True}}))
     # The operator reads a kubeconfig to build the pod; no cluster is contacted (none exists here).
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
@@ -154,6 +155,8 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
         _assert_restricted(spec)
         secret_env = [e for e in c.get("env", []) if e.get("valueFrom")]
         assert secret_env == [{"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "mlflow-credentials"}}}]
+        policy = {e["name"]: e.get("value") for e in c.get("env", [])}["TRAINPIPE_POLICY"]  # the config's policy, on every pod
+        assert json.loads(policy) == {"allowed_regions": ["me-central-1"], "require_encryption": True}
     assert pods["train_model"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     # one place (trainpipe.images) picks each task's image: GPU training, slim data steps, CPU for the rest
     images = {t: p["spec"]["containers"][0]["image"] for t, p in pods.items()}

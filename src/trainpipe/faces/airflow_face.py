@@ -26,15 +26,18 @@ class TrainpipeOperator(BaseOperator):
 
     Args:
         settings: The component's settings (templated), as its CLI flags take them.
+        env: Extra environment of the step (the platform policy; never a secret: those come
+            from the worker's own environment or Airflow connections, not from the DAG).
     """
 
     component: ClassVar[str] = ""
     template_fields: Sequence[str] = ("settings",)
     ui_color = "#e8f4ea"
 
-    def __init__(self, *, settings: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, *, settings: dict[str, Any], env: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settings = settings
+        self.env = dict(env or {})
 
     def asset_extra(self, result: dict[str, Any]) -> dict[str, Any] | None:
         """The extra of the asset events this task emits for its ``outlets`` (none by default)."""
@@ -42,7 +45,7 @@ class TrainpipeOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         cmd = component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
-        env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="airflow")
+        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow")
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=False)
         for line in proc.stderr.splitlines():
             self.log.info("%s", line)
@@ -247,6 +250,8 @@ class DagSettings:
         self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
         self.profile = get_profile(self.config.profile)
+        if self.config.policy is not None:
+            self.config.check_policy()  # at parse time, as the KFP compiler does: a broken DAG names the setting
 
     def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
         """One task in this DAG's mode, with the profile's training or default resources."""
@@ -254,6 +259,11 @@ class DagSettings:
 
         resources = self.profile.train if task_id == "train_model" else self.profile.default
         image = image_for(operator_cls.component, accelerated=resources.accelerated)
+        if self.config.policy is not None:  # the config's policy travels with every step
+            from trainpipe.contract.policy import ENV, to_env
+
+            env = {ENV: to_env(self.config.policy)}
+            kwargs["env_vars" if self.mode == "kubernetes" else "env"] = {**env, **kwargs.get("env_vars" if self.mode == "kubernetes" else "env", {})}
         return component_task(operator_cls, task_id, settings, mode=self.mode, image=image, profile=self.profile, resources=resources, **kwargs)
 
     def params(self, *keys: str) -> dict[str, Any]:
