@@ -77,10 +77,12 @@ def test_failed_executions_are_audited_and_the_policy_can_require_the_log(tmp_pa
     suite.write_text(json.dumps({"name": "strict", "expectations": [{"type": "expect_column_values_to_be_between", "kwargs": {"column": "f1", "min_value": 100}}]}))
     failed = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o2"), "--label-column", "target", "--suite", str(suite), env=env)
     ok = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o3"), "--label-column", "target", env=env))
-    assert (bad.returncode, failed.returncode) == (2, 3)
-    assert audit.verify(log)["records"] == 3
+    refused = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o5"), "--result-format", "LOUD", env=env)
+    assert (bad.returncode, failed.returncode, refused.returncode) == (2, 3, 2)
+    assert audit.verify(log)["records"] == 4
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(r["status"], (r.get("error") or {}).get("exit_code")) for r in records] == [("failed", 2), ("failed", 3), ("ok", None)]
+    assert [(r["status"], (r.get("error") or {}).get("exit_code")) for r in records] == [("failed", 2), ("failed", 3), ("ok", None), ("failed", 2)]
+    assert records[3]["inputs"] == {} and "result_format" in records[3]["error"]["message"]
     assert all(r["who"] == {"identity": "svc-trainpipe@team-a", "source": "TRAINPIPE_IDENTITY"} for r in records)
     assert "suite 'strict' failed" in records[1]["error"]["message"]
     assert records[2]["inputs"]["data"]["md5"] == ok["data_md5"] and records[2]["outputs"]["output_dir"]["marker_sha256"]

@@ -193,7 +193,7 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
             atomic_write_json(ns["result"], payload)
     except TrainpipeError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)
-        if audit_log is not None and config is not None:
+        if audit_log is not None:  # refused settings are an execution too: recorded without inputs
             try:
                 _audit(audit_log, name, model, config, ns, payload, None, exc)
             except TrainpipeError as audit_exc:
@@ -239,7 +239,7 @@ def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:
             raise InputError(f"{field}: {value!r} is outside the workspace {str(root)!r} (TRAINPIPE_WORKSPACE)")
 
 
-def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel, ns: dict[str, Any], payload: dict[str, Any],
+def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel | None, ns: dict[str, Any], payload: dict[str, Any],
            result: Any, exc: TrainpipeError | None) -> None:
     """Append this execution (and any gate decision or alias change it made) to the audit log."""
     from trainpipe.contract import audit
@@ -260,8 +260,8 @@ def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel, ns: 
         **base,
         "action": "execute",
         "status": "ok" if exc is None else "failed",
-        "inputs": {f: ref(f) for f in input_fields(model) if getattr(config, f)},
-        "outputs": {f: ref(f) for f in output_fields(model) if getattr(config, f)} if exc is None else {},
+        "inputs": {f: ref(f) for f in input_fields(model) if getattr(config, f)} if config is not None else {},
+        "outputs": {f: ref(f) for f in output_fields(model) if getattr(config, f)} if exc is None and config is not None else {},
         "result_sha256": audit.payload_hash(payload) if exc is None else None,
     }
     if exc is not None:
