@@ -207,6 +207,9 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
 
         traceback.print_exc()
         print(f"{prefix}: internal error (a bug in trainpipe; the traceback above says where)", file=sys.stderr)
+        if audit_log is not None:
+            with contextlib.suppress(TrainpipeError):
+                _audit(audit_log, name, model, config, ns, payload, None, TrainpipeError(f"internal error: {sys.exc_info()[0].__name__}"))
         return EXIT_INTERNAL, payload, None
     return EXIT_OK, payload, result
 
