@@ -156,3 +156,36 @@ def test_mlflow_down_at_register_is_bounded_and_transient_and_the_rerun_register
         assert read_json(tmp_path / "r" / MARKER)["result"]["version"] == "1"
     finally:
         server.close()
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 16 KiB tmpfs: a DVC remote that is full. Mounting needs root (CI here runs as root)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"cannot mount a small tmpfs for the full-remote test: {proc.stderr.strip()}")
+        pytest.skip(f"mounting a tmpfs needs root: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_remote_is_transient_records_nothing_and_the_rerun_completes(tmp_path, big_csv, small_filesystem):
+    v = tmp_path / "v"
+    result_of(run_component("validate_data", "--data", str(big_csv), "--output-dir", str(v)))
+    remote = small_filesystem / "remote"
+    args = ["--data", str(v), "--repo-dir", str(tmp_path / "repo"), "--remote-url", str(remote), "--output-dir", str(tmp_path / "s")]
+    proc = run_component("snapshot_dataset", *args)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 75 and "remote_url: pushing to DVC remote" in last and "No space left on device" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s" / MARKER).exists()
+    assert subprocess.run(["git", "-C", str(tmp_path / "repo"), "rev-parse", "--verify", "HEAD"], capture_output=True).returncode != 0
+    # room is made; the rerun completes with the same hash, and the remote holds those bytes
+    subprocess.run(["mount", "-o", "remount,size=200m", str(small_filesystem)], check=True)
+    r = result_of(run_component("snapshot_dataset", *args))
+    assert r["md5"] == file_digest(big_csv) and r["committed"] and r["pushed"] == 1
+    assert file_digest(remote / "files" / "md5" / r["md5"][:2] / r["md5"][2:]) == r["md5"]
