@@ -31,10 +31,8 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", polic
     policy = policy if policy is not None else policy_mod.load_policy()
     hw = get_profile(profile)
     if pipeline_root:
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         policy_mod.check_endpoint("pipeline_root", pipeline_root, policy)
-        policy_mod.check_location("pipeline_root", pipeline_root, region, policy)
-        policy_mod.check_encryption("pipeline_root", pipeline_root, policy.sse, policy)
+        policy_mod.check_store("pipeline_root", pipeline_root, policy.sse, policy=policy)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(build_pipeline(hw, policy=policy, pipeline_root=pipeline_root), package_path=str(out))

@@ -97,14 +97,12 @@ class PipelineConfig(StrictModel):
         from trainpipe.contract import policy as p
 
         policy = self.effective_policy()
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if self.tracking_uri:
             p.check_endpoint("tracking_uri", self.tracking_uri, policy)
         if self.dvc_remote_url:
             p.check_scheme("dvc_remote_url", self.dvc_remote_url, REMOTE_SCHEMES)
-            p.check_location("dvc_remote_url", self.dvc_remote_url, region, policy)
-            p.check_encryption("dvc_remote_url", self.dvc_remote_url, policy.sse, policy)
-        p.check_location("workspace", self.workspace, region, policy)
+            p.check_store("dvc_remote_url", self.dvc_remote_url, policy.sse, policy=policy)
+        p.check_location("workspace", self.workspace, p.env_region(), policy)
         return policy
 
     def pipeline_arguments(self) -> dict[str, Any]:

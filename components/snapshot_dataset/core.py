@@ -42,7 +42,7 @@ def remote_settings(config: SnapshotDatasetConfig) -> dict[str, Any]:
         url = str(Path(url).resolve())
     settings: dict[str, Any] = {"url": url}
     # boto's own variables fill what the config leaves unset (a platform sets them on every pod)
-    region = config.remote_region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    region = config.remote_region or policy_mod.env_region()
     env_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if url.startswith("s3://"):
         if env_endpoint and not config.remote_endpoint_url:

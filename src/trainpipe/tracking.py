@@ -133,17 +133,13 @@ def prepare_artifact_store(client: Any, run_id: str | None = None, experiment_id
         uri = client.get_run(run_id).info.artifact_uri if run_id else client.get_experiment(experiment_id).artifact_location
     except Exception as exc:
         raise classify(exc, "tracking_uri: MLflow", "did not answer") from None
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    policy_mod.check_location("artifact store", uri, region, policy)
+    policy_mod.check_store("artifact store", uri, policy.sse, policy=policy)
     if uri.startswith("s3://"):
-        policy_mod.check_encryption("artifact store", uri, policy.sse, policy)
         extra = policy_mod.s3_upload_args(policy.sse, policy.sse_kms_key_id)
         if extra:
             os.environ["MLFLOW_S3_UPLOAD_EXTRA_ARGS"] = _json.dumps(extra)
         if os.environ.get("MLFLOW_S3_ENDPOINT_URL"):
             policy_mod.check_endpoint("MLFLOW_S3_ENDPOINT_URL", os.environ["MLFLOW_S3_ENDPOINT_URL"], policy)
-    elif policy.require_encryption and not uri.startswith("file:"):
-        policy_mod.check_encryption("artifact store", uri, None, policy)
     return uri
 
 

@@ -167,6 +167,24 @@ def check_location(field: str, uri: str, region: str | None = None, policy: Poli
             raise InputError(f"{field}: region {region!r} of {uri!r} is not allowed by the policy (allowed: {', '.join(policy.allowed_regions)})")
 
 
+def env_region() -> str | None:
+    """The object store's region as boto reads it from the environment (``AWS_REGION``, ``AWS_DEFAULT_REGION``)."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+
+
+def check_store(field: str, uri: str, sse: str | None, region: str | None = None, policy: Policy | None = None) -> None:
+    """Residency and encryption of one place data is written to (:func:`check_location`, :func:`check_encryption`).
+
+    ``region`` defaults to :func:`env_region`.
+
+    Raises:
+        InputError: the place is outside the policy.
+    """
+    policy = policy if policy is not None else load_policy()
+    check_location(field, uri, region or env_region(), policy)
+    check_encryption(field, uri, sse, policy)
+
+
 def check_encryption(field: str, uri: str, sse: str | None, policy: Policy | None = None) -> None:
     """Refuse an object-store location written without server-side encryption when the policy requires it.
 
