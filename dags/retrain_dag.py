@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG
 
-from trainpipe.faces.airflow_face import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, model_steps, new_snapshot
+from trainpipe.faces.airflow_face import DEFAULT_ARGS, RUN_DIR, DagSettings, GateOperator, dataset_asset, model_steps, new_snapshot
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -32,9 +31,9 @@ with DAG(
     tags=["trainpipe"],
     params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", "thresholds", "train"),
 ) as dag:
-    changed = ShortCircuitOperator(
+    changed = GateOperator(
         task_id="new_snapshot",
-        python_callable=new_snapshot,
+        condition=new_snapshot,
         retries=0,
         doc_md="Continue only when the triggering asset event carries a new content hash; returns the snapshot directory.",
     )

@@ -99,6 +99,25 @@ def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
     assert extra["md5"] == tags["lineage.snapshot.md5"] and extra["changed"] is True and extra["snapshot_dir"].endswith("/snapshot_dataset")
 
 
+def test_airflow_gate_not_passed_skips_register(tmp_path, digits_csv, mlflow_server):
+    """A gate that does not pass is not a failure: the run succeeds, the gate task succeeds and
+    register_model (everything after the gate) is skipped, so nothing is registered."""
+    import sqlite3
+
+    import mlflow
+
+    config = _config(tmp_path, digits_csv, mlflow_server, model_name="e2e-gate", thresholds={"accuracy": 0.9999},
+                     train={"nproc_per_node": 1, "epochs": 1, "batch_size": 64})
+    proc = _run(config, "airflow-local", tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "registered model : none" in proc.stdout
+    db = sqlite3.connect(tmp_path / "ws" / "airflow" / "airflow.db")
+    states = dict(db.execute("select task_id, state from task_instance").fetchall())
+    assert states["evaluate_model"] == "success" and states["gate"] == "success", states
+    assert states["register_model"] == "skipped", states
+    assert mlflow.MlflowClient(mlflow_server).search_registered_models(filter_string="name = 'e2e-gate'") == []
+
+
 def test_retrain_dag_runs_only_for_a_new_hash():
     from types import SimpleNamespace
 
