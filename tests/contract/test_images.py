@@ -83,6 +83,10 @@ def test_every_base_is_pinned_by_digest_and_the_final_stage_is_lean_and_non_root
     for label in ("source", "version", "revision"):
         assert f"org.opencontainers.image.{label}=" in body
     assert "COPY --from=build /opt/trainpipe /opt/trainpipe" in body
+    # the read-only final stage cannot write bytecode: the build stage compiles all of it, kept
+    build = "\n".join(stages[-2])
+    assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash /opt/trainpipe/lib", build), "no bytecode compiled"
+    assert "__pycache__" not in build, "bytecode removed after compiling"
     # the build smoke-runs exactly the components this image serves, as the non-root user
     after_user = body[body.index("USER "):]
     served = set(re.findall(r"trainpipe\.components\.(\w+)", after_user))
