@@ -117,7 +117,7 @@ def kubernetes_task(
 
 
 def component_task(
-    operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str,
+    operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str | None,
     profile: Any = None, resources: Any = None, **kwargs: Any,
 ) -> Any:
     """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
@@ -270,21 +270,26 @@ class DagSettings:
 
     def __init__(self) -> None:
         from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
-        from trainpipe.profiles import get_profile
 
         path = os.environ.get("TRAINPIPE_CONFIG")
         self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
-        self.profile = get_profile(self.config.profile)
+        self.profile: Any = None  # pods' resources and images: kubernetes mode only (local mode parses faster without)
+        if self.mode == "kubernetes":
+            from trainpipe.profiles import get_profile
+
+            self.profile = get_profile(self.config.profile)
         if self.config.policy is not None:
             self.config.check_policy()  # at parse time, as the KFP compiler does: a broken DAG names the setting
 
     def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
         """One task in this DAG's mode, with the profile's training or default resources."""
-        from trainpipe.images import image_for
+        resources = image = None
+        if self.profile is not None:
+            from trainpipe.images import image_for
 
-        resources = self.profile.train if task_id == "train_model" else self.profile.default
-        image = image_for(operator_cls.component, accelerated=resources.accelerated)
+            resources = self.profile.train if task_id == "train_model" else self.profile.default
+            image = image_for(operator_cls.component, accelerated=resources.accelerated)
         if self.config.policy is not None:  # the config's policy travels with every step
             from trainpipe.contract.policy import ENV, to_env
 
