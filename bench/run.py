@@ -468,6 +468,9 @@ def main() -> None:
     if unknown := [b for b in only if b not in BENCHES]:
         ap.error(f"--only: unknown benchmark {unknown[0]!r} (known: {', '.join(BENCHES)})")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, Python {platform.python_version()}"
+    # trainpipe's own modules get their bytecode, as an installed package (and the images) have it;
+    # an editable checkout under PYTHONDONTWRITEBYTECODE would compile them from source in every process
+    sh(PY, "-m", "compileall", "-q", str(REPO / "src"), str(REPO / "components"), str(REPO / "pipelines"))
     work = Path(tempfile.mkdtemp(prefix="trainpipe-bench-"))
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.pop("TRAINPIPE_IMAGE", None)
