@@ -173,6 +173,7 @@ def body(config: TrainModelConfig) -> None:
         if epoch != start_epoch:
             carried = np.zeros(3)
         local = np.zeros(3)
+        pending: list[Any] = []
         t_prev = time.perf_counter()
         for idx in batches:
             if global_step >= total:
@@ -186,7 +187,9 @@ def body(config: TrainModelConfig) -> None:
                 tf_prof_on = False
             xb, yb = _to_replicas(strategy, rank, world, x[idx], y[idx])
             t_data = time.perf_counter()
-            local += _sum_replicas(strategy, strategy.run(step_fn, args=(xb, yb)))
+            pending.append(strategy.run(step_fn, args=(xb, yb)))  # summed later: no host copy per step
+            if len(pending) >= FOLD_EVERY:
+                local += _sum_steps(strategy, pending)
             t_end = time.perf_counter()
             global_step += 1
             if first_step_s is None:
@@ -195,13 +198,13 @@ def body(config: TrainModelConfig) -> None:
                           "compute_s": t_end - t_data, "other_s": 0.0, "step_s": t_end - t_prev, "t": t_end - t_start})
             epoch_done = global_step % per_epoch == 0
             if config.checkpoint_every_steps and global_step % config.checkpoint_every_steps == 0 and not epoch_done and global_step < total:
-                carried = carried + all_reduce(local)
+                carried = carried + all_reduce(local + _sum_steps(strategy, pending))
                 local = np.zeros(3)
                 save(carried)
             t_prev = time.perf_counter()
             steps[-1]["other_s"] += t_prev - t_end  # bookkeeping and checkpoints count toward the step
             steps[-1]["step_s"] += t_prev - t_end
-        sums = carried + all_reduce(local)
+        sums = carried + all_reduce(local + _sum_steps(strategy, pending))
         carried = np.zeros(3)
         loss_e, acc_e = float(sums[0] / max(sums[2], 1)), float(sums[1] / max(sums[2], 1))
         save(np.zeros(3))
@@ -258,8 +261,16 @@ def _to_replicas(strategy: Any, rank: int, world: int, xb: np.ndarray, yb: np.nd
     return dx, dy
 
 
-def _sum_replicas(strategy: Any, per_replica: Any) -> np.ndarray:
-    return sum(np.asarray(v) for v in strategy.experimental_local_results(per_replica))
+FOLD_EVERY = 512  # steps whose sums are kept as tensors before they are added up on the host
+
+
+def _sum_steps(strategy: Any, pending: list[Any]) -> np.ndarray:
+    """The sums of the pending steps (every local replica's), as one host array; empties ``pending``."""
+    if not pending:
+        return np.zeros(3)
+    total = tf.add_n([v for per_replica in pending for v in strategy.experimental_local_results(per_replica)]).numpy()
+    pending.clear()
+    return total
 
 
 def _restore_latest(ckpt: Any, ckpt_root: Path, chief: bool) -> int:

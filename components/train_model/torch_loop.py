@@ -217,6 +217,8 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
     prof = TorchProfile(config, out, device) if config.profile_steps and rank == 0 else None
     gpu = NvmlSampler(device) if device.type == "cuda" else None
     writer = CheckpointWriter()
+    sums = StepSums()
+    on_cpu = device.type == "cpu"
     t_start = time.perf_counter()
     first_step_s: float | None = None
     first_step_unix: float | None = None  # wall clock, so a launcher can measure launch-to-first-step
@@ -236,7 +238,6 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             break
         skip = start_in_epoch if epoch == start_epoch else 0
         batches = torch.from_numpy(rank_batches(n, config.batch_size, config.seed, epoch, rank, world, skip))
-        local = torch.zeros(3, dtype=torch.float64)
         if epoch != start_epoch:
             carried = torch.zeros(3, dtype=torch.float64)
         train_model.train()
@@ -245,12 +246,19 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             if global_step >= total:
                 break
             fault.maybe_kill("kill", rank, global_step)
-            xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+            if on_cpu:  # .to() would return the same tensors, at a few µs a call
+                xb, yb = x[idx], y[idx]
+            else:
+                xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
             t_data = time.perf_counter()
             opt.zero_grad()
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            if amp_dtype is None:  # a disabled autocast context still costs tens of µs a step
                 logits = train_model(xb)
-            loss = loss_fn(logits.float(), yb)
+                loss = loss_fn(logits, yb)
+            else:
+                with torch.autocast(device.type, dtype=amp_dtype):
+                    logits = train_model(xb)
+                loss = loss_fn(logits.float(), yb)
             t_fwd = time.perf_counter()
             (scaler.scale(loss) if scaler is not None else loss).backward()
             t_bwd = time.perf_counter()
@@ -260,8 +268,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             t_end = time.perf_counter()
             global_step += 1
             b = int(yb.shape[0])
-            with torch.no_grad():
-                local += torch.tensor([float(loss) * b, float((logits.argmax(1) == yb).sum()), b], dtype=torch.float64)
+            sums.add(loss, logits, yb, b)
             if first_step_s is None:
                 first_step_s, first_step_unix = t_end - t_start, time.time()
             steps.append(
@@ -280,8 +287,7 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
             )
             epoch_done = global_step % per_epoch == 0
             if config.checkpoint_every_steps and global_step % config.checkpoint_every_steps == 0 and not epoch_done and global_step < total:
-                carried = carried + coll.all_reduce_sum(local.clone())
-                local.zero_()
+                carried = carried + coll.all_reduce_sum(sums.take())
                 if rank == 0:
                     writer.save(ckpt_dir, global_step, checkpoint_state(carried), config.keep_checkpoints, fault)
             t_done = time.perf_counter()
@@ -290,9 +296,9 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
                 prof.step()  # the profiler's own cost (trace export) stays out of the step times
             t_prev = time.perf_counter()
         t_epoch_end = time.perf_counter()
-        sums = carried + coll.all_reduce_sum(local.clone())
+        epoch_sums = carried + coll.all_reduce_sum(sums.take())
         carried = torch.zeros(3, dtype=torch.float64)
-        loss_e, acc_e = float(sums[0] / max(sums[2], 1)), float(sums[1] / max(sums[2], 1))
+        loss_e, acc_e = float(epoch_sums[0] / max(epoch_sums[2], 1)), float(epoch_sums[1] / max(epoch_sums[2], 1))
         if rank == 0:
             history.append(json.dumps({"epoch": epoch, "step": global_step, "loss": loss_e, "accuracy": acc_e}))
             atomic_write_text(metrics_path, "".join(line + "\n" for line in history))
@@ -334,6 +340,47 @@ def train(config: TrainModelConfig, coll: Collectives, device: torch.device) -> 
     coll.barrier()
     if rank == 0:
         write_model(out, model, data, config, device, coll.name, world, resumed_from, global_step, wall)
+
+
+class StepSums:
+    """This rank's loss, correct-prediction and sample sums over the steps since the last ``take``.
+
+    A step only keeps its loss and predicted classes (tensors on the device: no host sync, no
+    reduction); ``take`` folds them into ``[loss × samples, correct, samples]`` (float64) at an
+    epoch end or a checkpoint, and every ``FOLD_EVERY`` steps so the lists stay small.
+    """
+
+    FOLD_EVERY = 512
+
+    def __init__(self) -> None:
+        self.acc = torch.zeros(3, dtype=torch.float64)
+        self.losses: list[torch.Tensor] = []
+        self.preds: list[torch.Tensor] = []
+        self.labels: list[torch.Tensor] = []
+        self.sizes: list[int] = []
+
+    def add(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor, samples: int) -> None:
+        self.losses.append(loss.detach())
+        self.preds.append(logits.detach().argmax(1))
+        self.labels.append(labels)
+        self.sizes.append(samples)
+        if len(self.sizes) >= self.FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self.sizes:
+            return
+        sizes = torch.tensor(self.sizes, dtype=torch.float64)
+        losses = torch.stack(self.losses).double().cpu()
+        correct = (torch.cat(self.preds) == torch.cat(self.labels)).sum().double().cpu()
+        self.acc += torch.stack([(losses * sizes).sum(), correct, sizes.sum()])
+        self.losses, self.preds, self.labels, self.sizes = [], [], [], []
+
+    def take(self) -> torch.Tensor:
+        """The sums since the last take (a new tensor), and start again from zero."""
+        self._fold()
+        out, self.acc = self.acc, torch.zeros(3, dtype=torch.float64)
+        return out
 
 
 def _settle(record: dict[str, float], extra: float) -> None:
