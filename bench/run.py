@@ -161,6 +161,27 @@ def bench_training(work: Path, repeats: int) -> None:
     record("DDP weak scaling on CPU (2 ranks × 1 thread vs 1 × 1; 512 rows/rank, MLP 64-512-512-10)", "1 rank × 1 thread", "samples/s",
            one, two, "≥ 1.7×", True, lambda r, *_: r >= 1.7)
 
+    # what this machine allows: the bare loop's own scaling, same model and rows per rank
+    def bare_sps(nproc: int, batch: int) -> float:
+        _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(BASELINES / "bare_ddp.py"), str(data_file),
+                    "label", "3", str(batch), "0.05", "0", "512,512", env={"OMP_NUM_THREADS": "1"})
+        return result(out)["samples_per_second"]
+
+    b1, b2 = alternate(lambda: bare_sps(1, 512), lambda: bare_sps(2, 1024), repeats)
+    record("bare torch DDP weak scaling, the same shape (what this machine allows)", "1 rank × 1 thread", "samples/s", b1, b2, "report", True)
+    # and the cores themselves: the same matmul work in 1 process, then in 2 at once (they start together)
+    code = ("import torch, time, json, sys; torch.set_num_threads(1); a = torch.randn(512, 512)\n"
+            "while time.time() < float(sys.argv[1]): time.sleep(0.005)\n"
+            "t = time.perf_counter()\nfor _ in range(300): a @ a\nprint(json.dumps({'s': time.perf_counter() - t}))")
+
+    def cores(k: int) -> float:
+        start = str(time.time() + 8)  # after every process has imported torch
+        procs = [subprocess.Popen([PY, "-c", code, start], stdout=subprocess.PIPE, text=True) for _ in range(k)]
+        return sum(300 / json.loads(p.communicate()[0])["s"] for p in procs)
+
+    c1, c2 = alternate(lambda: cores(1), lambda: cores(2), repeats)
+    record("matmul in two processes at once vs one (the cores' own scaling)", "1 process", "matmuls/s", c1, c2, "report", True)
+
     scale = {}
     for bs in (16, 64, 256):
         scale[f"batch {bs}"] = round(steady_sps(train(work, snap, f"b{bs}", 1, bs, 3)[2]), 1)
@@ -371,6 +392,20 @@ def bench_snapshot(work: Path, repeats: int) -> None:
         again.append(sh(PY, "-m", "trainpipe.components.snapshot_dataset", "--data", str(vdir), "--output-dir", str(work / "s-again"),
                         "--repo-dir", str(work / "repo-1"), "--remote-url", str(work / "remote-1"), "--dataset-name", "bench")[0])
     EXTRA["snapshot_unchanged_resnapshot_s"] = round(statistics.median(again), 2)
+
+    # 10,000 files: snapshot_dataset snapshots one table, so this is DVC's own directory tracking, the
+    # floor any tree snapshot built on it would have: dvc add + push of the folder, then again unchanged
+    tree = work / "tree-repo"
+    (tree / "shards").mkdir(parents=True)
+    for i in range(10_000):
+        (tree / "shards" / f"{i:05d}.txt").write_text(f"{i}\n")
+    sh("git", "init", "-q", cwd=tree)
+    sh(PY, "-m", "dvc", "init", "-q", cwd=tree)
+    sh(PY, "-m", "dvc", "remote", "add", "-d", "storage", str(work / "tree-remote"), cwd=tree)
+    first = sh(PY, "-m", "dvc", "add", "-q", "shards", cwd=tree)[0] + sh(PY, "-m", "dvc", "push", "-q", cwd=tree)[0]
+    unchanged = [sh(PY, "-m", "dvc", "add", "-q", "shards", cwd=tree)[0] + sh(PY, "-m", "dvc", "push", "-q", cwd=tree)[0] for _ in range(repeats)]
+    EXTRA["dvc_10k_files"] = {"first add + push_s": round(first, 2), "unchanged add + push_s": round(statistics.median(unchanged), 2),
+                              "note": "bare DVC on a folder of 10,000 small files (snapshot_dataset tracks one table per dataset)"}
 
 
 def bench_dag_parse(work: Path, repeats: int) -> None:

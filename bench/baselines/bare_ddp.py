@@ -1,7 +1,7 @@
 """Baseline: a bare hand-written torch DDP loop (torchrun), the same model, data, seed and global
 batch sharding as train_model, with no checkpoints, telemetry or tracking.
 
-torchrun --standalone --nproc_per_node N bare_ddp.py DATA.csv LABEL EPOCHS BATCH LR SEED HIDDEN
+torchrun --standalone --nproc_per_node N bare_ddp.py DATA.csv LABEL EPOCHS BATCH LR SEED HIDDEN[,HIDDEN…]
 Prints one JSON line from rank 0: samples/s from the end of step 5 to the last step, the final
 epoch's mean loss, wall seconds.
 """
@@ -17,14 +17,18 @@ from _data import load, shard
 
 
 def main() -> None:
-    path, label, epochs, batch, lr, seed, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+    path, label, epochs, batch, lr, seed, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), [int(h) for h in sys.argv[7].split(",")]
     t0 = time.perf_counter()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y, n_classes = load(path, label, seed)
     xs, ys = torch.from_numpy(x), torch.from_numpy(y)
     torch.manual_seed(seed)
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(xs.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, n_classes)))
+    layers, width = [], xs.shape[1]
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers, nn.Linear(width, n_classes)))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     ends, t_loop = [], time.perf_counter()

@@ -77,13 +77,14 @@ def cuda_device_count() -> int:
 
 
 def rank_env(config: TrainModelConfig) -> dict[str, str]:
-    """The ranks' environment: threads per rank from the usable CPUs unless OMP_NUM_THREADS is set."""
+    """The ranks' environment: threads per rank from the usable CPUs unless OMP_NUM_THREADS is set;
+    TensorFlow's thread pools follow the same figure unless its own variables are set (an
+    OMP_NUM_THREADS alone once left TF workers each using every core)."""
     env = dict(os.environ)
-    if "OMP_NUM_THREADS" not in env:
-        threads = str(threads_per_rank(config.nproc_per_node))
-        env["OMP_NUM_THREADS"] = threads
-        env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
-        env.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    threads = env.get("OMP_NUM_THREADS") or str(threads_per_rank(config.nproc_per_node))
+    env["OMP_NUM_THREADS"] = threads
+    env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
+    env.setdefault("TF_NUM_INTEROP_THREADS", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if config.backend == "tensorflow" and (config.device == "cpu" or cuda_device_count() == 0):
         env["CUDA_VISIBLE_DEVICES"] = ""  # TF would otherwise probe for CUDA and log errors on CPU hosts

@@ -66,14 +66,15 @@ def _plain_step(opt: torch.optim.Optimizer, scaler: Any) -> None:
         opt.step()
 
 
-def serialize_checkpoint(state: dict[str, Any]) -> bytes:
-    """The checkpoint's bytes: a consistent copy, taken before the next optimizer step."""
+def serialize_checkpoint(state: dict[str, Any]) -> memoryview:
+    """The checkpoint's bytes: a consistent copy, taken before the next optimizer step (a view of
+    the serialized buffer, not a second copy of it: the training loop waits for this part)."""
     buf = io.BytesIO()
     torch.save(state, buf)
-    return buf.getvalue()
+    return buf.getbuffer()
 
 
-def write_checkpoint(ckpt_dir: Path, step: int, data: bytes, keep: int, fault: Fault) -> Path:
+def write_checkpoint(ckpt_dir: Path, step: int, data: bytes | memoryview, keep: int, fault: Fault) -> Path:
     """Write ``ckpt-<step>.pt`` atomically (tmp + fsync + rename) and keep the newest ``keep``."""
 
     def chunks() -> Iterator[bytes]:

@@ -62,6 +62,23 @@ def test_threads_per_rank_respects_the_cpu_budget(monkeypatch, capsys):
     assert "oversubscribed" in capsys.readouterr().err
 
 
+def test_tensorflow_threads_follow_omp_num_threads(monkeypatch, tmp_path):
+    """An OMP_NUM_THREADS the user set also sizes TF's pools (it used to leave each TF worker on every core)."""
+    from trainpipe.components.train_model.core import rank_env
+
+    for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr("trainpipe.resources.usable_cpus", lambda: 4)
+    config = build(TrainModelConfig, {"data": str(tmp_path), "output_dir": str(tmp_path / "o"), "backend": "tensorflow", "nproc_per_node": 2, "device": "cpu"})
+    env = rank_env(config)
+    assert (env["OMP_NUM_THREADS"], env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == ("2", "2", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    env = rank_env(config)
+    assert (env["OMP_NUM_THREADS"], env["TF_NUM_INTRAOP_THREADS"]) == ("1", "1")
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "3")
+    assert rank_env(config)["TF_NUM_INTRAOP_THREADS"] == "3"
+
+
 def test_usable_cpus_follow_the_cgroup_quota_not_the_host(tmp_path):
     from trainpipe.resources import usable_cpus
 
