@@ -1,7 +1,7 @@
 """trainpipe reference training DAG (Airflow 3).
 
 validate_data → snapshot_dataset → train_model → profile_training, evaluate_model
-→ gate (short-circuit) → register_model.
+→ gate (skips register_model unless the decision passed) → register_model.
 
 Settings come from the pipeline config named by ``TRAINPIPE_CONFIG`` (read once at
 parse time: a small YAML file, no database or connection lookups) and can be
