@@ -132,10 +132,14 @@ def bench_training(work: Path, repeats: int) -> None:
     epochs, batch = 3, 64
     losses: dict[str, float] = {}
 
+    def bare_ddp(nproc: int, epochs: int, batch: int, hidden: str) -> dict[str, Any]:
+        """The bare loop under torchrun (1 thread per rank) on the 16× data: rank 0's result."""
+        _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(BASELINES / "bare_ddp.py"), str(data_file),
+                    "label", str(epochs), str(batch), "0.05", "0", hidden, env={"OMP_NUM_THREADS": "1"})
+        return result(out)
+
     def base() -> float:
-        _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", "2", str(BASELINES / "bare_ddp.py"), str(data_file), "label",
-                    str(epochs), str(batch), "0.05", "0", "64", env={"OMP_NUM_THREADS": "1"})
-        r = result(out)
+        r = bare_ddp(2, epochs, batch, "64")
         losses["bare"] = r["final_loss"]
         return r["samples_per_second"]
 
@@ -162,12 +166,7 @@ def bench_training(work: Path, repeats: int) -> None:
            one, two, "≥ 1.7×", True, lambda r, *_: r >= 1.7)
 
     # what this machine allows: the bare loop's own scaling, same model and rows per rank
-    def bare_sps(nproc: int, batch: int) -> float:
-        _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(BASELINES / "bare_ddp.py"), str(data_file),
-                    "label", "3", str(batch), "0.05", "0", "512,512", env={"OMP_NUM_THREADS": "1"})
-        return result(out)["samples_per_second"]
-
-    b1, b2 = alternate(lambda: bare_sps(1, 512), lambda: bare_sps(2, 1024), repeats)
+    b1, b2 = alternate(lambda: bare_ddp(1, 3, 512, "512,512")["samples_per_second"], lambda: bare_ddp(2, 3, 1024, "512,512")["samples_per_second"], repeats)
     record("bare torch DDP weak scaling, the same shape (what this machine allows)", "1 rank × 1 thread", "samples/s", b1, b2, "report", True)
     # and the cores themselves: the same matmul work in 1 process, then in 2 at once (they start together)
     code = ("import torch, time, json, sys; torch.set_num_threads(1); a = torch.randn(512, 512)\n"

@@ -8,6 +8,7 @@ failed suite, bad input or a failed gate fails the task for good.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 import os
@@ -274,18 +275,21 @@ class DagSettings:
         path = os.environ.get("TRAINPIPE_CONFIG")
         self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
-        self.profile: Any = None  # pods' resources and images: kubernetes mode only (local mode parses faster without)
-        if self.mode == "kubernetes":
-            from trainpipe.profiles import get_profile
-
-            self.profile = get_profile(self.config.profile)
         if self.config.policy is not None:
             self.config.check_policy()  # at parse time, as the KFP compiler does: a broken DAG names the setting
+
+    @functools.cached_property
+    def profile(self) -> Any:
+        """The hardware profile: pods' resources and images (loaded in kubernetes mode only, so a
+        local-mode DAG file parses without it)."""
+        from trainpipe.profiles import get_profile
+
+        return get_profile(self.config.profile)
 
     def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
         """One task in this DAG's mode, with the profile's training or default resources."""
         resources = image = None
-        if self.profile is not None:
+        if self.mode == "kubernetes":
             from trainpipe.images import image_for
 
             resources = self.profile.train if task_id == "train_model" else self.profile.default
@@ -295,7 +299,8 @@ class DagSettings:
 
             env = {ENV: to_env(self.config.policy)}
             kwargs["env_vars" if self.mode == "kubernetes" else "env"] = {**env, **kwargs.get("env_vars" if self.mode == "kubernetes" else "env", {})}
-        return component_task(operator_cls, task_id, settings, mode=self.mode, image=image, profile=self.profile, resources=resources, **kwargs)
+        return component_task(operator_cls, task_id, settings, mode=self.mode, image=image, resources=resources,
+                              profile=self.profile if self.mode == "kubernetes" else None, **kwargs)
 
     def params(self, *keys: str) -> dict[str, Any]:
         """DAG params from the config (overridable per run)."""
