@@ -17,10 +17,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_component(name: str, *args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_component(name: str, *args: str, env: dict | None = None, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run a component's entrypoint as a container would."""
     return subprocess.run(
         [sys.executable, "-m", f"trainpipe.components.{name}", *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -95,7 +95,7 @@ def validate_data(config: ValidateDataConfig, lineage: dict[str, Any]) -> Valida
     src = find_data_file(config.data, "data")
     suite_doc = load_suite(config.suite, config.label_column)
     df = read_table(src, "data")
-    out = Path(config.output_dir)
+    out = Path(config.output_dir).absolute()  # GX's store backends take absolute directories only
 
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_validate_data_passes_and_writes_data_docs(tmp_path, tiny_csv):
-    out = tmp_path / "v"
-    r = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(out), "--label-column", "target"))
+    out = tmp_path / "v"  # given relative to the working directory, as a user at a shell would
+    r = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", "v", "--label-column", "target", cwd=tmp_path))
     assert r["success"] and r["evaluated"] == 3 and r["rows"] == 240
     assert (out / r["docs_index"]).is_file() and (out / r["docs_page"]).is_file()
     assert (out / "tiny.csv").read_bytes() == tiny_csv.read_bytes()
