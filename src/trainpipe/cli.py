@@ -60,9 +60,11 @@ def run_airflow_local(config_path: Path, workspace: Path) -> str:
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         TRAINPIPE_CONFIG=str(config_path),
     )
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+    # one process: migrating the metadata DB here (what `airflow db migrate` does: create it on the
+    # first run, upgrade it after an Airflow upgrade) spares a second Airflow start-up, ~2.5 s a run
     code = (
-        "import sys\nfrom airflow.dag_processing.dagbag import DagBag\n"
+        "import sys\nfrom airflow.utils import db\ndb.upgradedb()\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
         f"bag = DagBag({str(dags)!r})\n"
         "dr = bag.dags['trainpipe_training'].test()\n"
         "sys.exit(0 if str(dr.state) in ('success', 'DagRunState.SUCCESS') else 1)\n"
