@@ -5,6 +5,7 @@ TF_CONFIG names this worker. python bare_tf.py DATA.csv LABEL EPOCHS BATCH LR SE
 
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -42,7 +43,7 @@ def main() -> None:
             strategy.run(step, args=(tf.constant(x[idx]), tf.constant(y[idx])))
             ends.append(time.perf_counter() - t_loop)
     if rank == 0:
-        print(json.dumps({"samples_per_second": batch * (len(ends) - 5) / (ends[-1] - ends[4])}))
+        print(json.dumps({"samples_per_second": batch * (len(ends) - 5) / (ends[-1] - ends[4]), "median_step_s": statistics.median(b - a for a, b in zip(ends, ends[1:]))}))
 
 
 if __name__ == "__main__":
