@@ -487,6 +487,7 @@ def bench_rss(work: Path) -> None:
     print("peak RSS per component", file=sys.stderr)
     track = f"sqlite:///{work / 'mlflow.db'}"
     rss = EXTRA.setdefault("peak_rss_mb", {})
+    digits_snapshot(work)  # digits.csv
     if not (work / "train").is_dir():  # the model the training benchmark leaves, when it did not run
         train(work, digits_snapshot(work, 16), "train", 2, 64, 1)
     steps = {
