@@ -61,7 +61,7 @@ def run_airflow_local(config_path: Path, workspace: Path) -> str:
         TRAINPIPE_CONFIG=str(config_path),
     )
     # one process: migrating the metadata DB here (what `airflow db migrate` does: create it on the
-    # first run, upgrade it after an Airflow upgrade) spares a second Airflow start-up, ~2.5 s a run
+    # first run, upgrade it after an Airflow upgrade) spares a second Airflow start-up, about 3 s a run
     code = (
         "import sys\nfrom airflow.utils import db\ndb.upgradedb()\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
