@@ -3,10 +3,12 @@ batch sharding as train_model, with no checkpoints, telemetry or tracking.
 
 torchrun --standalone --nproc_per_node N bare_ddp.py DATA.csv LABEL EPOCHS BATCH LR SEED HIDDEN[,HIDDEN…]
 Prints one JSON line from rank 0: samples/s from the end of step 5 to the last step, the final
-epoch's mean loss, wall seconds.
+epoch's mean loss, wall seconds. BARE_DEVICE=cuda runs each rank on its local GPU with NCCL (the
+batches are copied from host memory each step, as train_model does).
 """
 
 import json
+import os
 import sys
 import time
 
@@ -19,7 +21,13 @@ from _data import load, shard
 def main() -> None:
     path, label, epochs, batch, lr, seed, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), [int(h) for h in sys.argv[7].split(",")]
     t0 = time.perf_counter()
-    dist.init_process_group("gloo")
+    cuda = os.environ.get("BARE_DEVICE", "cpu") == "cuda"
+    if cuda:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     x, y, n_classes = load(path, label, seed)
     xs, ys = torch.from_numpy(x), torch.from_numpy(y)
@@ -28,7 +36,7 @@ def main() -> None:
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
         width = h
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers, nn.Linear(width, n_classes)))
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers, nn.Linear(width, n_classes)).to(device), device_ids=[device.index] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     ends, t_loop = [], time.perf_counter()
@@ -37,12 +45,18 @@ def main() -> None:
         sums = torch.zeros(2, dtype=torch.float64)
         for idx in torch.from_numpy(order):
             opt.zero_grad()
-            loss = loss_fn(model(xs[idx]), ys[idx])
+            xb, yb = (xs[idx].to(device, non_blocking=True), ys[idx].to(device, non_blocking=True)) if cuda else (xs[idx], ys[idx])
+            loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
             sums += torch.tensor([loss.item() * len(idx), len(idx)], dtype=torch.float64)
             ends.append(time.perf_counter() - t_loop)
-        dist.all_reduce(sums)
+        if cuda:  # NCCL reduces device tensors
+            on_device = sums.to(device)
+            dist.all_reduce(on_device)
+            sums = on_device.cpu()
+        else:
+            dist.all_reduce(sums)
         final_loss = float(sums[0] / sums[1])
     sps = batch * (len(ends) - 5) / (ends[-1] - ends[4])  # from the end of step 5, as trainpipe's figure
     if rank == 0:
