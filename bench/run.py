@@ -128,6 +128,13 @@ def train(work: Path, snap: Path, out: str, nproc: int, batch: int, epochs: int,
     return wall, result(out_s), tele, rss
 
 
+def bare_ddp(data_file: Path, nproc: int, epochs: int, batch: int, hidden: str, env: dict[str, str]) -> dict[str, Any]:
+    """The bare DDP loop under torchrun on ``data_file`` (lr 0.05, seed 0, as train() runs): rank 0's result."""
+    _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(BASELINES / "bare_ddp.py"), str(data_file),
+                "label", str(epochs), str(batch), "0.05", "0", hidden, env=env)
+    return result(out)
+
+
 def steady_sps(tele: dict) -> float:
     """Samples per second from the end of step 5 to the end of the last step: everything the loop
     does between steps counts (metrics, epoch-end reductions), as in the bare loop."""
@@ -147,14 +154,11 @@ def bench_training(work: Path, repeats: int) -> None:
     epochs, batch = 3, 64
     losses: dict[str, float] = {}
 
-    def bare_ddp(nproc: int, epochs: int, batch: int, hidden: str) -> dict[str, Any]:
-        """The bare loop under torchrun (1 thread per rank) on the 16× data: rank 0's result."""
-        _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(BASELINES / "bare_ddp.py"), str(data_file),
-                    "label", str(epochs), str(batch), "0.05", "0", hidden, env={"OMP_NUM_THREADS": "1"})
-        return result(out)
+    def bare_ddp_cpu(nproc: int, epochs: int, batch: int, hidden: str) -> dict[str, Any]:
+        return bare_ddp(data_file, nproc, epochs, batch, hidden, {"OMP_NUM_THREADS": "1"})
 
     def base() -> float:
-        r = bare_ddp(2, epochs, batch, "64")
+        r = bare_ddp_cpu(2, epochs, batch, "64")
         losses["bare"] = r["final_loss"]
         return r["samples_per_second"]
 
@@ -181,7 +185,7 @@ def bench_training(work: Path, repeats: int) -> None:
            one, two, "≥ 1.7×", True, lambda r, *_: r >= 1.7)
 
     # what this machine allows: the bare loop's own scaling, same model and rows per rank
-    b1, b2 = alternate(lambda: bare_ddp(1, 3, 512, "512,512")["samples_per_second"], lambda: bare_ddp(2, 3, 1024, "512,512")["samples_per_second"], repeats)
+    b1, b2 = alternate(lambda: bare_ddp_cpu(1, 3, 512, "512,512")["samples_per_second"], lambda: bare_ddp_cpu(2, 3, 1024, "512,512")["samples_per_second"], repeats)
     record("bare torch DDP weak scaling, the same shape (what this machine allows)", "1 rank × 1 thread", "samples/s", b1, b2, "report", True)
     # and the cores themselves: the same matmul work in 1 process, then in 2 at once (they start together)
     code = ("import torch, time, json, sys; torch.set_num_threads(1); a = torch.randn(512, 512)\n"
@@ -524,9 +528,7 @@ def bench_gpu(work: Path, repeats: int) -> None:
     shape = f"{nproc} GPU{'s' if nproc > 1 else ''}, MLP 64-4096-4096-10, batch {batch}"
 
     def bare() -> float:
-        _, out = sh(str(Path(PY).parent / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(BASELINES / "bare_ddp.py"), str(data_file),
-                    "label", str(epochs), str(batch), "0.05", "0", hidden, env={"BARE_DEVICE": "cuda"})
-        return result(out)["samples_per_second"]
+        return bare_ddp(data_file, nproc, epochs, batch, hidden, {"BARE_DEVICE": "cuda"})["samples_per_second"]
 
     def ours(precision: str) -> float:
         return steady_sps(train(work, snap, f"gpu-{precision}", nproc, batch, epochs, hidden_units=f"[{hidden}]", device="cuda",

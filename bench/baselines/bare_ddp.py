@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from _data import load, shard
+from _data import load, shard, step_figures
 
 
 def main() -> None:
@@ -58,9 +58,8 @@ def main() -> None:
         else:
             dist.all_reduce(sums)
         final_loss = float(sums[0] / sums[1])
-    sps = batch * (len(ends) - 5) / (ends[-1] - ends[4])  # from the end of step 5, as trainpipe's figure
     if rank == 0:
-        print(json.dumps({"samples_per_second": sps, "final_loss": final_loss, "wall_s": time.perf_counter() - t0}))
+        print(json.dumps({**step_figures(ends, batch), "final_loss": final_loss, "wall_s": time.perf_counter() - t0}))
     dist.destroy_process_group()
 
 

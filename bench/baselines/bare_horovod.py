@@ -3,14 +3,13 @@ horovod backend. horovodrun --gloo -np N python bare_horovod.py DATA.csv LABEL E
 """
 
 import json
-import statistics
 import sys
 import time
 
 import horovod.torch as hvd
 import torch
 import torch.nn as nn
-from _data import load, shard
+from _data import load, shard, step_figures
 
 
 def main() -> None:
@@ -39,8 +38,7 @@ def main() -> None:
         sums = hvd.allreduce(sums, op=hvd.Sum)
         final_loss = float(sums[0] / sums[1])
     if rank == 0:
-        print(json.dumps({"samples_per_second": batch * (len(ends) - 5) / (ends[-1] - ends[4]), "final_loss": final_loss,
-                          "median_step_s": statistics.median(b - a for a, b in zip(ends, ends[1:]))}))
+        print(json.dumps({**step_figures(ends, batch), "final_loss": final_loss}))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ TF_CONFIG names this worker. python bare_tf.py DATA.csv LABEL EPOCHS BATCH LR SE
 
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -13,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _data import load, shard  # noqa: E402
+from _data import load, shard, step_figures  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +42,7 @@ def main() -> None:
             strategy.run(step, args=(tf.constant(x[idx]), tf.constant(y[idx])))
             ends.append(time.perf_counter() - t_loop)
     if rank == 0:
-        print(json.dumps({"samples_per_second": batch * (len(ends) - 5) / (ends[-1] - ends[4]), "median_step_s": statistics.median(b - a for a, b in zip(ends, ends[1:]))}))
+        print(json.dumps(step_figures(ends, batch)))
 
 
 if __name__ == "__main__":
