@@ -14,7 +14,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.faces.airflow_face import DEFAULT_ARGS, RUN_DIR, DagSettings, GateOperator, dataset_asset, model_steps, new_snapshot
+from trainpipe.faces.airflow_dag import DEFAULT_ARGS, GATE_KEYS, RUN_DIR, DagSettings, GateOperator, dataset_asset, model_steps, new_snapshot
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -29,7 +29,7 @@ with DAG(
     default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", "thresholds", "train"),
+    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", *GATE_KEYS, "train"),
 ) as dag:
     changed = GateOperator(
         task_id="new_snapshot",

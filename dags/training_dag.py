@@ -18,7 +18,7 @@ from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.faces.airflow_face import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, model_steps
+from trainpipe.faces.airflow_dag import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, model_steps
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -39,7 +39,9 @@ with DAG(
     validate = step(
         ValidateDataOperator,
         "validate_data",
-        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data", "label_column": "{{ params.label_column }}", "suite": "{{ params.suite }}"},
+        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data", "label_column": "{{ params.label_column }}", "suite": "{{ params.suite }}",
+         # the default suite checks train_model's preconditions for the training settings
+         **{k: "{{ params.train.%s | tojson }}" % k for k in ("task", "batch_size", "test_fraction", "seed")}},
         retries=0,  # a failed suite or a bad file does not fix itself
     )
     snapshot = step(

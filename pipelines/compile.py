@@ -9,7 +9,8 @@ from typing import Any
 from trainpipe.pipelines.config import PipelineConfig
 
 
-def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", policy: Any = None, pipeline_root: str | None = None) -> Path:
+def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", policy: Any = None, pipeline_root: str | None = None,
+                     trusted_code: str = "") -> Path:
     """Compile the reference pipeline for a hardware profile to ``output``.
 
     Args:
@@ -18,6 +19,7 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", polic
         policy: A :class:`~trainpipe.contract.policy.Policy` (default: ``TRAINPIPE_POLICY``). A
             non-empty policy is put on every task, which enforces it at run time.
         pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
+        trusted_code: The team package evaluate_model may import to rebuild the team's model.
 
     Raises:
         InputError: the pipeline root is outside the policy's locations, regions or encryption.
@@ -35,7 +37,7 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", polic
         policy_mod.check_store("pipeline_root", pipeline_root, policy.sse, policy=policy)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(build_pipeline(hw, policy=policy, pipeline_root=pipeline_root), package_path=str(out))
+    compiler.Compiler().compile(build_pipeline(hw, policy=policy, pipeline_root=pipeline_root, trusted_code=trusted_code), package_path=str(out))
     return out
 
 
@@ -108,6 +110,6 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
     # transient one: locally, wait 1 s (not 30 s) before retrying, so a failed suite
     # stops the run in seconds.
     profile = get_profile(config.profile).model_copy(update={"retry_backoff_s": 1})
-    pipeline = build_pipeline(profile)
+    pipeline = build_pipeline(profile, trusted_code=config.trusted_code())
     task = pipeline(**config.pipeline_arguments())
     return {"pipeline_root": str(root), "outputs": getattr(task, "outputs", {})}

@@ -1,55 +1,91 @@
 """The reference pipeline's config: one YAML file drives KFP, Airflow and the CLI.
 
-Relative paths resolve against the config file's folder; everything local
-(DVC workspace and remote, MLflow database, run outputs) defaults to a place
-under ``workspace``, the embedded default for a laptop or a CPU server.
+Every setting that is a component's is taken from that component's spec (name, type, default,
+bounds), never written again here: ``train`` is train_model's settings, and the gate's, the
+suite's, the dataset's and the registry's settings come from evaluate_model, validate_data,
+snapshot_dataset and register_model. The pipeline adds only what is its own: where the raw data
+and the local state are, the DVC workspace and remote, the hardware profile, the policy and the
+schedule. Relative paths resolve against the config file's folder; everything local defaults to
+a place under ``workspace``, the embedded default for a laptop or a CPU server.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, create_model, model_validator
 
+from trainpipe.components.evaluate_model.spec import EvaluateModelParams
+from trainpipe.components.register_model.spec import RegisterModelParams
+from trainpipe.components.snapshot_dataset.spec import SnapshotDatasetParams
+from trainpipe.components.train_model.spec import TrainModelParams
+from trainpipe.components.validate_data.spec import ValidateDataParams
 from trainpipe.contract.config import StrictModel, build, load_file
 from trainpipe.contract.policy import Policy
 
+#: train_model settings that are not in ``train:``: the pipeline sets them once for every step
+#: (label_column, tracking_uri, experiment_name) or a multi-node launcher sets them per node.
+NOT_IN_TRAIN = ("label_column", "tracking_uri", "experiment_name", "node_rank", "rdzv_endpoint")
+#: Pipeline settings taken from a component's spec, by (component, its field).
+FROM_SPECS: dict[str, tuple[Any, str]] = {
+    "label_column": (TrainModelParams, "label_column"),
+    "suite": (ValidateDataParams, "suite"),
+    "dataset_name": (SnapshotDatasetParams, "dataset_name"),
+    "tracking_uri": (TrainModelParams, "tracking_uri"),
+    "experiment_name": (TrainModelParams, "experiment_name"),
+    "model_name": (RegisterModelParams, "model_name"),
+    "alias": (RegisterModelParams, "alias"),
+    "thresholds": (EvaluateModelParams, "thresholds"),
+    "min_improvement": (EvaluateModelParams, "min_improvement"),
+    "max_regression": (EvaluateModelParams, "max_regression"),
+    "metric_functions": (EvaluateModelParams, "metric_functions"),
+    "lower_is_better": (EvaluateModelParams, "lower_is_better"),
+}
 
-class TrainSettings(StrictModel):
-    """The training settings a pipeline exposes (see train_model for all)."""
 
-    backend: Literal["torch_ddp", "tensorflow", "horovod"] = "torch_ddp"
-    model: str = Field("mlp", min_length=1, description="mlp, cnn or 'package.module:function'")
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    nproc_per_node: int = Field(2, ge=1, le=256)
-    device: str = "auto"
-    epochs: int = Field(10, ge=1, le=100_000)
-    batch_size: int = Field(64, ge=1, le=10_000_000)
-    learning_rate: float = Field(0.05, gt=0, le=10)
-    hidden_units: list[int] = Field(default_factory=lambda: [64])
-    test_fraction: float = Field(0.2, gt=0, lt=1)
-    seed: int = Field(0, ge=0)
-    max_restarts: int = Field(3, ge=0, le=100)
-    checkpoint_every_steps: int = Field(50, ge=0)
+def _fields(source: Any, names: list[str]) -> dict[str, Any]:
+    return {n: (source.model_fields[n].annotation, source.model_fields[n]) for n in names}
 
 
-class PipelineConfig(StrictModel):
+def _same_rules(model: Any, values: dict[str, Any]) -> None:
+    """Validate ``values`` as the component would; its first complaint becomes this validator's."""
+    from pydantic import ValidationError
+
+    try:
+        model.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+
+
+_TrainBase = create_model(  # type: ignore[call-overload]
+    "_TrainBase", __base__=StrictModel, **_fields(TrainModelParams, [n for n in TrainModelParams.model_fields if n not in NOT_IN_TRAIN])
+)
+
+
+class TrainSettings(_TrainBase):  # type: ignore[misc, valid-type]
+    """train_model's settings in a pipeline (every one but those in :data:`NOT_IN_TRAIN`)."""
+
+    @model_validator(mode="after")
+    def _as_train_model(self) -> "TrainSettings":
+        # the same cross-field rules as train_model itself (batch size and world size, ...)
+        _same_rules(TrainModelParams, self.model_dump())
+        return self
+
+
+_SpecBase = create_model(  # type: ignore[call-overload]
+    "_SpecBase", __base__=StrictModel, **{name: (src.model_fields[f].annotation, src.model_fields[f]) for name, (src, f) in FROM_SPECS.items()}
+)
+
+
+class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     """Settings of the reference training pipeline."""
 
-    data: str = Field(..., min_length=1, description="the raw dataset: a .csv or .parquet file")
-    label_column: str = Field("label", min_length=1)
+    data: str = Field(..., min_length=1, description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files")
     workspace: str = Field(".trainpipe", description="local state: DVC workspace and remote, MLflow DB, run outputs")
-    suite: str = "builtin:default"
-    dataset_name: str = Field("dataset", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    dvc_repo_dir: str | None = None
-    dvc_remote_url: str | None = None
-    tracking_uri: str | None = None
-    experiment_name: str = "trainpipe"
-    model_name: str = Field("trainpipe-model", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
-    alias: str = "champion"
-    thresholds: dict[str, float] = Field(default_factory=lambda: {"accuracy": 0.8})
+    dvc_repo_dir: str | None = Field(None, description="snapshot_dataset's repo_dir (default: <workspace>/dvc-repo)")
+    dvc_remote_url: str | None = Field(None, description="snapshot_dataset's remote_url (default: <workspace>/dvc-remote)")
     train: TrainSettings = Field(default_factory=TrainSettings)
     profile: str = "cpu"
     policy: Policy | None = Field(
@@ -58,6 +94,12 @@ class PipelineConfig(StrictModel):
     schedule: str | None = Field(
         "@daily", min_length=1, description="the training DAG's schedule: a cron expression or preset; null for triggered runs only"
     )
+
+    @model_validator(mode="after")
+    def _check_metrics(self) -> "PipelineConfig":
+        _same_rules(EvaluateModelParams, {k: getattr(self, k) for k in ("thresholds", "min_improvement", "max_regression",
+                                                                        "metric_functions", "lower_is_better")})
+        return self
 
     def resolved(self, base: Path | None = None) -> "PipelineConfig":
         """A copy with every local path absolute and every default filled in."""
@@ -78,6 +120,11 @@ class PipelineConfig(StrictModel):
                 "tracking_uri": tracking,
             }
         )
+
+    def trusted_code(self) -> str:
+        """The package of the config's training function: the steps that rebuild its model may import it."""
+        fn = self.train.train_function
+        return "" if fn.startswith("builtin:") else fn.partition(":")[0].split(".")[0]
 
     def effective_policy(self) -> Policy:
         """The config's policy, else the one in force (``TRAINPIPE_POLICY``)."""
@@ -106,34 +153,29 @@ class PipelineConfig(StrictModel):
         return policy
 
     def pipeline_arguments(self) -> dict[str, Any]:
-        """The KFP pipeline's parameters for this config (resolve first)."""
-        t = self.train
-        return {
-            "raw_data_uri": self.data,
-            "label_column": self.label_column,
-            "suite": self.suite,
-            "dvc_repo_dir": self.dvc_repo_dir,
-            "dvc_remote_url": self.dvc_remote_url,
-            "dataset_name": self.dataset_name,
-            "tracking_uri": self.tracking_uri,
-            "experiment_name": self.experiment_name,
-            "model_name": self.model_name,
-            "alias": self.alias,
-            "thresholds": self.thresholds,
-            "backend": t.backend,
-            "model_arch": t.model,
-            "precision": t.precision,
-            "nproc_per_node": t.nproc_per_node,
-            "device": t.device,
-            "epochs": t.epochs,
-            "batch_size": t.batch_size,
-            "learning_rate": t.learning_rate,
-            "hidden_units": t.hidden_units,
-            "test_fraction": t.test_fraction,
-            "seed": t.seed,
-            "max_restarts": t.max_restarts,
-            "checkpoint_every_steps": t.checkpoint_every_steps,
-        }
+        """The KFP pipeline's parameters for this config (resolve first): the same names, ``train``
+        flattened, and None as the KFP face's unset value (KFP parameters cannot be None)."""
+        from trainpipe.faces.surface import UNSET
+
+        def kfp(value: Any, annotation: Any) -> Any:
+            if value is not None:
+                return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+            import typing
+
+            kinds = {typing.get_origin(a) or a for a in (typing.get_args(annotation) or (annotation,))}
+            return next((UNSET[t] for t in (dict, list, int, float, str) if t in kinds), {})
+
+        out: dict[str, Any] = {"data": self.data, "dvc_repo_dir": self.dvc_repo_dir, "dvc_remote_url": self.dvc_remote_url}
+        for name in FROM_SPECS:
+            out[name] = kfp(getattr(self, name), type(self).model_fields[name].annotation)
+        for name, field in TrainSettings.model_fields.items():
+            out[name] = kfp(getattr(self.train, name), field.annotation)
+        return out
+
+
+#: Settings of the pipeline config the KFP pipeline does not take as parameters (they shape the
+#: compiled pipeline or the local run instead).
+NOT_PIPELINE_PARAMETERS = ("workspace", "profile", "policy", "schedule", "train")
 
 
 def load_pipeline_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:

@@ -35,8 +35,8 @@ def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: boo
     from kfp import kubernetes
 
     kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
-    # backoff_max_duration is the cap on one wait, chosen on purpose: KFP's default
-    # (3600 s) is the same, but we say it so nobody has to guess.
+    # backoff_max_duration caps one wait at ten minutes (KFP's default is an hour): a service
+    # that comes back is retried within minutes.
     task.set_retry(num_retries=profile.retries, backoff_duration=f"{profile.retry_backoff_s}s", backoff_factor=2.0, backoff_max_duration="600s")
     task.set_caching_options(caching)
     return task
@@ -64,7 +64,8 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
         kubernetes.mount_pvc(trained, pvc_name=pvc, mount_path=path)
 
 
-def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: str | None = None) -> Any:
+def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: str | None = None, trusted_code: str = "",
+                   include: tuple[str, ...] = ("profile_training",)) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
     Args:
@@ -72,15 +73,20 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         policy: A non-empty :class:`~trainpipe.contract.policy.Policy` goes onto every task as
             ``TRAINPIPE_POLICY`` (rules only: it holds no secret).
         pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
+        trusted_code: A team's package the steps that rebuild its model may import
+            (``TRAINPIPE_TRUSTED_MODEL_CODE`` on evaluate_model).
+        include: The optional steps to run (``profile_training``; without it, register_model
+            records no profile).
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
     from trainpipe.contract.policy import ENV as POLICY_ENV, to_env
 
     policy_json = to_env(policy) if policy is not None else "{}"
+    with_profile = "profile_training" in include
 
     @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, train, profile, evaluate and register a model.", pipeline_root=pipeline_root)
     def training_pipeline(
-        raw_data_uri: str,
+        data: str,
         dvc_repo_dir: str,
         dvc_remote_url: str,
         tracking_uri: str,
@@ -90,89 +96,80 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         experiment_name: str = "trainpipe",
         model_name: str = "trainpipe-model",
         alias: str = "champion",
-        thresholds: dict = {"accuracy": 0.8},
+        thresholds: dict = {},
+        min_improvement: dict = {},
+        max_regression: dict = {},
+        metric_functions: dict = {},
+        lower_is_better: list = [],
+        train_function: str = "builtin:mlp",
+        train_config: dict = {},
+        task: str = "classification",
         backend: str = "torch_ddp",
-        model_arch: str = "mlp",
+        horovod_binding: str = "torch",
         precision: str = "fp32",
         nproc_per_node: int = 2,
+        nnodes: int = 1,
+        cluster: dict = {},
         device: str = "auto",
+        dist_backend: str = "auto",
         epochs: int = 10,
+        max_steps: int = 0,
         batch_size: int = 64,
-        learning_rate: float = 0.05,
-        hidden_units: list = [64],
         test_fraction: float = 0.2,
         seed: int = 0,
         max_restarts: int = 3,
+        collective_timeout_s: int = 300,
+        profile_steps: int = 0,
         checkpoint_every_steps: int = 50,
+        keep_checkpoints: int = 2,
+        serving_requirements: list = [],
     ):
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        raw = dsl.importer(artifact_uri=raw_data_uri, artifact_class=Dataset, reimport=False)
+        raw = dsl.importer(artifact_uri=data, artifact_class=Dataset, reimport=False)
         raw.set_display_name("raw-data")
-        validated = validate_data(raw_data=raw.output, label_column=label_column, suite=suite, run_id=run_id)
+        validated = validate_data(data=raw.output, label_column=label_column, suite=suite, task=task, batch_size=batch_size,
+                                  test_fraction=test_fraction, seed=seed, run_id=run_id)
         # validate and snapshot read data that can change behind the same URI: never cached
         # (the snapshot is content-addressed and idempotent, so rerunning it is cheap). Every
         # later data-consuming task takes the snapshot's DVC md5 as a parameter, so its cache
         # key includes the content hash and new data never hits a stale cache.
-        snap = snapshot_dataset(
-            validated=validated.outputs["validated"],
-            repo_dir=dvc_repo_dir,
-            remote_url=dvc_remote_url,
-            dataset_name=dataset_name,
-            run_id=run_id,
-        )
+        snap = snapshot_dataset(data=validated.outputs["validated"], repo_dir=dvc_repo_dir, remote_url=dvc_remote_url,
+                                dataset_name=dataset_name, run_id=run_id)
         trained = train_op(
-            snapshot=snap.outputs["snapshot"],
-            dataset_md5=snap.outputs["md5"],
-            label_column=label_column,
-            backend=backend,
-            model_arch=model_arch,
-            precision=precision,
-            nproc_per_node=nproc_per_node,
-            device=device,
-            epochs=epochs,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            hidden_units=hidden_units,
-            test_fraction=test_fraction,
-            seed=seed,
-            max_restarts=max_restarts,
-            checkpoint_every_steps=checkpoint_every_steps,
-            tracking_uri=tracking_uri,
-            experiment_name=experiment_name,
-            run_id=run_id,
+            data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], train_function=train_function, train_config=train_config,
+            task=task, label_column=label_column, backend=backend, horovod_binding=horovod_binding, precision=precision,
+            nproc_per_node=nproc_per_node, nnodes=nnodes, cluster=cluster, device=device, dist_backend=dist_backend, epochs=epochs,
+            max_steps=max_steps, batch_size=batch_size, test_fraction=test_fraction, seed=seed, max_restarts=max_restarts,
+            collective_timeout_s=collective_timeout_s, profile_steps=profile_steps, checkpoint_every_steps=checkpoint_every_steps,
+            keep_checkpoints=keep_checkpoints, serving_requirements=serving_requirements, tracking_uri=tracking_uri,
+            experiment_name=experiment_name, run_id=run_id,
         )
-        profiled = profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id)
+        profiled = profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id) if with_profile else None
         evaluated = evaluate_model(
-            model=trained.outputs["model"],
-            snapshot=snap.outputs["snapshot"],
-            dataset_md5=snap.outputs["md5"],
-            label_column=label_column,
-            thresholds=thresholds,
-            model_name=model_name,
-            tracking_uri=tracking_uri,
-            run_id=run_id,
+            model=trained.outputs["model"], data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], label_column=label_column,
+            thresholds=thresholds, model_name=model_name, champion_alias=alias, tracking_uri=tracking_uri,
+            min_improvement=min_improvement, max_regression=max_regression, metric_functions=metric_functions,
+            lower_is_better=lower_is_better, run_id=run_id,
         )
         with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
-            registered = register_model(
-                model=trained.outputs["model"],
-                decision=evaluated.outputs["decision"],
-                profile=profiled.outputs["profile"],
-                model_name=model_name,
-                alias=alias,
-                tracking_uri=tracking_uri,
-                run_id=run_id,
-            )
+            extra = {"profile": profiled.outputs["profile"]} if profiled is not None else {}
+            registered = register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name=model_name,
+                                        alias=alias, tracking_uri=tracking_uri, run_id=run_id, **extra)
             _configure(registered, profile.default, profile, caching=False)
-        for task in (profiled, evaluated):
-            _configure(task, profile.default, profile)
-        for task in (validated, snap):
-            _configure(task, profile.default, profile, caching=False)
+        steps = [t for t in (profiled, evaluated) if t is not None]
+        for task_ in steps:
+            _configure(task_, profile.default, profile)
+        for task_ in (validated, snap):
+            _configure(task_, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
-        _kubernetes_settings(profile, trained, [validated, snap, trained, profiled, evaluated, registered])
+        if trusted_code:
+            evaluated.set_env_variable(name="TRAINPIPE_TRUSTED_MODEL_CODE", value=trusted_code)
+        every = [validated, snap, trained, *steps, registered]
+        _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":
-            for task in (validated, snap, trained, profiled, evaluated, registered):
-                task.set_env_variable(name=POLICY_ENV, value=policy_json)
+            for task_ in every:
+                task_.set_env_variable(name=POLICY_ENV, value=policy_json)
 
     return training_pipeline
 

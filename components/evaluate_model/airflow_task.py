@@ -1,6 +1,6 @@
 """Airflow 3 face of evaluate_model. Holds no logic: it runs the entrypoint."""
 
-from trainpipe.faces.airflow_face import TrainpipeOperator
+from trainpipe.faces.airflow_operator import TrainpipeOperator
 
 
 class EvaluateModelOperator(TrainpipeOperator):

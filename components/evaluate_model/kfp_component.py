@@ -14,43 +14,41 @@ from trainpipe.faces.kfp_face import component
 @component
 def evaluate_model(
     model: Input[Model],
-    snapshot: Input[Dataset],
+    data: Input[Dataset],
     decision: Output[Artifact],
     metrics: Output[Metrics],
     report: Output[HTML],
     classification: Output[ClassificationMetrics],
     label_column: str = "label",
-    thresholds: dict = {"accuracy": 0.8},
+    thresholds: dict = {},
     model_name: str = "",
+    champion_alias: str = "champion",
     tracking_uri: str = "",
     min_improvement: dict = {},
-    max_regression: dict = {"accuracy": 0.0},
+    max_regression: dict = {},
+    fail_on_gate: bool = False,
+    metric_functions: dict = {},
+    lower_is_better: list = [],
     dataset_md5: str = "",
     run_id: str = "",
 ) -> bool:
-    """Score the model on its held-out split and decide the gate (thresholds, then the current champion)."""
+    """Score the model on its held-out split and decide the gate (thresholds, then the model serving under ``champion_alias``)."""
     from trainpipe.faces.kfp_runtime import check_dataset_hash, copy_file, log_metrics, run_entrypoint
 
-    check_dataset_hash(snapshot, dataset_md5)
+    check_dataset_hash(data, dataset_md5)
     result = run_entrypoint(
         "evaluate_model",
-        {
-            "model": model.path,
-            "data": snapshot.path,
-            "output_dir": decision.path,
-            "label_column": label_column,
-            "thresholds": thresholds,
-            "model_name": model_name or None,
-            "tracking_uri": tracking_uri or None,
-            "min_improvement": min_improvement,
-            "max_regression": max_regression,
-        },
+        {"model": model.path, "data": data.path, "output_dir": decision.path, "label_column": label_column, "thresholds": thresholds,
+         "model_name": model_name, "champion_alias": champion_alias, "tracking_uri": tracking_uri, "min_improvement": min_improvement,
+         "max_regression": max_regression, "fail_on_gate": fail_on_gate, "metric_functions": metric_functions, "lower_is_better": lower_is_better},
         run_id=run_id,
+        output=decision.path,
     )
-    decision.metadata.update({"passed": result["decision"]["passed"], "reasons": result["decision"]["reasons"]})
+    decision.metadata.update({"passed": result["decision"]["passed"], "reasons": result["decision"]["reasons"], "task": result["task"]})
     log_metrics(metrics, result["metrics"])
-    classification.log_confusion_matrix([str(c) for c in result["classes"]], result["confusion_matrix"])
-    roc = result["roc_curve"]
-    classification.log_roc_curve(roc["fpr"], roc["tpr"], roc["thresholds"])
+    if result["task"] == "classification":
+        classification.log_confusion_matrix([str(c) for c in result["classes"]], result["confusion_matrix"])
+        roc = result["roc_curve"]
+        classification.log_roc_curve(roc["fpr"], roc["tpr"], roc["thresholds"])
     copy_file(decision.path + "/report.html", report.path)
     return bool(result["decision"]["passed"])

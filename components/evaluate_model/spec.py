@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, model_validator
 
 from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
+from trainpipe.contract.result import ComponentResult
 
 NAME = "evaluate_model"
 DECISION_FILE = "decision.json"
@@ -18,15 +19,19 @@ CLASSIFICATION_METRICS = ("accuracy", "f1_macro", "precision_macro", "recall_mac
 REGRESSION_METRICS = ("mae", "rmse", "r2")
 METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS
 LOWER_IS_BETTER = frozenset({"log_loss", "mae", "rmse"})
+TASK_METRICS = {"classification": CLASSIFICATION_METRICS, "regression": REGRESSION_METRICS}
+DEFAULT_THRESHOLDS = {"classification": {"accuracy": 0.8}, "regression": {"r2": 0.0}}
+DEFAULT_MAX_REGRESSION = {"classification": {"accuracy": 0.0}, "regression": {"rmse": 0.0}}
 
 
 class EvaluateModelParams(StrictModel):
     """Settings of evaluate_model that are not artifacts."""
 
     label_column: str = Field("label", min_length=1, description="name of the label column")
-    thresholds: dict[str, float] = Field(
-        default_factory=lambda: {"accuracy": 0.8},
-        description="per metric: the minimum (higher-is-better metrics) or maximum (log_loss, mae, rmse) to pass",
+    thresholds: dict[str, float] | None = Field(
+        None,
+        description="per metric: the minimum (higher-is-better metrics) or maximum (log_loss, mae, rmse, yours listed lower-is-better) to pass; "
+        "default: accuracy 0.8 for a classifier, r2 0.0 for a regressor",
     )
     model_name: str | None = Field(None, description="registered model whose champion the model is compared with (none: thresholds only)")
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$")
@@ -34,25 +39,64 @@ class EvaluateModelParams(StrictModel):
     min_improvement: dict[str, float] = Field(
         default_factory=dict, description="per metric: how much better than the champion the model must be"
     )
-    max_regression: dict[str, float] = Field(
-        default_factory=lambda: {"accuracy": 0.0}, description="per metric: how much worse than the champion the model may be"
+    max_regression: dict[str, float] | None = Field(
+        None, description="per metric: how much worse than the champion the model may be; default: accuracy 0.0 (classifier), rmse 0.0 (regressor)"
     )
     fail_on_gate: bool = Field(False, description="exit 4 when the gate does not pass (default: report it as data)")
 
-    @field_validator("thresholds", "min_improvement", "max_regression")
-    @classmethod
-    def _known(cls, v: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(v) - set(METRICS))
-        if unknown:
-            raise ValueError(f"unknown metric {', '.join(unknown)} (known: {', '.join(METRICS)})")
-        return v
+    metric_functions: dict[str, str] = Field(
+        default_factory=dict,
+        description="your own metrics: name -> 'package.module:function' called as f(y_true, y_pred) -> float (labels or values)",
+    )
+    lower_is_better: list[str] = Field(default_factory=list, description="which of your metrics are better when lower (an error, a cost)")
+
+    @model_validator(mode="after")
+    def _known(self) -> "EvaluateModelParams":
+        known = set(METRICS) | set(self.metric_functions)
+        for field in ("thresholds", "min_improvement", "max_regression"):
+            unknown = sorted(set(getattr(self, field) or {}) - known)
+            if unknown:
+                raise ValueError(f"{field}: unknown metric {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        clash = sorted(set(self.metric_functions) & set(METRICS))
+        if clash:
+            raise ValueError(f"metric_functions: {', '.join(clash)} is a built-in metric name; name yours differently")
+        for name, ref in self.metric_functions.items():
+            module, sep, func = ref.partition(":")
+            if not sep or not all(p.isidentifier() for p in module.split(".")) or not func.isidentifier():
+                raise ValueError(f"metric_functions: {name}: {ref!r} is not 'package.module:function'")
+        stray = sorted(set(self.lower_is_better) - set(self.metric_functions))
+        if stray:
+            raise ValueError(f"lower_is_better: {', '.join(stray)} is not one of your metric_functions")
+        return self
+
+    def gate_rules(self, task: str) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """``(thresholds, min_improvement, max_regression)`` for a model of ``task``: the defaults
+        filled in, and metrics of the other task refused.
+
+        Raises:
+            InputError: a rule names a metric this task does not have.
+        """
+        from trainpipe.contract.errors import InputError
+
+        thresholds = self.thresholds if self.thresholds is not None else DEFAULT_THRESHOLDS[task]
+        max_regression = self.max_regression if self.max_regression is not None else DEFAULT_MAX_REGRESSION[task]
+        other = set(REGRESSION_METRICS if task == "classification" else CLASSIFICATION_METRICS)
+        for field, rules in (("thresholds", thresholds), ("min_improvement", self.min_improvement), ("max_regression", max_regression)):
+            wrong = sorted(set(rules) & other)
+            if wrong:
+                raise InputError(f"{field}: {', '.join(wrong)} is not a metric of a {task} model (it has {', '.join(TASK_METRICS[task])} and your metric_functions)")
+        return dict(thresholds), dict(self.min_improvement), dict(max_regression)
+
+    def lower_better(self) -> frozenset[str]:
+        """Every metric that is better when lower: the built-in errors and the listed team metrics."""
+        return LOWER_IS_BETTER | frozenset(self.lower_is_better)
 
 
 class EvaluateModelConfig(EvaluateModelParams):
     """Everything evaluate_model needs, artifacts included."""
 
     model: str = Field(..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT)
-    data: str = Field(..., min_length=1, description="the same dataset snapshot the model was trained on", json_schema_extra=INPUT)
+    data: str = Field(..., min_length=1, description="the same dataset snapshot the model was trained on", json_schema_extra=SOURCE)
     output_dir: str = Field(..., min_length=1, description="where metrics, the decision and the report go", json_schema_extra=OUTPUT)
 
 
@@ -69,18 +113,19 @@ class GateDecision(BaseModel):
     beats_champion: bool = Field(False, description="passed, and decided against a current champion")
 
 
-class EvaluateModelResult(BaseModel):
+class EvaluateModelResult(ComponentResult):
     """What evaluate_model reports."""
 
     task: str = "classification"
     metrics: dict[str, float]
+    lower_is_better: list[str] = Field(default_factory=list, description="the metrics here that are better when lower")
     per_class: dict[str, dict[str, float]] = Field(default_factory=dict, description="precision, recall, f1, support per class")
-    confusion_matrix: list[list[int]]
-    roc_curve: dict[str, list[float]] = Field(default_factory=dict, description="micro-averaged fpr, tpr, thresholds")
-    classes: list[Any]
+    confusion_matrix: list[list[int]] = Field(default_factory=list, description="classification only")
+    roc_curve: dict[str, list[float]] = Field(default_factory=dict, description="micro-averaged fpr, tpr, thresholds (classification)")
+    residuals: dict[str, float] = Field(default_factory=dict, description="regression: mean, std and largest absolute residual")
+    classes: list[Any] = Field(default_factory=list)
     n_test: int
     decision: GateDecision
-    lineage: dict[str, Any] = Field(default_factory=dict)
 
     def audit_events(self) -> list[dict[str, Any]]:
         """The gate decision, as a record of the audit trail."""

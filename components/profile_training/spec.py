@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.result import ComponentResult
 
 NAME = "profile_training"
 REPORT_FILE = "report.html"
@@ -45,7 +46,7 @@ class ProfileTrainingConfig(ProfileTrainingParams):
     output_dir: str = Field(..., min_length=1, description="where the report and summary go", json_schema_extra=OUTPUT)
 
 
-class ProfileTrainingResult(BaseModel):
+class ProfileTrainingResult(ComponentResult):
     """What profile_training reports."""
 
     world_size: int
@@ -71,7 +72,6 @@ class ProfileTrainingResult(BaseModel):
     trace: str | None = Field(None, description="Chrome trace file (chrome://tracing, Perfetto)")
     mlflow_run_id: str | None = None
     report: str = REPORT_FILE
-    lineage: dict[str, Any] = Field(default_factory=dict)
 
     def summary(self) -> str:
         return (

@@ -11,30 +11,26 @@ from trainpipe.faces.kfp_face import component
 def register_model(
     model: Input[Model],
     decision: Input[Artifact],
-    profile: Input[Artifact],
     registration: Output[Artifact],
+    profile: Input[Artifact] = None,
     model_name: str = "trainpipe-model",
     alias: str = "champion",
+    challenger_alias: str = "challenger",
+    intended_use: str = "Predictions on rows shaped like the training snapshot. Not assessed for other populations or for decisions about people without review.",
     tracking_uri: str = "",
     run_id: str = "",
 ) -> NamedTuple("RegisterOutputs", [("model_uri", str), ("version", str)]):
-    """Register the gated model in MLflow with its lineage; idempotent."""
+    """Register the gated model in MLflow with its lineage (the profile's too, when given); idempotent."""
     from collections import namedtuple
 
     from trainpipe.faces.kfp_runtime import run_entrypoint
 
     result = run_entrypoint(
         "register_model",
-        {
-            "model": model.path,
-            "decision": decision.path,
-            "profile": profile.path,
-            "output_dir": registration.path,
-            "model_name": model_name,
-            "alias": alias,
-            "tracking_uri": tracking_uri,
-        },
+        {"model": model.path, "decision": decision.path, "profile": profile.path if profile is not None else "", "output_dir": registration.path,
+         "model_name": model_name, "alias": alias, "challenger_alias": challenger_alias, "intended_use": intended_use, "tracking_uri": tracking_uri},
         run_id=run_id,
+        output=registration.path,
     )
     registration.metadata.update({k: result[k] for k in ("model_name", "version", "alias", "model_uri", "created")})
     return namedtuple("RegisterOutputs", ["model_uri", "version"])(result["model_uri"] or "", result["version"] or "")

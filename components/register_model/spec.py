@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.result import ComponentResult
 
 NAME = "register_model"
 LINEAGE_FILE = "lineage.json"
@@ -27,7 +28,7 @@ class RegisterModelParams(StrictModel):
     )
     challenger_alias: str = Field("challenger", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias every new registration gets")
     intended_use: str = Field(
-        "Classification of rows shaped like the training snapshot. Not assessed for other populations or for decisions about people without review.",
+        "Predictions on rows shaped like the training snapshot. Not assessed for other populations or for decisions about people without review.",
         max_length=4000,
         description="the model card's intended-use statement",
     )
@@ -43,7 +44,7 @@ class RegisterModelConfig(RegisterModelParams):
     output_dir: str = Field(..., min_length=1, description="where the registration record goes", json_schema_extra=OUTPUT)
 
 
-class RegisterModelResult(BaseModel):
+class RegisterModelResult(ComponentResult):
     """What register_model reports."""
 
     registered: bool
@@ -56,7 +57,6 @@ class RegisterModelResult(BaseModel):
     champion_moved: bool = False
     aliases_set: list[str] = Field(default_factory=list, description="aliases this run pointed at the version")
     reason: str
-    lineage: dict[str, Any] = Field(default_factory=dict)
 
     def audit_events(self) -> list[dict[str, Any]]:
         """Each alias this run set, as a record of the audit trail."""

@@ -2,24 +2,26 @@
 
 from typing import Any
 
-from trainpipe.faces.airflow_face import TrainpipeOperator
+from trainpipe.faces.airflow_operator import TrainpipeOperator
 
 
 class SnapshotDatasetOperator(TrainpipeOperator):
     """Run `python -m trainpipe.components.snapshot_dataset` on the worker; the result JSON is the XCom value.
 
     With ``outlets=[dataset_asset(name)]`` it emits an asset event whose extra carries the DVC
-    content hash, revision and remote, and ``changed`` (whether this snapshot committed new data).
+    content hash, revision and remote, and ``changed`` (whether this snapshot committed new data);
+    in Kubernetes mode the pod operator emits the same extra.
     """
 
     component = "snapshot_dataset"
 
-    def asset_extra(self, result: dict[str, Any]) -> dict[str, Any] | None:
+    @classmethod
+    def asset_extra(cls, result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
         return {
             "md5": result["md5"],
             "rev": result["rev"],
             "path": result["path"],
             "remote_url": result["remote_url"],
             "changed": bool(result["committed"]),
-            "snapshot_dir": self.settings["output_dir"],
+            "snapshot_dir": settings["output_dir"],
         }

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.result import ComponentResult
 
 NAME = "snapshot_dataset"
 SNAPSHOT_FILE = "snapshot.json"
@@ -37,10 +38,10 @@ class SnapshotDatasetConfig(SnapshotDatasetParams):
     output_dir: str = Field(..., min_length=1, description="where the snapshot reference and data go", json_schema_extra=OUTPUT)
 
 
-class SnapshotDatasetResult(BaseModel):
+class SnapshotDatasetResult(ComponentResult):
     """What snapshot_dataset reports."""
 
-    md5: str = Field(description="content hash of the dataset (DVC's md5)")
+    md5: str = Field(description="content hash of the dataset (DVC's md5; a folder's ends in .dir)")
     size: int
     rev: str = Field(description="git commit of the workspace that records this snapshot")
     path: str = Field(description="the dataset's path inside the workspace")
@@ -49,8 +50,7 @@ class SnapshotDatasetResult(BaseModel):
     remote_url: str
     pushed: int = Field(description="files uploaded to the remote by this run (0 when already there)")
     committed: bool = Field(description="whether this run made a new git commit")
-    data_file: str = Field(description="the dataset file inside output_dir")
-    lineage: dict[str, Any] = Field(default_factory=dict)
+    data_file: str = Field(description="the dataset (a file, or a folder of .parquet files) inside output_dir")
 
     def summary(self) -> str:
         return f"md5 {self.md5} at rev {self.rev[:12]} on {self.remote_url} ({self.pushed} pushed)"

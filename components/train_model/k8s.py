@@ -10,27 +10,37 @@ and rendezvous address from the variables the operator sets (PET_NODE_RANK,
 PET_MASTER_ADDR/PORT for the Trainer; RANK, MASTER_ADDR/PORT for PyTorchJob).
 Single-node training keeps running inside the step's own pod.
 
-The manifests carry the hardware profile (resources, ``nvidia.com/gpu`` or a MIG
-resource, node selector, tolerations, service account) and a restricted pod
-security context. The Kubernetes client is imported only to submit.
+The job's name is derived from the orchestrator's run id and the step's output, so a retried
+step finds the job its earlier attempt started and waits for it instead of starting a second
+one (a failed one is deleted and started again). The job is deleted when the wait times out and
+when the step is killed. Its pods get the hardware profile through :mod:`trainpipe.pods`, the
+translation every pod trainpipe creates gets (resources, ``nvidia.com/gpu`` or a MIG resource,
+node selector and affinity, tolerations, service account, image pull secrets, secrets as
+environment variables, the restricted security contexts), plus the platform policy. The
+Kubernetes client is imported only to submit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
+from trainpipe import pods
 from trainpipe.contract.io import atomic_write_json
+from trainpipe.contract.lineage import Lineage
+from trainpipe.contract.policy import Policy
+from trainpipe.contract.runtime import Runtime
 from trainpipe.profiles import HardwareProfile, get_profile
-from trainpipe.tabular import find_data_file
+from trainpipe.tabular import find_dataset
 
 TRAINER_GROUP, TRAINER_VERSION, TRAINER_PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 PYTORCHJOB_GROUP, PYTORCHJOB_VERSION, PYTORCHJOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
@@ -39,34 +49,18 @@ MANAGER = "trainpipe.io/train-model"
 LABELS = {"app.kubernetes.io/managed-by": "trainpipe", "app.kubernetes.io/component": "train_model"}
 
 
-def container_security() -> dict[str, Any]:
-    """Pod Security Standard "restricted", container part."""
-    return {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "runAsNonRoot": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def job_name(run_id: str, output_dir: str, prefix: str = "trainpipe-train") -> str:
+    """A DNS-1035 name, the same for every attempt of one step of one run (its run id and output)."""
+    digest = hashlib.sha256(f"{run_id}|{Path(output_dir).resolve()}".encode()).hexdigest()[:12]
+    return f"{prefix}-{digest}"
 
 
-def pod_security() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+def _job_env(policy: Policy | None) -> dict[str, str]:
+    """What every node gets besides the profile's secrets: the platform policy the step runs under."""
+    from trainpipe.contract.policy import ENV, to_env
 
-
-def _pod_scheduling(profile: HardwareProfile) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if profile.node_selector:
-        spec["nodeSelector"] = dict(profile.node_selector)
-    if profile.tolerations:
-        spec["tolerations"] = [t.as_k8s() for t in profile.tolerations]
-    if profile.service_account:
-        spec["serviceAccountName"] = profile.service_account
-    return spec
-
-
-def job_name(prefix: str = "trainpipe-train") -> str:
-    """A DNS-1035 name, unique per submission."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+    rules = to_env(policy) if policy is not None else "{}"
+    return {ENV: rules} if rules != "{}" else {}
 
 
 def _check_name(name: str) -> None:
@@ -81,22 +75,19 @@ def node_command(node_config: str, result_path: str) -> tuple[list[str], list[st
 
 def trainjob_manifest(
     name: str, cluster: ClusterJob, nnodes: int, nproc_per_node: int, node_config: str, result_path: str, profile: HardwareProfile, image: str,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Kubeflow Trainer ``TrainJob`` on the ``torch-distributed`` runtime (or ``cluster.runtime``)."""
     _check_name(name)
     command, args = node_command(node_config, result_path)
-    pod_spec: dict[str, Any] = {
-        **_pod_scheduling(profile),
-        "securityContext": pod_security(),
-        "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": cluster.shared_pvc}}],
-        "containers": [
-            {
-                "name": "node",
-                "securityContext": container_security(),
-                "volumeMounts": [{"name": VOLUME, "mountPath": cluster.mount_path}],
-            }
-        ],
-    }
+    template = pods.pod_spec(profile, profile.train, container_name="node", pvcs={cluster.shared_pvc: cluster.mount_path})
+    container = template["containers"][0]
+    # the trainer section sets image, command, resources and env; the patch gives the pod the rest
+    container.pop("resources", None)
+    container["env"] = [e for e in container["env"] if "valueFrom" in e]
+    if not container["env"]:
+        container.pop("env")
+    trainer_env = [{"name": "TRAINPIPE_JOB_ID", "value": name}] + [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
     return {
         "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
         "kind": "TrainJob",
@@ -110,19 +101,13 @@ def trainjob_manifest(
                 "numNodes": nnodes,
                 "numProcPerNode": nproc_per_node,
                 "resourcesPerNode": profile.train.as_k8s(),
-                "env": [{"name": "TRAINPIPE_JOB_ID", "value": name}],
+                "env": trainer_env,
             },
             "runtimePatches": [
                 {
                     "manager": MANAGER,
                     "trainingRuntimeSpec": {
-                        "template": {
-                            "spec": {
-                                "replicatedJobs": [
-                                    {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}
-                                ]
-                            }
-                        }
+                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": template}}}}]}}
                     },
                 }
             ],
@@ -132,31 +117,14 @@ def trainjob_manifest(
 
 def pytorchjob_manifest(
     name: str, cluster: ClusterJob, nnodes: int, nproc_per_node: int, node_config: str, result_path: str,
-    profile: HardwareProfile, image: str, max_restarts: int,
+    profile: HardwareProfile, image: str, max_restarts: int, env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A legacy Training Operator ``PyTorchJob`` (kubeflow.org/v1): one Master and ``nnodes - 1`` Workers."""
     _check_name(name)
     command, args = node_command(node_config, result_path)
-    template = {
-        "metadata": {"labels": dict(LABELS)},
-        "spec": {
-            **_pod_scheduling(profile),
-            "securityContext": pod_security(),
-            "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": cluster.shared_pvc}}],
-            "containers": [
-                {
-                    "name": "pytorch",  # the name the operator expects
-                    "image": image,
-                    "command": command,
-                    "args": args,
-                    "env": [{"name": "TRAINPIPE_JOB_ID", "value": name}],
-                    "resources": profile.train.as_k8s(),
-                    "securityContext": container_security(),
-                    "volumeMounts": [{"name": VOLUME, "mountPath": cluster.mount_path}],
-                }
-            ],
-        },
-    }
+    spec = pods.pod_spec(profile, profile.train, container_name="pytorch", image=image, command=command, args=args,  # the name the operator expects
+                         env={"TRAINPIPE_JOB_ID": name, **(env or {})}, pvcs={cluster.shared_pvc: cluster.mount_path})
+    template = {"metadata": {"labels": dict(LABELS)}, "spec": spec}
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "OnFailure", "template": template}
@@ -177,9 +145,12 @@ def stage(config: TrainModelConfig, name: str) -> tuple[Path, TrainModelConfig]:
     cluster = config.cluster
     assert cluster is not None
     workdir = Path(cluster.mount_path) / name
-    data = find_data_file(config.data, "data")
+    data = find_dataset(config.data, "data")
     (workdir / "data").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(data, workdir / "data" / data.name)
+    if data.is_dir():
+        shutil.copytree(data, workdir / "data" / data.name, dirs_exist_ok=True)
+    else:
+        shutil.copy2(data, workdir / "data" / data.name)
     node = config.model_copy(
         update={
             "data": str(workdir / "data" / data.name),
@@ -193,7 +164,7 @@ def stage(config: TrainModelConfig, name: str) -> tuple[Path, TrainModelConfig]:
     return workdir, node
 
 
-def manifest_for(config: TrainModelConfig, name: str, workdir: Path) -> dict[str, Any]:
+def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Policy | None = None) -> dict[str, Any]:
     cluster = config.cluster
     assert cluster is not None
     profile = get_profile(cluster.profile)
@@ -202,8 +173,8 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path) -> dict[str
         raise InputError("cluster.image: set it (or TRAINPIPE_IMAGE) to the trainpipe image the nodes run")
     args = (name, cluster, config.nnodes, config.nproc_per_node, str(workdir / "train.json"), str(workdir / "result.json"), profile, image)
     if cluster.launcher == "pytorchjob":
-        return pytorchjob_manifest(*args, max_restarts=config.max_restarts)
-    return trainjob_manifest(*args)
+        return pytorchjob_manifest(*args, max_restarts=config.max_restarts, env=_job_env(policy))
+    return trainjob_manifest(*args, env=_job_env(policy))
 
 
 def _api() -> Any:
@@ -239,8 +210,26 @@ def job_state(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None)
+
+
+def delete_job(api: Any, manifest: dict[str, Any]) -> None:
+    """Delete the job and its pods (foreground); a job already gone is fine."""
+    group, version, plural = _coords(manifest["kind"])
+    ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    try:
+        api.delete_namespaced_custom_object(group, version, ns, plural, name, body={"propagationPolicy": "Foreground"})
+    except Exception as exc:
+        if _status(exc) != 404:
+            raise ServiceUnavailable(f"cluster: deleting {manifest['kind']} {ns}/{name} failed: {str(exc).splitlines()[0]}") from None
+
+
 def submit_and_wait(manifest: dict[str, Any], poll_s: float, timeout_s: float, api: Any | None = None) -> None:
-    """Create the job and wait until it succeeds.
+    """Create the job, or reattach to the one an earlier attempt of this step created, and wait until it succeeds.
+
+    An earlier attempt's job that failed is deleted and created again. The job is deleted when the
+    wait times out and when this process is told to stop (SIGTERM: a killed task).
 
     Raises:
         TrainpipeError: the job failed.
@@ -249,32 +238,66 @@ def submit_and_wait(manifest: dict[str, Any], poll_s: float, timeout_s: float, a
     api = api or _api()
     group, version, plural = _coords(manifest["kind"])
     ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    try:
-        api.create_namespaced_custom_object(group, version, ns, plural, manifest)
-    except Exception as exc:
-        raise ServiceUnavailable(f"cluster: creating {manifest['kind']} {ns}/{name} failed: {str(exc).splitlines()[0]}") from None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    what = f"{manifest['kind']} {ns}/{name}"
+
+    def read() -> dict[str, Any] | None:
         try:
-            obj = api.get_namespaced_custom_object(group, version, ns, plural, name)
+            return api.get_namespaced_custom_object(group, version, ns, plural, name)
         except Exception as exc:
-            raise ServiceUnavailable(f"cluster: reading {manifest['kind']} {ns}/{name} failed: {str(exc).splitlines()[0]}") from None
-        state = job_state(obj)
-        if state == "Succeeded":
-            return
-        if state == "Failed":
-            raise TrainpipeError(f"cluster: {manifest['kind']} {ns}/{name} failed (kubectl -n {ns} describe {plural} {name})")
-        time.sleep(poll_s)
-    raise ServiceUnavailable(f"cluster: {manifest['kind']} {ns}/{name} did not finish within {timeout_s:.0f} s")
+            if _status(exc) == 404:
+                return None
+            raise ServiceUnavailable(f"cluster: reading {what} failed: {str(exc).splitlines()[0]}") from None
+
+    existing = read()
+    if existing is not None and job_state(existing) == "Failed":
+        print(f"train_model: {what} from an earlier attempt failed; deleting it and starting again", flush=True)
+        delete_job(api, manifest)
+        deadline = time.monotonic() + 300
+        while read() is not None and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        existing = None
+    if existing is None:
+        try:
+            api.create_namespaced_custom_object(group, version, ns, plural, manifest)
+        except Exception as exc:
+            if _status(exc) != 409:  # 409: created meanwhile by another attempt: wait for it
+                raise ServiceUnavailable(f"cluster: creating {what} failed: {str(exc).splitlines()[0]}") from None
+    else:
+        print(f"train_model: reattaching to {what}, which an earlier attempt of this step started", flush=True)
+
+    def stop(signum: int, _frame: Any) -> None:
+        delete_job(api, manifest)
+        raise SystemExit(128 + signum)
+
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main else None
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            obj = read()
+            state = job_state(obj) if obj is not None else None
+            if state == "Succeeded":
+                return
+            if state == "Failed":
+                raise TrainpipeError(f"cluster: {what} failed (kubectl -n {ns} describe {plural} {name})")
+            time.sleep(poll_s)
+        delete_job(api, manifest)
+        raise ServiceUnavailable(f"cluster: {what} did not finish within {timeout_s:.0f} s; deleted it")
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
-def run_cluster_job(config: TrainModelConfig, lineage: dict[str, Any], api: Any | None = None) -> TrainModelResult:
-    """Stage, submit, wait, and bring node 0's model back into ``output_dir``."""
+def run_cluster_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime, api: Any | None = None) -> TrainModelResult:
+    """Stage, submit, wait, and bring node 0's model back into ``output_dir``; the nodes run under
+    ``runtime``'s policy."""
     cluster = config.cluster
     assert cluster is not None
-    name = cluster.job_name or job_name()
+    name = cluster.job_name or job_name(lineage.orchestrator.run_id if lineage.orchestrator else "", config.output_dir)
     workdir, _ = stage(config, name)
-    manifest = manifest_for(config, name, workdir)
+    manifest = manifest_for(config, name, workdir, runtime.policy)
     atomic_write_json(workdir / "manifest.json", manifest)
     submit_and_wait(manifest, cluster.poll_s, cluster.timeout_s, api)
     result_file = workdir / "result.json"
@@ -287,9 +310,9 @@ def run_cluster_job(config: TrainModelConfig, lineage: dict[str, Any], api: Any 
             shutil.copy2(item, out / item.name)
         elif item.is_dir() and item.name == "telemetry":
             shutil.copytree(item, out / item.name, dirs_exist_ok=True)
-    node_lineage = payload.pop("lineage", {}) or {}
-    merged = dict(lineage)
-    merged["training"] = {**node_lineage.get("training", {}), "cluster_job": f"{manifest['kind']}/{cluster.namespace}/{name}"}
+    node = Lineage.of(payload.pop("lineage", None))
     result = TrainModelResult.model_validate(payload)
-    result.lineage = merged
+    if node.training is None:
+        raise TrainpipeError(f"cluster: node 0's result at {result_file} carries no training lineage")
+    result.lineage = lineage.with_(training=node.training.model_copy(update={"cluster_job": f"{manifest['kind']}/{cluster.namespace}/{name}"}))
     return result

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.entrypoint import OUTPUT, SOURCE
+from trainpipe.contract.lineage import TrainingRun
+from trainpipe.contract.result import ComponentResult
 
 NAME = "train_model"
 MODEL_FILE = "model.safetensors"
 MODEL_META = "model.json"
+ERRORS_DIR = ".errors"
 METRICS_FILE = "metrics.jsonl"
 TELEMETRY_DIR = "telemetry"
 CHECKPOINT_DIR = "checkpoints"
 
 
-BUILTIN_MODELS = ("mlp", "cnn")
+#: The training functions trainpipe ships (``builtin:<name>``), written on the public context.
+BUILTIN_FUNCTIONS = ("mlp", "cnn")
+BACKENDS = ("torch_ddp", "torch_fsdp", "horovod", "tensorflow")
+TASKS = ("classification", "regression")
 
 
 class ClusterJob(StrictModel):
@@ -30,7 +36,7 @@ class ClusterJob(StrictModel):
     profile: str = Field("gpu", description="hardware profile of each node: cpu, gpu or a YAML file")
     shared_pvc: str = Field(..., min_length=1, description="a ReadWriteMany PVC mounted by this step and by every node")
     mount_path: str = Field("/mnt/trainpipe", description="where the PVC is mounted, in this step's pod and on the nodes")
-    job_name: str | None = Field(None, description="default: trainpipe-train-<random>")
+    job_name: str | None = Field(None, description="default: trainpipe-train-<hash of the run id and the step's output>; a retry reattaches to it")
     poll_s: float = Field(10, gt=0, le=600)
     timeout_s: float = Field(86_400, gt=0, le=30 * 86_400)
 
@@ -38,22 +44,23 @@ class ClusterJob(StrictModel):
 class TrainModelParams(StrictModel):
     """Settings of train_model that are not artifacts."""
 
+    train_function: str = Field(
+        "builtin:mlp",
+        min_length=1,
+        description="the training function: builtin:mlp, builtin:cnn, or your own 'package.module:function' called as f(ctx, train_config)",
+    )
+    train_config: dict[str, Any] = Field(
+        default_factory=dict, description="passed to the training function (the built-ins take hidden_units, learning_rate, momentum, ...)"
+    )
+    task: Literal["classification", "regression"] = Field("classification", description="what the label is: classes or values")
     label_column: str = Field("label", min_length=1, description="name of the label column")
-    backend: Literal["torch_ddp", "tensorflow", "horovod"] = Field(
-        "torch_ddp", description="torch_ddp (torchrun), tensorflow (MultiWorkerMirroredStrategy) or horovod (PyTorch binding)"
+    backend: Literal["torch_ddp", "torch_fsdp", "horovod", "tensorflow"] = Field(
+        "torch_ddp",
+        description="torch_ddp (DDP under torchrun), torch_fsdp (FSDP2 under torchrun), horovod (PyTorch binding) or tensorflow (MultiWorkerMirroredStrategy)",
     )
     horovod_binding: Literal["torch", "tensorflow"] = Field(
         "torch", description="Horovod framework binding; only torch builds against this stack"
     )
-    model: str = Field(
-        "mlp",
-        min_length=1,
-        description="mlp, cnn (image-shaped rows), or your own 'package.module:function' returning a model",
-    )
-    image_shape: list[int] | None = Field(
-        None, description="[height, width] or [channels, height, width] of each row for cnn; default: a square of the feature count"
-    )
-    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments passed to your model function")
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="bf16 runs on CPU and GPU; fp16 needs CUDA")
     nproc_per_node: int = Field(2, ge=1, le=256, description="processes (ranks) on this node")
     nnodes: int = Field(1, ge=1, le=4096, description="nodes in the job; > 1 needs rdzv_endpoint (or MASTER_ADDR/MASTER_PORT)")
@@ -65,9 +72,6 @@ class TrainModelParams(StrictModel):
     epochs: int = Field(10, ge=1, le=100_000)
     max_steps: int | None = Field(None, ge=1, le=10**9, description="stop after this many optimizer steps (a short profiling pass)")
     batch_size: int = Field(64, ge=1, le=10_000_000, description="global batch size, split evenly across all ranks")
-    learning_rate: float = Field(0.05, gt=0, le=10)
-    momentum: float = Field(0.9, ge=0, lt=1)
-    hidden_units: list[int] = Field(default_factory=lambda: [64], description="MLP hidden layer widths")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, the same split evaluate_model uses")
     seed: int = Field(0, ge=0, le=2**31 - 1)
     max_restarts: int = Field(3, ge=0, le=100, description="restarts of the whole worker group after a failure; each resumes from the newest checkpoint")
@@ -77,6 +81,9 @@ class TrainModelParams(StrictModel):
     )
     checkpoint_every_steps: int = Field(50, ge=0, le=10**9, description="also checkpoint every N steps (0: only at epoch ends)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
+    serving_requirements: list[str] = Field(
+        default_factory=list, description="extra pip requirements of the registered model (your model code's own dependencies)"
+    )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     experiment_name: str = Field("trainpipe", min_length=1)
 
@@ -86,67 +93,61 @@ class TrainModelParams(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "TrainModelParams":
-        if any(h < 1 or h > 65_536 for h in self.hidden_units):
-            raise ValueError("hidden_units: every width must be between 1 and 65536")
         if self.batch_size % self.world_size:
             raise ValueError(
                 f"batch_size: {self.batch_size} must be divisible by the world size {self.world_size} (nproc_per_node x nnodes)"
             )
         if self.dist_backend == "nccl" and self.device == "cpu":
             raise ValueError("dist_backend: nccl needs device cuda")
-        if self.model not in BUILTIN_MODELS and not _is_entry_point(self.model):
-            raise ValueError(f"model: {self.model!r} is neither mlp, cnn nor 'package.module:function'")
-        if self.image_shape is not None and (len(self.image_shape) not in (2, 3) or min(self.image_shape) < 1):
-            raise ValueError("image_shape: give [height, width] or [channels, height, width], all positive")
+        if self.train_function.startswith("builtin:"):
+            if self.train_function.split(":", 1)[1] not in BUILTIN_FUNCTIONS:
+                raise ValueError(f"train_function: unknown built-in {self.train_function!r} (built in: {', '.join('builtin:' + f for f in BUILTIN_FUNCTIONS)})")
+        elif not _is_entry_point(self.train_function):
+            raise ValueError(f"train_function: {self.train_function!r} is neither builtin:mlp, builtin:cnn nor 'package.module:function'")
         if self.backend == "horovod" and self.horovod_binding == "tensorflow":
             raise ValueError(
                 "horovod_binding: tensorflow is not available: Horovod 0.28.1's TensorFlow ops do not build against "
                 "TensorFlow 2.21; use backend tensorflow (MultiWorkerMirroredStrategy) or horovod with the torch binding"
             )
         if self.nnodes > 1 and self.backend == "horovod":
-            raise ValueError("nnodes: multi-node horovod runs under an MPIJob or horovodrun with hosts; use torch_ddp or tensorflow for nnodes > 1")
+            raise ValueError("nnodes: multi-node horovod runs under an MPIJob or horovodrun with hosts; use torch_ddp, torch_fsdp or tensorflow for nnodes > 1")
         return self
 
 
 def _is_entry_point(value: str) -> bool:
     module, sep, func = value.partition(":")
-    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and func.isidentifier()
+    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and all(p.isidentifier() for p in func.split("."))
 
 
 class TrainModelConfig(TrainModelParams):
     """Everything train_model needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="the dataset snapshot (snapshot_dataset's output)", json_schema_extra=INPUT)
+    data: str = Field(..., min_length=1, description="the dataset snapshot (snapshot_dataset's output)", json_schema_extra=SOURCE)
     output_dir: str = Field(..., min_length=1, description="where the model, checkpoints and telemetry go", json_schema_extra=OUTPUT)
     checkpoint_dir: str | None = Field(None, description="checkpoints (default: <output_dir>/checkpoints); a rerun resumes from it")
 
 
-class TrainModelResult(BaseModel):
+class TrainModelResult(ComponentResult, TrainingRun):
     """What train_model reports."""
 
     model_file: str
     model_sha256: str
-    mlflow_run_id: str
+    model_uri: str = Field("", description="the MLflow pyfunc model logged to the training run (loads without trainpipe)")
     tracking_uri: str
-    experiment_id: str
-    backend: str
-    dist_backend: str
-    device: str
-    world_size: int
     epochs: int
-    final_loss: float
-    train_accuracy: float
+    final_loss: float | None = Field(None, description="the last epoch's mean of the logged loss, when the function logs one")
+    metrics: dict[str, float] = Field(default_factory=dict, description="the last epoch's mean of every value the function logged")
     wall_seconds: float
     resumed_from_step: int
     global_steps: int
     precision: str
-    model_arch: str
     classes: list[Any]
     feature_columns: list[str]
-    lineage: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def train_accuracy(self) -> float | None:
+        return self.metrics.get("accuracy")
 
     def summary(self) -> str:
-        return (
-            f"{self.world_size}x {self.dist_backend} on {self.device}: loss {self.final_loss:.4f}, "
-            f"train accuracy {self.train_accuracy:.3f}, run {self.mlflow_run_id}"
-        )
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items()))
+        return f"{self.train_function} on {self.world_size}x {self.dist_backend} ({self.device}): {shown or 'no metrics logged'}, run {self.mlflow_run_id}"

@@ -7,7 +7,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.entrypoint import OUTPUT, SOURCE
+from trainpipe.contract.result import ComponentResult
 
 NAME = "validate_data"
 #: The built-in suite, used when no suite file is given; ``{label_column}`` is filled in.
@@ -17,14 +18,23 @@ DOCS_DIR = "data_docs"
 
 
 class ValidateDataParams(StrictModel):
-    """Settings of validate_data that are not artifacts."""
+    """Settings of validate_data that are not artifacts.
+
+    ``task``, ``batch_size``, ``test_fraction`` and ``seed`` are train_model's settings of the same
+    names: the default suite checks every precondition of training with them, so data training
+    would refuse stops here, before it is snapshotted.
+    """
 
     label_column: str = Field("label", min_length=1, description="name of the label column")
     suite: str = Field(
         DEFAULT_SUITE,
         min_length=1,
-        description="Great Expectations suite: a JSON file path, or builtin:default",
+        description="Great Expectations suite: a JSON file path, or builtin:default (train_model's preconditions)",
     )
+    task: Literal["classification", "regression"] = Field("classification", description="as train_model's: what the label is")
+    batch_size: int = Field(64, ge=1, le=10_000_000, description="as train_model's: the rows one global batch needs")
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="as train_model's: the held-out share")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="as train_model's: the split's seed")
     result_format: Literal["BASIC", "SUMMARY", "COMPLETE"] = Field(
         "SUMMARY", description="Great Expectations result format"
     )
@@ -33,7 +43,7 @@ class ValidateDataParams(StrictModel):
 class ValidateDataConfig(ValidateDataParams):
     """Everything validate_data needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="the raw dataset: a .csv or .parquet file", json_schema_extra=INPUT)
+    data: str = Field(..., min_length=1, description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files", json_schema_extra=SOURCE)
     output_dir: str = Field(
         ..., min_length=1, description="where the validated dataset, the result and Data Docs go", json_schema_extra=OUTPUT
     )
@@ -46,18 +56,25 @@ class ExpectationOutcome(BaseModel):
     kwargs: dict[str, Any]
     success: bool
     unexpected_count: int | None = None
+    example: str | None = Field(None, description="the first unexpected row and value, when GX reports them")
+    reason: str | None = Field(None, description="a training precondition that failed: what train_model would say (column, row, value)")
     exception: str | None = None
 
     def describe(self) -> str:
-        """One short phrase: ``expect_x(column=label): 3 unexpected``."""
-        args = ", ".join(f"{k}={v}" for k, v in sorted(self.kwargs.items()) if k != "batch_id")
+        """One short phrase: ``expect_x(column=label): 3 unexpected (first: row 4 holds 'N/A')``."""
+        args = ", ".join(f"{k}={v}" for k, v in sorted(self.kwargs.items()) if k not in ("batch_id", "type_list", "min_value", "max_value")
+                         or (k in ("min_value", "max_value") and abs(v or 0) < 1e38))
         tail = f": {self.unexpected_count} unexpected" if self.unexpected_count else ""
+        if self.example:
+            tail += f" ({'first: ' if self.unexpected_count else ''}{self.example})"
         if self.exception:
             tail = f": {self.exception}"
+        if self.reason:
+            tail = f": {self.reason}"
         return f"{self.type}({args}){tail}"
 
 
-class ValidateDataResult(BaseModel):
+class ValidateDataResult(ComponentResult):
     """What validate_data reports."""
 
     success: bool
@@ -65,13 +82,13 @@ class ValidateDataResult(BaseModel):
     evaluated: int
     successful: int
     outcomes: list[ExpectationOutcome]
-    data_file: str = Field(description="the validated dataset file inside output_dir")
+    data_file: str = Field(description="the validated dataset (a file, or a folder of .parquet files) inside output_dir")
+    files: int = Field(1, description="data files validated (a Parquet directory's parts, one at a time)")
     data_md5: str
     rows: int
     columns: int
     docs_index: str = Field(description="Data Docs index.html, relative to output_dir")
     docs_page: str = Field(description="this validation's Data Docs page, relative to output_dir")
-    lineage: dict[str, Any] = Field(default_factory=dict)
 
     def summary(self) -> str:
         return f"suite {self.suite_name!r}: {self.successful}/{self.evaluated} expectations passed on {self.rows} rows"

@@ -1,9 +1,10 @@
 """The MLflow model registry as trainpipe uses it: aliases, idempotency tags, and the
 weights-only copy of each registered model that a champion is loaded from.
 
-A registered version's run holds ``trainpipe_model/`` (model.safetensors + model.json):
-the champion is rebuilt from those weights, so comparing against it never unpickles
-anything. mlflow is imported inside the functions.
+A registered version is made from the MLflow model train_model logged, which holds the
+weights-only artifact (model.safetensors + model.json): the champion is rebuilt from those
+weights, so comparing against it never unpickles anything. mlflow is imported inside the
+functions.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 HASH_TAG = "trainpipe.model_sha256"
 DATA_TAG = "trainpipe.dataset_md5"
 RUN_TAG = "trainpipe.training_run_id"
-WEIGHTS_ARTIFACT = "trainpipe_model"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 
@@ -39,10 +39,28 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
         raise tracking.classify(exc, f"tracking_uri: reading alias {alias!r} of {name!r}", "failed") from None
 
 
-def download_weights(version: Any, dest: str | Path) -> Path:
-    """Download a version's ``trainpipe_model/`` (weights-only) into ``dest``."""
+def logged_model_id(version: Any) -> str | None:
+    """The MLflow logged model a registered version was made from (``models:/<id>``)."""
+    model_id = getattr(version, "model_id", None)
+    if model_id:
+        return str(model_id)
+    source = str(getattr(version, "source", "") or "")
+    return source[len("models:/"):].split("/")[0] if source.startswith("models:/m-") else None
+
+
+def download_weights(client: Any, version: Any, dest: str | Path) -> Path:
+    """Download a version's weights-only artifact (``model.safetensors`` + ``model.json``, inside its
+    MLflow model at ``artifacts/model/``) into ``dest``. Nothing is unpickled.
+
+    Raises:
+        ValueError: the version was not made from a trainpipe logged model.
+    """
     import mlflow
 
-    run_id = version.tags.get(RUN_TAG) or version.run_id
-    path = mlflow.artifacts.download_artifacts(artifact_uri=f"runs:/{run_id}/{WEIGHTS_ARTIFACT}", dst_path=str(dest))
-    return Path(path)
+    from trainpipe.serving.package import WEIGHTS_DIR
+
+    model_id = logged_model_id(version)
+    if model_id is None:
+        raise ValueError(f"version {version.version} was not registered from a trainpipe model (source {version.source})")
+    location = client.get_logged_model(model_id).artifact_location.rstrip("/")
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{location}/artifacts/{WEIGHTS_DIR}", dst_path=str(dest)))

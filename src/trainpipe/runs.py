@@ -48,7 +48,8 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
         lines.append(f"validation report: {Path(v['_path']) / v['docs_index']}")
     if "evaluate_model" in results:
         e = results["evaluate_model"]
-        lines.append(f"evaluation report: {Path(e['_path']) / 'report.html'} (accuracy {e['metrics']['accuracy']:.4f})")
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in list(e["metrics"].items())[:3])
+        lines.append(f"evaluation report: {Path(e['_path']) / 'report.html'} ({shown})")
     if "profile_training" in results:
         p = results["profile_training"]
         lines.append(f"profiling report : {Path(p['_path']) / p['report']} ({p['samples_per_second']:,.0f} samples/s)")

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError, NotPermitted, ServiceUnavailable, TrainpipeError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.contract.policy import Policy
 
-def resolve_tracking_uri(uri: str | None) -> str:
+
+def resolve_tracking_uri(uri: str | None, policy: "Policy | None" = None) -> str:
     """The tracking URI to use: the setting, else ``MLFLOW_TRACKING_URI``.
 
     A bare path or ``sqlite:///relative`` is made absolute, so every step of a run
-    (each in its own working directory) talks to the same store.
+    (each in its own working directory) talks to the same store. Plain ``http://`` off
+    loopback is refused unless ``policy`` allows the host (a step passes the policy it runs
+    under; without one, the one in force).
 
     Raises:
         InputError: neither is set, or the scheme is not one MLflow serves.
@@ -32,7 +37,7 @@ def resolve_tracking_uri(uri: str | None) -> str:
     if uri.startswith("http://"):
         from trainpipe.contract.policy import check_endpoint
 
-        check_endpoint("tracking_uri", uri)
+        check_endpoint("tracking_uri", uri, policy)
     if uri.startswith(("http://", "https://", "postgresql://", "postgresql+psycopg2://", "mysql://", "databricks")):
         return uri
     if "://" not in uri:
@@ -51,7 +56,30 @@ def default_artifact_location(uri: str) -> str | None:
     return None
 
 
-def connect(uri: str | None) -> Any:
+def probe(uri: str | None, policy: "Policy | None" = None) -> None:
+    """A quick check that a tracking server answers (``/health``), without importing mlflow.
+
+    Raises:
+        ServiceUnavailable: an http(s) server does not answer (a store that is a database or a
+            file is checked when it is opened).
+    """
+    import urllib.error
+    import urllib.request
+
+    resolved = resolve_tracking_uri(uri, policy)
+    if not resolved.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(resolved.rstrip("/") + "/health", timeout=10):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered (a proxy or the auth app may refuse /health): connect() says more
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ServiceUnavailable(f"tracking_uri: MLflow at {redact(resolved)!r} is unavailable: {reason}") from None
+
+
+def connect(uri: str | None, policy: "Policy | None" = None) -> Any:
     """Point MLflow at the tracking store and check it answers.
 
     Returns:
@@ -63,7 +91,8 @@ def connect(uri: str | None) -> Any:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-    resolved = resolve_tracking_uri(uri)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a task log is not a terminal
+    resolved = resolve_tracking_uri(uri, policy)
     import mlflow
 
     mlflow.set_tracking_uri(resolved)
@@ -104,7 +133,7 @@ def classify(exc: BaseException, what: str, verb: str) -> TrainpipeError:
     return ServiceUnavailable(f"{what} {verb}: {first_line(exc)}")
 
 
-def prepare_artifact_store(client: Any, run_id: str | None = None, experiment_id: str | None = None) -> str:
+def prepare_artifact_store(client: Any, policy: "Policy", run_id: str | None = None, experiment_id: str | None = None) -> str:
     """Check the run's artifact store against the policy and ask S3 to encrypt what is uploaded.
 
     The store must lie in the allowed locations and regions (the region of an S3 store is
@@ -115,6 +144,7 @@ def prepare_artifact_store(client: Any, run_id: str | None = None, experiment_id
 
     Args:
         client: An MLflow client.
+        policy: The policy the step runs under.
         run_id: The run whose artifact URI is checked, or
         experiment_id: the experiment whose artifact location is (before a run exists).
 
@@ -128,7 +158,6 @@ def prepare_artifact_store(client: Any, run_id: str | None = None, experiment_id
 
     from trainpipe.contract import policy as policy_mod
 
-    policy = policy_mod.load_policy()
     try:
         uri = client.get_run(run_id).info.artifact_uri if run_id else client.get_experiment(experiment_id).artifact_location
     except Exception as exc:

@@ -26,13 +26,22 @@ class StrictModel(BaseModel):
 
 
 def describe_validation_error(exc: ValidationError, where: str = "config") -> str:
-    """Render a pydantic error as one line naming each field and what was wrong."""
+    """Render a pydantic error as one line naming each field and what was wrong.
+
+    A rule that spans fields (a model validator) says which field it is about by starting its
+    message with ``field: ``; that field is named as if the error were its own.
+    """
+    import re
+
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
-        msg = err.get("msg", "invalid")
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
             msg = "unknown key (not a setting of this component)"
+        if not loc:
+            named = re.match(r"^([A-Za-z_][\w.]*(?:, [A-Za-z_][\w.]*)*): (.*)$", msg)
+            loc, msg = (named.group(1), named.group(2)) if named else ("(root)", msg)
         parts.append(f"{where} field {loc!r}: {msg}")
     return "; ".join(parts)
 

@@ -28,8 +28,13 @@ from trainpipe.contract import artifacts, lineage as lineage_mod
 from trainpipe.contract.config import build, load_file
 from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
+from trainpipe.contract.lineage import Lineage
+from trainpipe.contract.result import ComponentResult
+from trainpipe.contract.runtime import Runtime
 
 INPUT = {"role": "input"}
+#: An input that may also be raw data the user names (a file, or a folder of Parquet files) rather than an artifact.
+SOURCE = {"role": "input", "source": True}
 OUTPUT = {"role": "output"}
 
 
@@ -40,6 +45,11 @@ def _role_fields(model: type[BaseModel], role: str) -> list[str]:
         if extra.get("role") == role:
             out.append(name)
     return out
+
+
+def source_fields(model: type[BaseModel]) -> list[str]:
+    """Input fields that may name raw data instead of an artifact."""
+    return [n for n, f in model.model_fields.items() if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("source")]
 
 
 def input_fields(model: type[BaseModel]) -> list[str]:
@@ -98,10 +108,13 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
 
 
 
+Core = Callable[[Any, Lineage, Runtime], ComponentResult]
+
+
 def run(
     name: str,
     model: type[BaseModel],
-    core: Callable[[Any, dict[str, Any]], BaseModel],
+    core: Core,
     argv: Sequence[str] | None = None,
     doc: str = "",
 ) -> int:
@@ -110,7 +123,8 @@ def run(
     Args:
         name: The component's name (folder, core function and CLI share it).
         model: The component's config model.
-        core: ``core(config, lineage) -> result``; the result has a ``lineage`` field.
+        core: ``core(config, lineage, runtime) -> result``: the settings, the lineage of its
+            inputs, and what the platform set (policy, hardware profile, trusted code).
         argv: Arguments (default: ``sys.argv[1:]``).
         doc: Help text.
 
@@ -125,9 +139,7 @@ def run(
         code, payload, result = _run(name, model, core, ns, prefix)
         if code != EXIT_OK:
             return code
-        summary = getattr(result, "summary", None)
-        line = summary() if callable(summary) else "done"
-        print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {line}", file=sys.stderr)
+        print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {result.summary()}", file=sys.stderr)
         result_out.write(json.dumps(payload, sort_keys=True, default=str) + "\n")
     return EXIT_OK
 
@@ -149,14 +161,15 @@ def _stdout_to_stderr() -> Iterator[typing.TextIO]:
         os.close(saved)
 
 
-def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]], BaseModel], ns: dict[str, Any], prefix: str) -> tuple[int, dict[str, Any], Any]:
+def _run(name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str) -> tuple[int, dict[str, Any], Any]:
     payload: dict[str, Any] = {}
     config: Any = None
     audit_log: Path | None = None
     try:
-        from trainpipe.contract import audit, policy as policy_mod
+        from trainpipe.contract import audit
 
-        policy = policy_mod.load_policy()
+        runtime = Runtime.from_env()
+        policy = runtime.policy
         audit_log = audit.log_path(policy.audit_log)
         if audit_log is None and policy.require_audit:
             raise InputError(f"audit_log: the policy requires an audit log; set {audit.ENV} or the policy's audit_log")
@@ -168,23 +181,22 @@ def _run(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]]
                 data[fname] = _parse_value(ns[fname], f.annotation)
         config = build(model, data, where=name)
         check_artifact_paths(model, config)
+        sources = source_fields(model)
         upstream = [
             artifacts.read_artifact(getattr(config, f), f).lineage
             for f in input_fields(model)
             if getattr(config, f) and Path(getattr(config, f)).is_dir()
+            and not (f in sources and not (Path(getattr(config, f)) / artifacts.MARKER).exists())
         ]
-        record = lineage_mod.merge(upstream)
-        record.update(lineage_mod.run_sections(ns.get("orchestrator"), ns.get("run_id")))
+        record = lineage_mod.merge(upstream).with_(**lineage_mod.run_sections(ns.get("orchestrator"), ns.get("run_id")))
         outs = [getattr(config, f) for f in output_fields(model) if getattr(config, f)]
         for out in outs:
             artifacts.begin_output(out)
-        result = core(config, record)
+        result = core(config, record, runtime)
+        if name not in result.lineage.steps:
+            result.lineage = result.lineage.with_(steps=[*result.lineage.steps, name])
         payload = result.model_dump(mode="json")
-        final_lineage = payload.get("lineage", record)
-        steps = final_lineage.setdefault("steps", [])
-        if name not in steps:
-            steps.append(name)
-        payload["lineage"] = final_lineage
+        final_lineage = payload["lineage"]
         for out in outs:
             artifacts.finish_output(out, name, payload, final_lineage)
         if audit_log is not None:
@@ -234,8 +246,8 @@ def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:
             scheme = value.split("://", 1)[0]
             raise InputError(f"{field}: unsupported URI scheme {scheme + '://'!r} in {value!r} (a local path is expected; orchestrators mount object storage as files)")
         p = Path(value).resolve()
-        if field in input_fields(model) and p.is_file():
-            continue  # a source file the user names (raw data) may live anywhere it can be read
+        if field in input_fields(model) and (p.is_file() or (field in source_fields(model) and p.is_dir() and not (p / artifacts.MARKER).exists())):
+            continue  # raw data the user names (a file, a folder of Parquet files) may live anywhere it can be read
         if ".." in Path(value).parts:
             raise InputError(f"{field}: {value!r} climbs out with '..' (path traversal is refused; give the path itself)")
         if root is not None and not p.is_relative_to(root):
@@ -270,12 +282,28 @@ def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel | Non
     if exc is not None:
         execution["error"] = {"exit_code": exc.exit_code, "message": str(exc)}
     events = [execution]
-    extra = getattr(result, "audit_events", None)
-    if callable(extra):
-        events += [{**base, **e} for e in extra()]
+    if result is not None:
+        events += [{**base, **e} for e in result.audit_events()]
     audit.append(log, events)
 
 
-def main(name: str, model: type[BaseModel], core: Callable[[Any, dict[str, Any]], BaseModel], doc: str = "") -> None:
+def main(name: str, model: type[BaseModel], core: Core, doc: str = "") -> None:
     """``python -m`` entry: run and exit with the documented code."""
-    sys.exit(run(name, model, core, doc=doc))
+    exit_now(run(name, model, core, doc=doc))
+
+
+def exit_now(code: int) -> None:
+    """Exit once the step's work is done and its output written, without tearing down every module
+    the step imported: tearing down MLflow, SQLAlchemy, GX or DVC module by module is slow and does
+    nothing a finished step needs. Exit handlers still run and output is flushed;
+    while a non-daemon thread is alive, the ordinary exit waits for it instead."""
+    import atexit
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

@@ -7,7 +7,7 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 |-----------|-------------------------------------------|---------|
 | 0         | success                                   | -       |
 | 1         | internal error (a bug: traceback printed) | no      |
-| 2         | bad input: config, arguments, data, paths | no      |
+| 2         | bad input: config, arguments, data, paths, or a team's training function that fails | no |
 | 3         | data failed its expectation suite         | no      |
 | 4         | model gate not passed (when asked to fail)| no      |
 | 6         | the audit log failed verification         | no      |
@@ -42,6 +42,10 @@ class InputError(TrainpipeError):
     """Bad config, arguments, paths or data: permanent."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class UserCodeError(InputError):
+    """A team's training function raised: permanent, a rerun runs the same code."""
 
 
 class ValidationFailed(TrainpipeError):

@@ -104,6 +104,39 @@ def file_digest(path: str | os.PathLike[str], algorithm: str = "md5") -> str:
     return h.hexdigest()
 
 
+def dataset_digest(path: str | os.PathLike[str]) -> str:
+    """The content hash DVC gives a dataset: a file's md5, or a folder's ``.dir`` hash (the md5 of
+    the sorted JSON list of its files' relative paths and md5s), so a validated folder's hash is
+    the one its snapshot records."""
+    p = Path(path)
+    if p.is_file():
+        return file_digest(p)
+    entries = sorted(
+        ({"md5": file_digest(f), "relpath": f.relative_to(p).as_posix()} for f in p.rglob("*") if f.is_file()),
+        key=lambda e: e["relpath"],
+    )
+    return hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
+
+
+def copy_tree_atomic(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Place a folder's files at ``dest`` (hard links where possible): written under a hidden name,
+    then renamed, so a reader sees the old folder or the whole new one."""
+    src, dest = Path(src), Path(dest)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for f in sorted(src.rglob("*")):
+        if f.is_file():
+            link_or_copy(f, tmp / f.relative_to(src))
+    old = dest.with_name(f".{dest.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(dest.parent)
+    return dest
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Read a JSON file written by :func:`atomic_write_json`."""
     with open(path, encoding="utf-8") as fh:

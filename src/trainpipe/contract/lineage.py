@@ -1,9 +1,11 @@
-"""The lineage record: one dict of sections that travels with the data.
+"""The lineage record: typed sections that travel with the data.
 
 Each component adds its own section (``source``, ``validation``, ``snapshot``,
 ``training``, ``profile``, ``evaluation``, ``registration``); the entrypoint adds
-``code`` and ``orchestrator``. register_model writes the whole record onto the
-model version, so the chain from raw data to model version is never lost.
+``code``, ``orchestrator`` and ``image`` and the ``steps`` so far. register_model writes the whole
+record onto the model version, so the chain from raw data to model version is never lost.
+Artifacts store it as JSON (:meth:`Lineage.to_dict`); a component of a team's own may add a
+section of its own (any JSON object) beside trainpipe's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,153 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
 from trainpipe.contract.errors import InputError
+
+
+class Section(BaseModel):
+    """One step's part of the record; a field with no value is left out of the stored record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_fields(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class SourceLineage(Section):
+    """The raw data validate_data read."""
+
+    uri: str
+    md5: str = Field(description="md5 of the file, or DVC's .dir hash of a folder of Parquet files")
+    rows: int
+    columns: int
+
+
+class ValidationLineage(Section):
+    suite: str
+    success: bool
+    evaluated: int
+    successful: int
+
+
+class SnapshotLineage(Section):
+    """Where the exact bytes can be fetched again: DVC's content hash at a git revision on a remote."""
+
+    md5: str
+    rev: str
+    path: str
+    remote: str
+    repo: str
+
+
+class TrainingRun(BaseModel):
+    """How a model was trained: its MLflow run, the function and task, and where it ran. Both the
+    lineage's ``training`` section and train_model's result hold these."""
+
+    mlflow_run_id: str
+    experiment_id: str
+    train_function: str
+    task: str
+    backend: str
+    dist_backend: str
+    device: str
+    world_size: int
+
+
+class TrainingLineage(Section, TrainingRun):
+    model_uri: str
+    precision: str
+    hardware_profile: str
+    model_sha256: str
+    final_loss: float | None = None
+    cluster_job: str | None = Field(None, description="Kind/namespace/name of the multi-node job that trained it")
+
+
+class ProfileLineage(Section):
+    samples_per_second: float
+    step_time_ms: float
+    world_size: int
+    mfu: float | None = None
+    recommendations: int
+
+
+class EvaluationLineage(Section):
+    task: str
+    metrics: dict[str, float]
+    passed: bool
+    n_test: int
+    champion_version: str | None = None
+    beats_champion: bool | None = None
+
+
+class RegistrationLineage(Section):
+    """The version made (or found); ``registered: false`` when the gate held the model back."""
+
+    registered: bool | None = None
+    model_name: str | None = None
+    version: str | None = None
+    aliases: list[str] | None = None
+    champion_moved: bool | None = None
+
+
+class CodeLineage(Section):
+    trainpipe: str
+    git_commit: str
+
+
+class OrchestratorLineage(Section):
+    name: str
+    run_id: str
+
+
+class Lineage(BaseModel):
+    """The whole record. Sections a step has not reached yet are absent (None)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    source: SourceLineage | None = None
+    validation: ValidationLineage | None = None
+    snapshot: SnapshotLineage | None = None
+    training: TrainingLineage | None = None
+    profile: ProfileLineage | None = None
+    evaluation: EvaluationLineage | None = None
+    registration: RegistrationLineage | None = None
+    code: CodeLineage | None = None
+    orchestrator: OrchestratorLineage | None = None
+    image: str | None = None
+    steps: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_sections(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def with_(self, **sections: Any) -> "Lineage":
+        """A copy with these sections set (a step adds its own)."""
+        return self.model_copy(update=sections)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-able data (what artifacts and the registry store)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def of(cls, record: "Lineage | dict[str, Any] | None") -> "Lineage":
+        """A record read back from an artifact (a dict), or one already typed.
+
+        Raises:
+            InputError: a section does not have the fields this version of trainpipe writes.
+        """
+        if isinstance(record, Lineage):
+            return record
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate(record or {})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            raise InputError(f"lineage: section {where!r} is not what trainpipe writes ({err.get('msg')}); was the artifact made by another version?") from None
 
 
 #: Sections describing the step that runs, not the data: each step sets them anew.
@@ -23,10 +171,10 @@ RUN_SECTIONS = ("code", "orchestrator", "image")
 
 def run_sections(orchestrator_name: str | None = None, run_id: str | None = None) -> dict[str, Any]:
     """The sections describing this step's run: code version, orchestrator, image."""
-    return {"code": code_version(), "orchestrator": orchestrator(orchestrator_name, run_id), "image": image()}
+    return {"code": CodeLineage(**code_version()), "orchestrator": OrchestratorLineage(**orchestrator(orchestrator_name, run_id)), "image": image()}
 
 
-def merge(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def merge(records: Iterable[Lineage | dict[str, Any]]) -> Lineage:
     """Merge lineage records from several inputs.
 
     Sections present in more than one record must agree, except the
@@ -37,7 +185,7 @@ def merge(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """
     merged: dict[str, Any] = {}
     for rec in records:
-        for key, value in rec.items():
+        for key, value in (rec.to_dict() if isinstance(rec, Lineage) else rec).items():
             if key in merged and merged[key] != value and key not in RUN_SECTIONS and key != "steps":
                 raise InputError(f"inputs carry conflicting lineage for {key!r}: they come from different runs or data")
             if key == "steps":
@@ -45,7 +193,7 @@ def merge(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 steps.extend(s for s in value if s not in steps)
             else:
                 merged[key] = value
-    return merged
+    return Lineage.of(merged)
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,8 +231,10 @@ def image() -> str:
     return os.environ.get("TRAINPIPE_IMAGE_REF") or os.environ.get("TRAINPIPE_IMAGE", "local")
 
 
-def flatten(lineage: dict[str, Any], prefix: str = "lineage") -> dict[str, str]:
+def flatten(lineage: Lineage | dict[str, Any], prefix: str = "lineage") -> dict[str, str]:
     """Flatten a lineage record to ``lineage.section.key`` strings (for registry tags)."""
+    if isinstance(lineage, Lineage):
+        lineage = lineage.to_dict()
     out: dict[str, str] = {}
 
     def walk(obj: Any, key: str) -> None:

@@ -1,46 +1,87 @@
-"""The KubernetesPodOperator trainpipe's Kubernetes mode uses: the provider's operator with its
-XCom sidecar made to pass Pod Security "restricted" too.
+"""Kubernetes mode of the Airflow faces: the same command in a ``KubernetesPodOperator``.
 
-The provider adds a sidecar (``alpine``, a floating tag, run as root, no security context) to read
-the result file. Here the sidecar runs the task's own trainpipe image (already pulled, pinned,
-non-root; it has ``sh`` and ``cat``) with the same restricted security context as the main container.
+The pod gets the hardware profile's translation (:mod:`trainpipe.pods`, the one every pod
+trainpipe creates gets) as its template, the component's image, and the result JSON back through
+XCom. The provider's XCom sidecar (``alpine``, floating tag, root, no security context) runs the
+task's own image with the restricted container context instead. A component whose local operator
+emits asset events (snapshot_dataset's DVC hash) emits the same extra here.
 Imported only when a DAG is built in Kubernetes mode.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes.client import models as k8s
 
-from trainpipe.images import RUN_AS
+from trainpipe import pods
+from trainpipe.faces.command import component_command
 
 
-def pod_security_context() -> k8s.V1PodSecurityContext:
-    return k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=RUN_AS, run_as_group=RUN_AS, fs_group=RUN_AS,
-                                    seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"))
+def _context(kind: type, fields: dict[str, Any]) -> Any:
+    from kubernetes.client import ApiClient
 
-
-def container_security_context() -> k8s.V1SecurityContext:
-    return k8s.V1SecurityContext(allow_privilege_escalation=False, run_as_non_root=True, capabilities=k8s.V1Capabilities(drop=["ALL"]),
-                                 seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"))
+    return ApiClient()._ApiClient__deserialize(fields, kind.__name__)  # the client's own JSON -> model mapping
 
 
 class TrainpipePodOperator(KubernetesPodOperator):
-    """``KubernetesPodOperator`` with Pod Security "restricted" contexts by default (pod and main
-    container), and an XCom sidecar in the task's image with the same container context."""
+    """``KubernetesPodOperator`` running one trainpipe component: restricted contexts, the XCom
+    sidecar in the task's image, and the component's asset events."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("security_context", pod_security_context())
-        kwargs.setdefault("container_security_context", container_security_context())
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "settings")
+
+    def __init__(self, *, operator_cls: Any = None, settings: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("security_context", _context(k8s.V1PodSecurityContext, pods.pod_security()))
+        kwargs.setdefault("container_security_context", _context(k8s.V1SecurityContext, pods.container_security()))
         super().__init__(**kwargs)
+        self.operator_cls = operator_cls
+        self.settings = dict(settings or {})
 
     def build_pod_request_obj(self, context: Any = None) -> k8s.V1Pod:
         pod = super().build_pod_request_obj(context)
         for container in pod.spec.containers:
             if container.name == PodDefaults.SIDECAR_CONTAINER_NAME:
                 container.image = self.image
-                container.security_context = container_security_context()
+                container.security_context = _context(k8s.V1SecurityContext, pods.container_security())
         return pod
+
+    def execute(self, context: Any) -> Any:
+        result = super().execute(context)
+        if self.operator_cls is not None and isinstance(result, dict):
+            extra = self.operator_cls.asset_extra(result, self.settings)
+            if extra is not None:
+                for asset in self.outlets or []:
+                    context["outlet_events"][asset].extra = extra
+        return result
+
+
+def kubernetes_task(
+    component: str, *, task_id: str, settings: dict[str, Any], image: str, namespace: str = "default",
+    profile: Any = None, resources: Any = None, operator_cls: Any = None, **kwargs: Any,
+) -> Any:
+    """The same command in a pod, with the component image and the hardware profile's translation.
+
+    The result JSON goes to ``/airflow/xcom/return.json`` so it becomes the XCom value.
+    """
+    command = component_command(
+        component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
+    )
+    if profile is not None:
+        spec = pods.pod_spec(profile, resources or profile.default, container_name="base")
+        kwargs.setdefault("pod_template_dict", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec})
+        kwargs.setdefault("image_pull_policy", profile.image_pull_policy)
+    return TrainpipePodOperator(
+        task_id=task_id,
+        name=task_id.replace("_", "-"),
+        namespace=namespace,
+        image=image,
+        cmds=command[:3],
+        arguments=command[3:],
+        do_xcom_push=True,
+        get_logs=True,
+        operator_cls=operator_cls,
+        settings=settings,
+        **kwargs,
+    )

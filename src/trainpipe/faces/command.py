@@ -8,6 +8,8 @@ the three can never drift from each other or from the entrypoint.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from typing import Any
 
@@ -41,3 +43,40 @@ def component_command(
     if result_path:
         cmd += ["--result", result_path]
     return cmd + settings_to_flags(settings)
+
+
+#: Where ``trainpipe run`` asks every step to describe its failure (the step, its one line, its code).
+FAILURE_FILE_ENV = "TRAINPIPE_FAILURE_FILE"
+
+
+def note_failure(name: str, code: int, line: str) -> None:
+    """Tell ``trainpipe run`` (when it runs this step) which step failed, how, with what code."""
+    target = os.environ.get(FAILURE_FILE_ENV)
+    prefix = f"trainpipe {name}: error: "
+    line = line[len(prefix):] if line.startswith(prefix) else line
+    if target:
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"component": name, "exit_code": code, "message": line}, fh)
+        os.replace(tmp, target)
+
+
+def stream(cmd: list[str], env: dict[str, str], emit: Any, on_start: Any = None, **popen: Any) -> tuple[int, str, str]:
+    """Run ``cmd``, handing each stderr line to ``emit`` as it comes (stdout is read on a thread, so
+    a large result cannot block the step). Returns ``(exit code, stdout, last stderr line)``."""
+    import threading
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen)
+    if on_start is not None:
+        on_start(proc)
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    last = ""
+    for text in proc.stderr:  # type: ignore[union-attr]
+        emit(text)
+        if text.strip():
+            last = text.strip()
+    code = proc.wait()
+    reader.join()
+    return code, "".join(chunks), last

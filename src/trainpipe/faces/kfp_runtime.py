@@ -1,5 +1,5 @@
 """What a KFP component body calls inside its container: the same entrypoint a
-person would run by hand, as a subprocess. Stdlib only.
+person would run by hand, as a subprocess. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -7,28 +7,49 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from typing import Any
 
 
-def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "") -> dict[str, Any]:
-    """Run ``python -m trainpipe.components.<name>`` with ``settings`` as flags.
+#: Left in a task's output by an attempt that failed for good; a retried attempt (KFP's retry policy
+#: cannot tell a permanent exit code from a transient one) exits with it at once instead of running again.
+FAILED_RECORD = ".trainpipe-failed.json"
 
-    Exits the process with the entrypoint's own exit code when it fails, so the
-    task fails with the documented code.
+
+def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output: str | None = None) -> dict[str, Any]:
+    """Run ``python -m trainpipe.components.<name>`` with the face's ``settings`` as flags.
+
+    The step's log streams through as it comes. On failure the process exits with the
+    entrypoint's own code, so the task fails with the documented code; a permanent failure
+    (not 75, not a signal) is recorded in ``output``, and a retried attempt of the same task
+    exits with the same code and line without running the step again.
 
     Returns:
         The component's result JSON.
     """
-    from trainpipe.faces.command import component_command
+    from trainpipe.contract.errors import is_retryable_exit
+    from trainpipe.faces.command import component_command, note_failure, stream
+    from trainpipe.faces.surface import from_face
 
-    cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id)
+    record = os.path.join(output, FAILED_RECORD) if output else None
+    if record and os.path.isfile(record):
+        with open(record, encoding="utf-8") as fh:
+            previous = json.load(fh)
+        line = previous.get("message", "")
+        print(f"trainpipe {name}: an earlier attempt of this task failed for good (exit {previous['exit_code']}), not run again: {line}", file=sys.stderr)
+        note_failure(name, int(previous["exit_code"]), line)
+        sys.exit(int(previous["exit_code"]))
+    cmd = component_command(name, from_face(name, settings), orchestrator="kfp", run_id=run_id)
     env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        sys.exit(proc.returncode)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    code, out, last = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+    if code != 0:
+        note_failure(name, code, last)
+        if record and not is_retryable_exit(code):
+            from trainpipe.contract.io import atomic_write_json
+
+            atomic_write_json(record, {"exit_code": code, "message": last.removeprefix(f"trainpipe {name}: error: ")})
+        sys.exit(code)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def check_dataset_hash(snapshot: Any, dataset_md5: str) -> None:

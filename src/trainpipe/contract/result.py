@@ -1,0 +1,25 @@
+"""What every component's result is: its own fields, the lineage it carries on, the one line the
+entrypoint prints, and the audit events beyond the execution itself (a gate decision, an alias
+moved). Stdlib and pydantic only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trainpipe.contract.lineage import Lineage
+
+
+class ComponentResult(BaseModel):
+    """The base of every ``<Name>Result``."""
+
+    lineage: Lineage = Field(default_factory=Lineage, description="the record from the raw data to this step")
+
+    def summary(self) -> str:
+        """One line for the log: what this step did."""
+        raise NotImplementedError(f"{type(self).__name__} must say what the step did in summary()")
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Audit records besides the execution itself (a gate decision, an alias change)."""
+        return []

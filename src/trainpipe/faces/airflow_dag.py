@@ -1,0 +1,199 @@
+"""The topology of trainpipe's DAGs: which tasks, in which mode, wired how, with which params.
+
+``dags/training_dag.py`` and ``dags/retrain_dag.py`` are a few lines on top of this. Nothing here
+runs at parse time beyond reading the pipeline config (no database, no connection lookups).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from datetime import timedelta
+from typing import Any
+
+from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator
+
+
+def component_task(
+    operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str | None,
+    profile: Any = None, resources: Any = None, **kwargs: Any,
+) -> Any:
+    """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
+    name = operator_cls.component
+    kwargs.setdefault(
+        "doc_md",
+        f"trainpipe `{name}`: runs `python -m trainpipe.components.{name}` "
+        f"({'in a pod with the component image' if mode == 'kubernetes' else 'on the worker'}); its result JSON is the XCom value. "
+        "Only transient exits (75, signals) are retried.",
+    )
+    if mode == "kubernetes":
+        from trainpipe.faces.airflow_pod import kubernetes_task
+
+        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=image, profile=profile, resources=resources,
+                               operator_cls=operator_cls, **kwargs)
+    if mode != "local":
+        raise ValueError(f"mode: {mode!r} is not local or kubernetes")
+    return operator_cls(task_id=task_id, settings=settings, **kwargs)
+
+
+#: evaluate_model's gate settings, passed from the DAG's params under the same names.
+GATE_KEYS = ("thresholds", "min_improvement", "max_regression", "metric_functions", "lower_is_better")
+
+
+def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, include: tuple[str, ...] = ("profile_training",)) -> tuple[Any, Any]:
+    """train → (profile ∥ evaluate) → gate → register on a snapshot, as both DAGs run them.
+
+    ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
+    ``snapshot_dir`` may be a template; ``include`` names the optional steps (without
+    profile_training, register_model records no profile). Returns the first and the last task.
+    """
+    from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
+    from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
+    from trainpipe.components.register_model.airflow_task import RegisterModelOperator
+    from trainpipe.components.train_model.airflow_task import TrainModelOperator
+
+    train = step(
+        TrainModelOperator,
+        "train_model",
+        {
+            "data": snapshot_dir,
+            "output_dir": f"{run_dir}/train_model",
+            "label_column": "{{ params.label_column }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+            "experiment_name": "{{ params.experiment_name }}",
+            **{k: "{{ params.train.%s | tojson }}" % k for k in train_keys},
+        },
+        execution_timeout=timedelta(hours=6),
+    )
+    profile = step(
+        ProfileTrainingOperator,
+        "profile_training",
+        {"model": f"{run_dir}/train_model", "output_dir": f"{run_dir}/profile_training", "tracking_uri": "{{ params.tracking_uri }}"},
+    ) if "profile_training" in include else None
+    evaluate = step(
+        EvaluateModelOperator,
+        "evaluate_model",
+        {
+            "model": f"{run_dir}/train_model",
+            "data": snapshot_dir,
+            "output_dir": f"{run_dir}/evaluate_model",
+            "label_column": "{{ params.label_column }}",
+            "model_name": "{{ params.model_name }}",
+            "champion_alias": "{{ params.alias }}",  # the gate compares with the model that serves under the pipeline's alias
+            "tracking_uri": "{{ params.tracking_uri }}",
+            **{k: "{{ params.%s | tojson }}" % k for k in GATE_KEYS},
+        },
+    )
+    gate = GateOperator(task_id="gate", condition=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")
+    register = step(
+        RegisterModelOperator,
+        "register_model",
+        {
+            "model": f"{run_dir}/train_model",
+            "decision": f"{run_dir}/evaluate_model",
+            **({"profile": f"{run_dir}/profile_training"} if profile is not None else {}),
+            "output_dir": f"{run_dir}/register_model",
+            "model_name": "{{ params.model_name }}",
+            "alias": "{{ params.alias }}",
+            "tracking_uri": "{{ params.tracking_uri }}",
+        },
+    )
+    train >> [t for t in (profile, evaluate) if t is not None]
+    evaluate >> gate >> register
+    if profile is not None:
+        profile >> register
+    return train, register
+
+
+def dataset_asset(dataset_name: str) -> Any:
+    """The Airflow Asset a dataset's snapshots update (snapshot_dataset emits it with the DVC hash)."""
+    from airflow.sdk import Asset
+
+    return Asset(name=f"trainpipe-dataset-{dataset_name}", uri=f"trainpipe://datasets/{dataset_name}", group="trainpipe")
+
+
+def new_snapshot(triggering_asset_events: Any = None, **_: Any) -> str | bool:
+    """Gate condition of the retraining DAG: the newest triggering snapshot's directory
+    when its content hash is new (the snapshot committed new data), else False (skip)."""
+    events = [e for evs in (triggering_asset_events or {}).values() for e in evs]
+    if not events:
+        return False
+    extra = dict(events[-1].extra or {})
+    if not extra.get("changed") or not extra.get("snapshot_dir"):
+        return False
+    return str(extra["snapshot_dir"])
+
+
+def gate_passed(ti: Any = None, **_: Any) -> bool:
+    """Gate condition: True when evaluate_model's decision passed."""
+    result = ti.xcom_pull(task_ids="evaluate_model")
+    return bool(result and result.get("decision", {}).get("passed"))
+
+
+#: Retries with a capped exponential backoff and a timeout on every task of trainpipe's DAGs.
+DEFAULT_ARGS: dict[str, Any] = {
+    "retries": 3,
+    "retry_delay": timedelta(seconds=10),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+    "execution_timeout": timedelta(hours=1),
+}
+
+#: Where one DAG run keeps its step outputs.
+RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+
+
+class DagSettings:
+    """What a trainpipe DAG file reads at parse time: the pipeline config named by
+    ``TRAINPIPE_CONFIG`` (a small YAML file; no database or connection lookups), the mode
+    (``TRAINPIPE_AIRFLOW_MODE``: local or kubernetes) and the hardware profile; each task's image
+    comes from :mod:`trainpipe.images`."""
+
+    def __init__(self) -> None:
+        from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
+
+        path = os.environ.get("TRAINPIPE_CONFIG")
+        self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
+        self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
+        if self.config.policy is not None:
+            self.config.check_policy()  # at parse time, as the KFP compiler does: a broken DAG names the setting
+
+    @functools.cached_property
+    def profile(self) -> Any:
+        """The hardware profile: pods' resources and images (loaded in kubernetes mode only, so a
+        local-mode DAG file parses without it)."""
+        from trainpipe.profiles import get_profile
+
+        return get_profile(self.config.profile)
+
+    def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
+        """One task in this DAG's mode, with the profile's training or default resources."""
+        resources = image = None
+        if self.mode == "kubernetes":
+            from trainpipe.images import image_for
+
+            resources = self.profile.train if task_id == "train_model" else self.profile.default
+            image = image_for(operator_cls.component, accelerated=resources.accelerated)
+        env: dict[str, str] = {}
+        if self.config.policy is not None:  # the config's policy travels with every step
+            from trainpipe.contract.policy import ENV, to_env
+
+            env[ENV] = to_env(self.config.policy)
+        if task_id == "evaluate_model" and self.config.trusted_code():  # it rebuilds the team's model from its code
+            env["TRAINPIPE_TRUSTED_MODEL_CODE"] = self.config.trusted_code()
+        if env:
+            key = "env_vars" if self.mode == "kubernetes" else "env"
+            kwargs[key] = {**env, **kwargs.get(key, {})}
+        return component_task(operator_cls, task_id, settings, mode=self.mode, image=image, resources=resources,
+                              profile=self.profile if self.mode == "kubernetes" else None, **kwargs)
+
+    def params(self, *keys: str) -> dict[str, Any]:
+        """DAG params from the config (overridable per run)."""
+        c = self.config
+        values = {
+            "data": c.data, "label_column": c.label_column, "workspace": c.workspace, "suite": c.suite,
+            "dataset_name": c.dataset_name, "dvc_repo_dir": c.dvc_repo_dir, "dvc_remote_url": c.dvc_remote_url,
+            "tracking_uri": c.tracking_uri, "experiment_name": c.experiment_name, "model_name": c.model_name, "alias": c.alias,
+            **{k: getattr(c, k) for k in GATE_KEYS}, "train": c.train.model_dump(mode="json"),
+        }
+        return {k: values[k] for k in keys} if keys else values

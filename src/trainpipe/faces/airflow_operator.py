@@ -1,0 +1,123 @@
+"""The Airflow 3 operator every component's Airflow face is: it runs the entrypoint on the worker.
+
+The step's log reaches the task log line by line as it is written; a task that is killed (a
+timeout, "mark failed", ``airflow tasks clear``) ends the step's whole process group, torchrun and
+its ranks included. Only transient exit codes are retried: a failed suite, bad input or a failed
+gate fails the task for good. Kubernetes mode runs the same command in a pod
+(:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in :mod:`trainpipe.faces.airflow_dag`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from typing import Any, Callable, ClassVar, Sequence
+
+from airflow.providers.standard.utils.skipmixin import SkipMixin
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from trainpipe.contract.errors import is_retryable_exit
+from trainpipe.faces.command import component_command, note_failure, stream
+
+#: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
+KILL_GRACE_S = 10.0
+
+
+def outcome(component: str, code: int, last: str) -> Exception:
+    """The Airflow exception for a failed step: retried only when the exit code is transient."""
+    last = last or f"exit {code}"
+    if is_retryable_exit(code):
+        return AirflowException(f"{component} exited {code} (transient, will retry): {last}")
+    return AirflowFailException(f"{component} exited {code} (permanent, not retried): {last}")
+
+
+class TrainpipeOperator(BaseOperator):
+    """Run one trainpipe component on the worker; its result JSON is the XCom value.
+
+    Args:
+        settings: The component's settings (templated), as its CLI flags take them.
+        env: Extra environment of the step (the platform policy; never a secret: those come
+            from the worker's own environment or Airflow connections, not from the DAG).
+    """
+
+    component: ClassVar[str] = ""
+    template_fields: Sequence[str] = ("settings",)
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, settings: dict[str, Any], env: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings = settings
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen[str] | None = None
+
+    @classmethod
+    def asset_extra(cls, result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
+        """The extra of the asset events this task emits for its ``outlets`` (none by default)."""
+        return None
+
+    def emit_assets(self, context: Any, result: dict[str, Any]) -> None:
+        extra = self.asset_extra(result, self.settings)
+        if extra is not None:
+            for asset in self.outlets or []:
+                context["outlet_events"][asset].extra = extra
+
+    def execute(self, context: Any) -> Any:
+        cmd = component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
+        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow")
+        try:
+            code, out, last = stream(cmd, env, lambda line: self.log.info("%s", line.rstrip("\n")), on_start=self._started,
+                                     start_new_session=True)  # its own process group: on_kill ends all of it
+        finally:
+            self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
+        if code == 0:
+            result = json.loads(out.strip().splitlines()[-1])
+            self.emit_assets(context, result)
+            return result
+        note_failure(self.component, code, last)
+        raise outcome(self.component, code, last)
+
+    def _started(self, proc: subprocess.Popen[str]) -> None:
+        self._proc = proc
+
+    def on_kill(self) -> None:
+        """End the step's process group (the entrypoint, torchrun and every rank): SIGTERM, then SIGKILL."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+class GateOperator(BaseOperator, SkipMixin):
+    """Continue only when ``condition(**context)`` is truthy (its value is the XCom); otherwise skip
+    every task downstream, as ``ShortCircuitOperator`` does.
+
+    Written here, not taken from ``ShortCircuitOperator``: importing that module (the PythonOperator
+    family) costs every DAG file a noticeable share of its parse time; SkipMixin alone does not.
+    """
+
+    inherits_from_skipmixin = True
+    ui_color = "#f0ede4"
+
+    def __init__(self, *, condition: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.condition = condition
+
+    def execute(self, context: Any) -> Any:
+        result = self.condition(**context)
+        self.log.info("Condition result is %s", bool(result))
+        if not result:
+            to_skip = [t for t in context["task"].get_flat_relatives(upstream=False) if not t.is_teardown]
+            if to_skip:
+                self.log.info("Skipping downstream tasks: %s", ", ".join(sorted(t.task_id for t in to_skip)))
+                self.skip(ti=context["ti"], tasks=to_skip)
+        return result

@@ -1,0 +1,75 @@
+"""One translation of a hardware profile into a Kubernetes pod, for every pod trainpipe creates.
+
+An Airflow task in Kubernetes mode, a TrainJob's nodes and a PyTorchJob's replicas all get their
+scheduling (node selector, tolerations, node affinity), identity (service account, image pull
+secrets), secrets (as environment variables, by name: Kubernetes injects the values), resources and
+the Pod Security "restricted" contexts from here, as core/v1 JSON. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainpipe.images import RUN_AS
+
+
+def pod_security() -> dict[str, Any]:
+    """Pod Security Standard "restricted", pod part: non-root as trainpipe's user, RuntimeDefault seccomp."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security() -> dict[str, Any]:
+    """Pod Security Standard "restricted", container part."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def secret_env(profile: Any) -> list[dict[str, Any]]:
+    """The profile's secrets as environment variables (names only; Kubernetes injects the values)."""
+    return [{"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+            for secret, keys in sorted(profile.secrets_as_env.items()) for key, env in sorted(keys.items())]
+
+
+def scheduling(profile: Any) -> dict[str, Any]:
+    """The pod-level fields: scheduling, identity, security context."""
+    spec: dict[str, Any] = {"securityContext": pod_security()}
+    if profile.node_selector:
+        spec["nodeSelector"] = dict(profile.node_selector)
+    if profile.tolerations:
+        spec["tolerations"] = [t.as_k8s() for t in profile.tolerations]
+    if profile.node_affinity:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [dict(e) for e in profile.node_affinity]}]}}}
+    if profile.service_account:
+        spec["serviceAccountName"] = profile.service_account
+    if profile.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in profile.image_pull_secrets]
+    return spec
+
+
+def container(profile: Any, resources: Any, *, name: str, image: str | None = None, command: list[str] | None = None,
+              args: list[str] | None = None, env: dict[str, str] | None = None, mounts: dict[str, str] | None = None) -> dict[str, Any]:
+    """The main container: resources, the profile's secrets and ``env``, the restricted context, ``mounts`` (volume -> path)."""
+    c: dict[str, Any] = {"name": name, "securityContext": container_security(), "resources": resources.as_k8s(),
+                         "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())] + secret_env(profile)}
+    if image:
+        c["image"] = image
+        c["imagePullPolicy"] = profile.image_pull_policy
+    if command:
+        c["command"] = list(command)
+    if args:
+        c["args"] = list(args)
+    if mounts:
+        c["volumeMounts"] = [{"name": v, "mountPath": p} for v, p in sorted(mounts.items())]
+    return c
+
+
+def pod_spec(profile: Any, resources: Any, *, container_name: str, image: str | None = None, command: list[str] | None = None,
+             args: list[str] | None = None, env: dict[str, str] | None = None, pvcs: dict[str, str] | None = None) -> dict[str, Any]:
+    """A whole core/v1 PodSpec: :func:`scheduling`, one :func:`container`, and ``pvcs`` (claim -> mount path) as volumes."""
+    volumes = {f"pvc-{i}": (claim, path) for i, (claim, path) in enumerate(sorted((pvcs or {}).items()))}
+    spec = scheduling(profile)
+    spec["containers"] = [container(profile, resources, name=container_name, image=image, command=command, args=args, env=env,
+                                    mounts={v: path for v, (_, path) in volumes.items()})]
+    if volumes:
+        spec["volumes"] = [{"name": v, "persistentVolumeClaim": {"claimName": claim}} for v, (claim, _) in volumes.items()]
+    return spec

@@ -1,0 +1,73 @@
+"""The engines of ``trainpipe run``, each run as ``python -m trainpipe.runner ENGINE CONFIG``.
+
+``trainpipe run`` starts this in a child process whose output goes to a log file, and shows the
+terminal one line per step and the summary. Each step tells it (``TRAINPIPE_FAILURE_FILE``) which
+step failed, with what line and code, when one does.
+
+- ``kfp-local``: the reference pipeline on ``kfp.local.SubprocessRunner`` in this environment.
+- ``airflow-local``: the training DAG under ``dag.test()``, with a SQLite metadata database in the
+  workspace and the DAG files trainpipe installs (``trainpipe.dags``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def dags_folder() -> Path:
+    """The folder of the DAG files trainpipe ships (``dags/`` of a checkout, ``trainpipe/dags`` installed)."""
+    import trainpipe.dags
+
+    return Path(trainpipe.dags.__file__).resolve().parent
+
+
+def run_kfp_local(config_path: Path) -> int:
+    from trainpipe.pipelines.compile import run_local
+    from trainpipe.pipelines.config import load_pipeline_config
+
+    run_local(load_pipeline_config(config_path))
+    return 0
+
+
+def run_airflow_local(config_path: Path) -> int:
+    """The training DAG once under ``dag.test()``; 0 when the run succeeded."""
+    from trainpipe.pipelines.config import load_pipeline_config
+
+    cfg = load_pipeline_config(config_path)
+    home = Path(cfg.workspace) / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    folder = dags_folder()
+    os.environ.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_CONFIG": str(config_path),
+    })
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.utils import db
+
+    db.upgradedb()  # what `airflow db migrate` does (create on a first run, upgrade after an upgrade), in this process
+    bag = DagBag(str(folder))
+    if "trainpipe_training" not in bag.dags:
+        print(f"trainpipe: the training DAG did not load from {folder}: {bag.import_errors}", file=sys.stderr)
+        return 1
+    run = bag.dags["trainpipe_training"].test()
+    return 0 if str(run.state) in ("success", "DagRunState.SUCCESS") else 1
+
+
+ENGINES = {"kfp-local": run_kfp_local, "airflow-local": run_airflow_local}
+
+
+def main(argv: list[str]) -> int:
+    engine, config = argv[0], Path(argv[1])
+    try:
+        return ENGINES[engine](config)
+    except Exception as exc:  # the engine's own report (kfp.local raises on a failed task) is in this log
+        print(f"trainpipe: engine {engine} stopped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
