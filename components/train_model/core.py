@@ -1,22 +1,24 @@
-"""train_model: the launcher. Checks the inputs, opens the MLflow run, starts the
-backend's ranks (see launch.py) and turns what they wrote into a typed result.
-No ML framework is imported here: only in the ranks.
+"""train_model: the launcher. Checks what can be checked cheaply, starts this node's ranks (each
+runs the training function on :mod:`trainpipe.training`'s context) while it opens the MLflow run
+on a thread, then logs what the ranks made: metrics, the weights-only artifact and the MLflow
+pyfunc model. No ML framework is imported here: only in the ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from trainpipe.components.train_model import launch
-from trainpipe.components.train_model.data import prepare_data
 from trainpipe.components.train_model.spec import (
+    ERRORS_DIR,
     METRICS_FILE,
     MODEL_FILE,
     MODEL_META,
@@ -28,24 +30,31 @@ from trainpipe.components.train_model.spec import (
 from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
+from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
+from trainpipe.contract.policy import Policy
+from trainpipe.contract.runtime import Runtime
 from trainpipe.resources import threads_per_rank
-from trainpipe.tabular import find_data_file
+from trainpipe.tabular import find_dataset
+from trainpipe.training import launch
 
 #: What each backend needs installed, and how to get it.
 BACKEND_MODULES = {
     "torch_ddp": ("torch", "pip install 'trainpipe[torch]'"),
+    "torch_fsdp": ("torch", "pip install 'trainpipe[torch]'"),
     "tensorflow": ("tensorflow", "pip install 'trainpipe[tensorflow]'"),
     "horovod": ("horovod", "make horovod (builds Horovod 0.28.1 with C++17 into a wheel cache)"),
 }
 
 
-def check_inputs(config: TrainModelConfig) -> dict[str, Any]:
-    """Fail fast, in one line, before any rank starts; returns the prepared data."""
+def check_inputs(config: TrainModelConfig) -> None:
+    """Fail fast, in one line, before any rank starts, on what needs no framework to check.
+
+    The data and the training function itself are checked by the ranks (reading the data and
+    importing the function import the framework); their errors stop the group at once.
+    """
     module, how = BACKEND_MODULES[config.backend]
     if importlib.util.find_spec(module) is None:
         raise InputError(f"backend: {config.backend} needs {module}, which is not installed ({how})")
-    if config.backend == "tensorflow" and config.model not in ("mlp", "cnn"):
-        raise InputError(f"model: a custom model function ({config.model}) runs on the torch backends; with backend tensorflow use mlp or cnn")
     wants_cuda = config.device == "cuda" or config.dist_backend == "nccl"
     gpus = cuda_device_count() if (wants_cuda or config.precision == "fp16" or config.device == "auto") else 0
     if wants_cuda and gpus == 0:
@@ -55,14 +64,20 @@ def check_inputs(config: TrainModelConfig) -> dict[str, Any]:
     uses_gpus = gpus > 0 and config.device != "cpu"
     if uses_gpus and config.backend != "tensorflow" and config.nproc_per_node > gpus:
         raise InputError(f"nproc_per_node: {config.nproc_per_node} GPU ranks requested but only {gpus} GPUs are visible on this node")
-    data = prepare_data(config)
-    if config.model not in ("mlp", "cnn"):
-        # A user's model function is called once here (torch is imported for it), so a wrong
-        # signature or return type is one line before any rank starts.
-        from trainpipe.components.train_model.models import build_model
+    fn = config.train_function
+    if fn.startswith("builtin:"):
+        from trainpipe.training.builtin import parse
 
-        build_model(config.model, data["input_shape"], len(data["classes"]), config.hidden_units, config.model_kwargs)
-    return data
+        parse(config.train_config, config.task)
+    else:
+        top = fn.partition(":")[0].split(".")[0]  # found without importing it (its import would import the framework)
+        try:
+            found = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise InputError(f"train_function: cannot import {top!r} for {fn!r} (is its package installed or on PYTHONPATH?)")
+    find_dataset(config.data, "data")
 
 
 def cuda_device_count() -> int:
@@ -78,8 +93,7 @@ def cuda_device_count() -> int:
 
 def rank_env(config: TrainModelConfig) -> dict[str, str]:
     """The ranks' environment: threads per rank from the usable CPUs unless OMP_NUM_THREADS is set;
-    TensorFlow's thread pools follow the same figure unless its own variables are set (an
-    OMP_NUM_THREADS alone once left TF workers each using every core)."""
+    TensorFlow's thread pools follow the same figure unless its own variables are set."""
     env = dict(os.environ)
     threads = env.get("OMP_NUM_THREADS") or str(threads_per_rank(config.nproc_per_node))
     env["OMP_NUM_THREADS"] = threads
@@ -91,121 +105,191 @@ def rank_env(config: TrainModelConfig) -> dict[str, str]:
     return env
 
 
-def train_model(config: TrainModelConfig, lineage: dict[str, Any]) -> TrainModelResult:
-    """Train with the configured backend and log the run to MLflow.
+class _Tracking(threading.Thread):
+    """Opens (or reuses) the MLflow run while the ranks start and train."""
 
-    On a multi-node job every node runs this; node 0 alone opens the MLflow run and
-    reports the model, the other nodes only run their ranks.
+    def __init__(self, config: TrainModelConfig, lineage: Lineage, policy: Policy) -> None:
+        super().__init__(name="trainpipe-mlflow", daemon=True)
+        self.config, self.lineage, self.policy = config, lineage, policy
+        self.client: Any = None
+        self.run_id = self.exp_id = self.uri = ""
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        # the ranks come first: this thread (imports, the run, the store) takes the cores they leave
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        try:
+            from trainpipe import tracking
+
+            c = self.config
+            self.client = tracking.connect(c.tracking_uri, self.policy)
+            self.uri = tracking.resolve_tracking_uri(c.tracking_uri, self.policy)
+            self.exp_id = tracking.ensure_experiment(self.client, c.experiment_name, self.uri)
+            tracking.prepare_artifact_store(self.client, self.policy, experiment_id=self.exp_id)
+            snapshot = self.lineage.snapshot
+            orchestrator_run = self.lineage.orchestrator.run_id if self.lineage.orchestrator else ""
+            self.run_id, reused = _training_run(self.client, self.exp_id, c, snapshot, orchestrator_run)
+            if not reused:
+                _log_params_and_input(self.client, self.run_id, c, snapshot)
+            # what logging the model needs once the ranks are done, imported while they train (on a
+            # busy machine the import shares the cores; after training it would add to the wall time)
+            import mlflow.pyfunc  # noqa: F401
+            import mlflow.models  # noqa: F401
+        except BaseException as exc:  # raised in the launcher's thread by result()
+            self.error = exc
+
+    def result(self) -> "_Tracking":
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> TrainModelResult:
+    """Train with the configured function and backend, and log the run and the model to MLflow.
+
+    On a multi-node job every node runs this; node 0 alone opens the MLflow run and reports the
+    model, the other nodes only run their ranks.
 
     Args:
         config: Settings and paths.
         lineage: The lineage so far; ``training`` is added.
+        runtime: The platform's settings: the tracking server and artifact store are checked
+            against its policy, and its hardware profile is recorded.
 
     Returns:
-        The model's hash, the MLflow run id and the training figures.
+        The model's hash, the MLflow run and model URI, and the training figures.
 
     Raises:
-        InputError: bad data or settings (also when a rank reports one).
+        InputError: bad data, settings or training function (also when a rank reports one).
         ServiceUnavailable: MLflow cannot be reached.
         TrainpipeError: the ranks failed beyond ``max_restarts``.
     """
-    find_data_file(config.data, "data")
+    runtime = runtime or Runtime()
+    lineage = Lineage.of(lineage)
+    find_dataset(config.data, "data")
     if config.cluster is not None and config.nnodes > 1:
         from trainpipe.components.train_model.k8s import run_cluster_job
 
-        return run_cluster_job(config, lineage)
+        return run_cluster_job(config, lineage, runtime)
     check_inputs(config)
     out = Path(config.output_dir)
     chief = launch.node_rank(config) == 0
-    client = run_id = exp_id = uri = None
+    shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)
     if chief:
         from trainpipe import tracking
 
-        client = tracking.connect(config.tracking_uri)
-        uri = tracking.resolve_tracking_uri(config.tracking_uri)
-        exp_id = tracking.ensure_experiment(client, config.experiment_name, uri)
-        tracking.prepare_artifact_store(client, experiment_id=exp_id)
-        snapshot = lineage.get("snapshot", {})
-        run_id, reused = _training_run(client, exp_id, config, snapshot, lineage.get("orchestrator", {}).get("run_id", ""))
-        if not reused:
-            log_dataset(run_id, config, snapshot)
-        params = config.model_dump(exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster"})
-        for k, v in params.items():
-            client.log_param(run_id, k, json.dumps(v) if isinstance(v, (list, dict)) else v)
-
-    shutil.rmtree(out / ".errors", ignore_errors=True)
-    shutil.rmtree(out / TELEMETRY_DIR, ignore_errors=True)
+        tracking.probe(config.tracking_uri, runtime.policy)  # scheme and TLS, and a server that is down: exit 75 before any rank starts
+    tracking_thread = _Tracking(config, lineage, runtime.policy) if chief else None
+    if tracking_thread is not None:
+        tracking_thread.start()
     config_path = out / f".train_config.node{launch.node_rank(config)}.json"
     atomic_write_json(config_path, config.model_dump(mode="json"))
     t0 = time.perf_counter()
-    code = launch.launch(config, config_path, rank_env(config))
+    try:
+        abort = (lambda: tracking_thread.error is not None) if tracking_thread is not None else None
+        code = launch.launch(config, config_path, rank_env(config), out / ERRORS_DIR, abort=abort)
+    finally:
+        config_path.unlink(missing_ok=True)
+        shutil.rmtree(out / launch.RENDEZVOUS_DIR, ignore_errors=True)
     wall = time.perf_counter() - t0
-    config_path.unlink(missing_ok=True)
-    rank_errors = sorted((out / ".errors").glob("rank*.json")) if (out / ".errors").exists() else []
+    if tracking_thread is not None and tracking_thread.error is not None and code != 0:  # MLflow failed: the ranks were stopped
+        _discard_outputs(out)
+        tracking_thread.result()
+    rank_errors = sorted((out / ERRORS_DIR).glob("rank*.json")) if (out / ERRORS_DIR).exists() else []
     if code != 0 or rank_errors:
-        if client is not None:
-            client.set_terminated(run_id, status="FAILED")
-        if rank_errors:
-            err = json.loads(rank_errors[0].read_text(encoding="utf-8"))
-            cls = getattr(errors, err.get("type", ""), errors.TrainpipeError)
-            raise cls(err.get("message", "a rank failed"))
+        err = json.loads(rank_errors[0].read_text(encoding="utf-8")) if rank_errors else None
+        _discard_outputs(out)  # the checkpoints stay: a rerun resumes from them
+        if tracking_thread is not None:
+            tracking_thread.join()
+            if tracking_thread.client is not None and tracking_thread.run_id:
+                tracking_thread.client.set_terminated(tracking_thread.run_id, status="FAILED")
+        if err is not None:
+            raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
         raise errors.TrainpipeError(
             f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} restarts (rank logs above)"
         )
-    if not chief:
+    if tracking_thread is None:
         return _worker_node_result(config, wall, lineage)
+    t = tracking_thread.result()
+    return _report(config, lineage, t, out, wall, runtime.hardware_profile)
+
+
+def _discard_outputs(out: Path) -> None:
+    """What a failed run wrote besides its checkpoints: no half-made model is left to be read."""
+    from trainpipe.serving.package import INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE
+
+    for name in (ERRORS_DIR, TELEMETRY_DIR):
+        shutil.rmtree(out / name, ignore_errors=True)
+    for name in (MODEL_FILE, MODEL_META, METRICS_FILE, INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE):
+        (out / name).unlink(missing_ok=True)
+
+
+def _report(config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path, wall: float, hardware_profile: str) -> TrainModelResult:
+    """Log what the ranks made to the run and build the result."""
+    from mlflow.entities import Metric
+
+    from trainpipe import tracking
+    from trainpipe.serving import package
+
+    client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
     history = [json.loads(line) for line in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not client.get_metric_history(run_id, "train_loss"):  # a retried attempt logs its history once
-        for h in history:
-            client.log_metric(run_id, "train_loss", h["loss"], step=h["epoch"])
-            client.log_metric(run_id, "train_accuracy", h["accuracy"], step=h["epoch"])
-    client.log_metric(run_id, "train_wall_seconds", wall)
-    for name in (MODEL_META, METRICS_FILE):
-        client.log_artifact(run_id, str(out / name), artifact_path="train_model")
-    sha = file_digest(out / MODEL_FILE, "sha256")
-    client.set_tag(run_id, "trainpipe.model_sha256", sha)
-    client.set_terminated(run_id, status="FINISHED")
+    last = {k: float(v) for k, v in (history[-1] if history else {}).items() if k not in ("epoch", "step") and isinstance(v, (int, float))}
+    now = int(time.time() * 1000)
+    try:
+        if not client.get_metric_history(run_id, "train_wall_seconds"):  # a retried attempt logs its history once
+            metrics = [Metric(f"train_{k}", float(v), now, int(h["epoch"])) for h in history for k, v in h.items()
+                       if k not in ("epoch", "step") and isinstance(v, (int, float)) and v == v]
+            for i in range(0, len(metrics), 1000):
+                client.log_batch(run_id, metrics=metrics[i : i + 1000])
+        client.log_metric(run_id, "train_wall_seconds", wall)
+        for name in (MODEL_META, METRICS_FILE):
+            client.log_artifact(run_id, str(out / name), artifact_path="train_model")
+        model_uri = package.log_model(run_id, out, config.serving_requirements)
+        sha = file_digest(out / MODEL_FILE, "sha256")
+        client.set_tag(run_id, "trainpipe.model_sha256", sha)
+        client.set_tag(run_id, "trainpipe.model_uri", model_uri)
+        client.set_terminated(run_id, status="FINISHED")
+    except errors.TrainpipeError:
+        raise
+    except Exception as exc:
+        raise tracking.classify(exc, f"tracking_uri: logging the training run to {tracking.redact(t.uri)!r}", "failed") from None
+    telemetry0 = json.loads((out / TELEMETRY_DIR / "rank0.json").read_text(encoding="utf-8"))
     result = TrainModelResult(
         model_file=MODEL_FILE,
         model_sha256=sha,
+        model_uri=model_uri,
         mlflow_run_id=run_id,
-        tracking_uri=tracking.redact(uri),
-        experiment_id=exp_id,
+        tracking_uri=tracking.redact(t.uri),
+        experiment_id=t.exp_id,
+        train_function=config.train_function,
+        task=config.task,
         backend=config.backend,
         dist_backend=meta["dist_backend"],
         device=meta["device"],
         world_size=int(meta["world_size"]),
         epochs=config.epochs,
-        final_loss=history[-1]["loss"],
-        train_accuracy=history[-1]["accuracy"],
+        final_loss=last.get("loss"),
+        metrics=last,
         wall_seconds=round(wall, 3),
-        resumed_from_step=int(meta.get("resumed_from_step", 0)),
-        global_steps=int(meta.get("global_steps", 0)),
+        resumed_from_step=int(telemetry0.get("resumed_from_step", 0)),
+        global_steps=int(telemetry0.get("global_steps", 0)),
         precision=config.precision,
-        model_arch=config.model,
-        classes=meta["classes"],
+        classes=meta.get("classes", []),
         feature_columns=meta["feature_columns"],
     )
-    lineage = dict(lineage)
-    lineage["training"] = {
-        "mlflow_run_id": run_id,
-        "experiment_id": exp_id,
-        "backend": config.backend,
-        "dist_backend": result.dist_backend,
-        "device": result.device,
-        "world_size": result.world_size,
-        "precision": config.precision,
-        "model": config.model,
-        "hardware_profile": os.environ.get("TRAINPIPE_HARDWARE_PROFILE", "local"),
-        "model_sha256": sha,
-        "final_loss": round(result.final_loss, 6),
-    }
-    result.lineage = lineage
+    result.lineage = lineage.with_(training=TrainingLineage(
+        mlflow_run_id=run_id, experiment_id=t.exp_id, model_uri=model_uri, train_function=config.train_function, task=config.task,
+        backend=config.backend, dist_backend=result.dist_backend, device=result.device, world_size=result.world_size,
+        precision=config.precision, hardware_profile=hardware_profile, model_sha256=sha,
+        final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
+    ))
     return result
 
 
-def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: dict[str, Any], orchestrator_run: str) -> tuple[str, bool]:
+def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: SnapshotLineage | None, orchestrator_run: str) -> tuple[str, bool]:
     """The MLflow run of this training: a retry of the same orchestrator run on the same data and
     settings reuses the run its earlier attempt opened, so a retried task makes no duplicate run.
 
@@ -215,7 +299,8 @@ def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: 
     import hashlib
 
     settings = json.dumps(config.model_dump(mode="json", exclude={"output_dir", "checkpoint_dir", "tracking_uri"}), sort_keys=True)
-    key = hashlib.sha256(f"{orchestrator_run}|{snapshot.get('md5', '')}|{settings}".encode()).hexdigest()
+    md5 = snapshot.md5 if snapshot else ""
+    key = hashlib.sha256(f"{orchestrator_run}|{md5}|{settings}".encode()).hexdigest()
     if orchestrator_run:
         found = client.search_runs([exp_id], filter_string=f"tags.`trainpipe.attempt_key` = '{key}'", max_results=1)
         if found:
@@ -224,9 +309,10 @@ def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: 
     run = client.create_run(
         exp_id,
         tags={
-            "mlflow.runName": f"train-{snapshot.get('md5', 'data')[:8]}",
+            "mlflow.runName": f"train-{(md5 or 'data')[:8]}",
             "trainpipe.component": NAME,
-            "trainpipe.dataset_md5": snapshot.get("md5", ""),
+            "trainpipe.train_function": config.train_function,
+            "trainpipe.dataset_md5": md5,
             "trainpipe.orchestrator_run_id": orchestrator_run,
             "trainpipe.attempt_key": key,
         },
@@ -234,26 +320,32 @@ def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: 
     return run.info.run_id, False
 
 
-def log_dataset(run_id: str, config: TrainModelConfig, snapshot: dict[str, Any]) -> None:
-    """Log the snapshot as the run's training input (``mlflow.log_input``), so the MLflow UI shows it."""
-    import mlflow
+def _log_params_and_input(client: Any, run_id: str, config: TrainModelConfig, snapshot: SnapshotLineage | None) -> None:
+    """The settings as params, and the snapshot as the run's training input (name, content hash,
+    source and columns: read from the file's header or footer, never the whole table)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag, Param
 
-    from trainpipe.tabular import read_table
+    from trainpipe.tabular import dataset_columns
 
-    df = read_table(config.data, "data")
-    source = f"{snapshot['remote']}#{snapshot['path']}@{snapshot['rev']}" if snapshot.get("remote") else str(find_data_file(config.data, "data"))
-    dataset = mlflow.data.from_pandas(df, source=source, targets=config.label_column, name=Path(snapshot.get("path") or config.data).name)
-    with mlflow.start_run(run_id=run_id):
-        mlflow.log_input(dataset, context="training", tags={"trainpipe.dataset_md5": snapshot.get("md5", "")})
+    params = config.model_dump(mode="json", exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster"})
+    flat = [Param(k, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:6000]) for k, v in sorted(params.items())]
+    path = find_dataset(config.data, "data")
+    source = f"{snapshot.remote}#{snapshot.path}@{snapshot.rev}" if snapshot else str(path)
+    schema = json.dumps({"mlflow_colspec": [{"name": c, "type": "double"} for c in dataset_columns(path)]})
+    dataset = Dataset(name=Path(snapshot.path if snapshot else str(path)).name, digest=(snapshot.md5 if snapshot else "")[:36] or "unknown",
+                      source_type="dvc" if snapshot else "local", source=json.dumps({"uri": source}), schema=schema)
+    client.log_batch(run_id, params=flat)
+    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training"),
+                                                                    InputTag("trainpipe.dataset_md5", snapshot.md5 if snapshot else "")])])
 
 
-def _worker_node_result(config: TrainModelConfig, wall: float, lineage: dict[str, Any]) -> TrainModelResult:
+def _worker_node_result(config: TrainModelConfig, wall: float, lineage: Lineage) -> TrainModelResult:
     """A non-chief node's result: its ranks ran; node 0 reports the model."""
     return TrainModelResult(
-        model_file="", model_sha256="", mlflow_run_id="", tracking_uri="", experiment_id="",
-        backend=config.backend, dist_backend="", device="", world_size=config.world_size, epochs=config.epochs,
-        final_loss=float("nan"), train_accuracy=float("nan"), wall_seconds=round(wall, 3), resumed_from_step=0,
-        global_steps=0, precision=config.precision, model_arch=config.model, classes=[], feature_columns=[], lineage=lineage,
+        model_file="", model_sha256="", mlflow_run_id="", tracking_uri="", experiment_id="", train_function=config.train_function,
+        task=config.task, backend=config.backend, dist_backend="", device="", world_size=config.world_size, epochs=config.epochs,
+        wall_seconds=round(wall, 3), resumed_from_step=0, global_steps=0, precision=config.precision, classes=[], feature_columns=[],
+        lineage=lineage,
     )
 
 

@@ -1,0 +1,330 @@
+"""How each backend's ranks are started on this node. Imports no framework.
+
+Every launcher starts the same rank entrypoint, ``python -m trainpipe.training.worker CONFIG``:
+
+- torch_ddp, torch_fsdp: across nodes, torchrun (c10d rendezvous, ``--max-restarts``: a dead
+  worker restarts the whole group, which resumes from the newest checkpoint); on one node the
+  ranks themselves, with torchrun's environment, restarted as a group by trainpipe.
+- horovod: ``horovodrun --gloo`` on this host, restarted as a group by trainpipe.
+- tensorflow: one process per local worker with a generated ``TF_CONFIG``
+  (MultiWorkerMirroredStrategy); trainpipe restarts the group itself (TF has no elastic launcher).
+
+A launcher is a function from the settings to the commands and environments of this node's
+processes, plus who restarts them; another scheduler (Slurm's ``srun``) is one more entry in
+:data:`LAUNCHERS`. While the ranks run, a rank that reports a permanent error (bad data, a
+wrong training function, an exception in the team's code) stops the group at once: restarting
+cannot fix it. Every process started here dies with the launcher (``PR_SET_PDEATHSIG``), and a
+SIGTERM to the launcher stops the group first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from trainpipe.contract.errors import RETRYABLE_EXIT_CODES, InputError
+
+WORKER = "trainpipe.training.worker"
+
+
+def node_rank(config: Any) -> int:
+    """This node's rank: the config, else NODE_RANK / PET_NODE_RANK (Kubeflow Trainer) / RANK (PyTorchJob)."""
+    if config.node_rank is not None:
+        return config.node_rank
+    if config.nnodes == 1:
+        return 0
+    for var in ("NODE_RANK", "PET_NODE_RANK", "RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    raise InputError("node_rank: not set and none of NODE_RANK, PET_NODE_RANK, RANK is in the environment")
+
+
+def rdzv_endpoint(config: Any) -> str:
+    """host:port of the rendezvous: the config, else MASTER_ADDR:MASTER_PORT (or the PET_ variants)."""
+    if config.rdzv_endpoint:
+        return config.rdzv_endpoint
+    for prefix in ("", "PET_"):
+        addr, port = os.environ.get(f"{prefix}MASTER_ADDR"), os.environ.get(f"{prefix}MASTER_PORT")
+        if addr and port:
+            return f"{addr}:{port}"
+    raise InputError("rdzv_endpoint: nnodes > 1 needs rdzv_endpoint or MASTER_ADDR and MASTER_PORT in the environment")
+
+
+def torchrun_command(config: Any, config_path: Path) -> list[str]:
+    """The torchrun command line for this node of a multi-node job (c10d rendezvous; the rendezvous,
+    not ``--node-rank``, decides which node hosts global rank 0)."""
+    job_id = os.environ.get("TRAINPIPE_JOB_ID") or os.environ.get("PET_RDZV_ID") or "trainpipe"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={config.nnodes}",
+        f"--node-rank={node_rank(config)}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rdzv_endpoint(config)}",
+        f"--rdzv-id={job_id}",
+        f"--rdzv-conf=timeout={config.collective_timeout_s}",
+    ]
+    return cmd + [f"--nproc-per-node={config.nproc_per_node}", f"--max-restarts={config.max_restarts}", "--monitor-interval=0.1",
+                  "-m", WORKER, str(config_path)]
+
+
+def horovodrun_command(config: Any, config_path: Path) -> list[str]:
+    """horovodrun on this host with gloo (no MPI needed)."""
+    n = config.nproc_per_node
+    return [sys.executable, "-m", "horovod.runner.launch", "-np", str(n), "-H", f"localhost:{n}", "--gloo",
+            "--start-timeout", str(config.collective_timeout_s), "--network-interface", "lo",
+            sys.executable, "-m", WORKER, str(config_path)]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def tf_config(workers: list[str], index: int) -> dict[str, Any]:
+    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``workers`` (host:port each)."""
+    if not 0 <= index < len(workers):
+        raise InputError(f"node_rank: {index} is outside the {len(workers)} workers")
+    return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}}
+
+
+def tf_worker_envs(config: Any) -> list[dict[str, str]]:
+    """The environment of each TF worker process this node starts.
+
+    One node: ``nproc_per_node`` workers on 127.0.0.1 (a single process runs MirroredStrategy
+    over the local devices). Several nodes: one worker per node, with the ``TF_CONFIG`` a TFJob
+    or Trainer runtime puts in the environment, checked against ``nnodes``.
+    """
+    if config.nnodes == 1:
+        if config.nproc_per_node == 1:
+            return [{}]
+        workers = [f"127.0.0.1:{p}" for p in free_ports(config.nproc_per_node)]
+        return [{"TF_CONFIG": json.dumps(tf_config(workers, i)), "RANK": str(i)} for i in range(len(workers))]
+    if config.nproc_per_node != 1:
+        raise InputError("nproc_per_node: backend tensorflow runs one worker per node (it uses every local GPU); set 1 for nnodes > 1")
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise InputError("TF_CONFIG: backend tensorflow with nnodes > 1 needs TF_CONFIG in the environment (a TFJob or Trainer runtime sets it)")
+    try:
+        cluster = json.loads(raw)["cluster"]["worker"]
+    except (ValueError, KeyError, TypeError):
+        raise InputError("TF_CONFIG: not a JSON object with cluster.worker") from None
+    if len(cluster) != config.nnodes:
+        raise InputError(f"TF_CONFIG: lists {len(cluster)} workers but nnodes is {config.nnodes}")
+    return [{"TF_CONFIG": raw}]
+
+
+@dataclass
+class Plan:
+    """This node's processes: commands, their environments, how many times trainpipe restarts the
+    group (0 when the launcher restarts it itself, as torchrun does), and what each start of the
+    group adds to every process's environment (a fresh rendezvous port)."""
+
+    commands: list[list[str]]
+    envs: list[dict[str, str]]
+    restarts: int
+    label: str
+    per_attempt: Callable[[], dict[str, str]] | None = None
+
+
+#: Under the output folder: the files a node's ranks rendezvous through (removed when the step ends).
+RENDEZVOUS_DIR = ".rendezvous"
+
+
+def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
+    """torch_ddp and torch_fsdp: torchrun across nodes (c10d rendezvous, elastic restarts); on one
+    node trainpipe starts the ranks itself with the environment torchrun gives them (RANK,
+    LOCAL_RANK, WORLD_SIZE) and restarts the group after a failure as torchrun would.
+
+    torchrun's agent is one more interpreter importing torch beside the ranks, which a small node
+    pays for before the first step. Its store is not in a rank either: a rank that hosts a TCPStore
+    server ran every training step measurably slower here (paired runs, 2 ranks on 2 cores), so the
+    ranks rendezvous through a file (``FileStore``), a fresh one each start of the group."""
+    if config.nnodes > 1:
+        return Plan([torchrun_command(config, config_path)], [env], 0, "torchrun")
+    n = config.nproc_per_node
+    common = {**env, "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0"}
+    envs = [{**common, "RANK": str(i), "LOCAL_RANK": str(i)} for i in range(n)]
+    rendezvous = Path(config.output_dir) / RENDEZVOUS_DIR
+
+    def fresh_store() -> dict[str, str]:
+        import uuid
+
+        rendezvous.mkdir(parents=True, exist_ok=True)
+        return {"TRAINPIPE_STORE_FILE": str(rendezvous / uuid.uuid4().hex)}
+
+    return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * n, envs, config.max_restarts, "torch", fresh_store if n > 1 else None)
+
+
+def horovod_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
+    return Plan([horovodrun_command(config, config_path)], [env], config.max_restarts, "horovod")
+
+
+def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
+    envs = [{**env, **extra} for extra in tf_worker_envs(config)]
+    return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * len(envs), envs, config.max_restarts, "tensorflow")
+
+
+#: backend -> how its ranks start.
+LAUNCHERS: dict[str, Callable[[Any, Path, dict[str, str]], Plan]] = {
+    "torch_ddp": torch_plan,
+    "torch_fsdp": torch_plan,
+    "horovod": horovod_plan,
+    "tensorflow": tensorflow_plan,
+}
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the launcher dies, however it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    os.setsid()
+
+
+def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
+    """The first error a rank reported that a restart cannot fix, if any."""
+    if not errors_dir.is_dir():
+        return None
+    for path in sorted(errors_dir.glob("rank*.json")):
+        try:
+            err = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # being written (atomically): seen on the next poll
+        if int(err.get("exit_code", 1)) not in RETRYABLE_EXIT_CODES:
+            return err
+    return None
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+class _Relay:
+    """Copies the launched processes' stderr (the ranks' logs) to ours, line by line, until muted."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._muted = threading.Event()
+        self._threads: list[Any] = []
+
+    def follow(self, proc: subprocess.Popen[bytes]) -> None:
+        import threading
+
+        def copy() -> None:
+            assert proc.stderr is not None
+            for line in iter(proc.stderr.readline, b""):
+                if not self._muted.is_set():
+                    sys.stderr.buffer.write(line)
+                    sys.stderr.buffer.flush()
+
+        t = threading.Thread(target=copy, name="trainpipe-relay", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def mute(self) -> None:
+        self._muted.set()
+
+    def drain(self) -> None:
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads = []
+
+
+def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = None) -> int:
+    """Run the group; restart it ``plan.restarts`` times after a failure; stop at a permanent error.
+
+    Returns:
+        0 when a run of the group succeeds, else the failing exit code (a permanent error's own).
+    """
+    code = 0
+    procs: list[subprocess.Popen[bytes]] = []
+    relay = _Relay()
+
+    def on_term(signum: int, _frame: Any) -> None:
+        _stop(procs)
+        raise SystemExit(128 + signum)
+
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        for attempt in range(plan.restarts + 1):
+            if attempt:
+                print(f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint", file=sys.stderr)
+            extra = plan.per_attempt() if plan.per_attempt is not None else {}
+            procs[:] = [subprocess.Popen(cmd, env={**os.environ, **env, **extra, "TRAINPIPE_ATTEMPT": str(attempt)}, preexec_fn=_die_with_parent,
+                                         stderr=subprocess.PIPE) for cmd, env in zip(plan.commands, plan.envs)]
+            for p in procs:
+                relay.follow(p)
+            while True:
+                codes = [p.poll() for p in procs]
+                err = permanent_error(errors_dir)
+                if err is not None:
+                    relay.mute()  # what the launchers print while being stopped is noise beside the one line
+                    _stop(procs)
+                    return int(err["exit_code"])
+                if abort is not None and abort():
+                    relay.mute()
+                    _stop(procs)
+                    return 1
+                failed = [c for c in codes if c not in (None, 0)]
+                if failed:
+                    if permanent_error(errors_dir) is not None:
+                        relay.mute()
+                    _stop(procs)
+                    relay.drain()
+                    code = failed[0]
+                    err = permanent_error(errors_dir)
+                    if err is not None:
+                        return int(err["exit_code"])
+                    break
+                if all(c == 0 for c in codes):
+                    relay.drain()
+                    return 0
+                time.sleep(0.05)
+        return code
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def launch(config: Any, config_path: Path, env: dict[str, str], errors_dir: Path, abort: Callable[[], bool] | None = None) -> int:
+    """Start this node's ranks for the configured backend; the exit code of the group.
+
+    ``abort`` is polled while they run: when it says so, the group is stopped.
+    """
+    return run_plan(LAUNCHERS[config.backend](config, config_path, env), errors_dir, abort)

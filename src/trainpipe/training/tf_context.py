@@ -1,0 +1,265 @@
+"""The training context for TensorFlow: MultiWorkerMirroredStrategy (MirroredStrategy for one worker).
+
+The same shape as the torch context. The function runs inside the strategy's scope, so the
+model and optimizer it makes are distributed variables; :meth:`TFContext.step` runs a step
+function on every replica (``strategy.run`` of a ``tf.function``) and counts it. Keras 3's
+``model.fit`` does not run under MultiWorkerMirroredStrategy on TF 2.21, which is why the loop is
+the function's own. Checkpoints are ``tf.train.Checkpoint`` files of the registered objects plus
+the trainer's position. Imports TensorFlow (and Keras 3) only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from trainpipe.contract.errors import InputError  # noqa: E402
+from trainpipe.contract.io import atomic_write_bytes, atomic_write_json  # noqa: E402
+from trainpipe.training.loop import BaseContext  # noqa: E402
+
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+class TFContext(BaseContext):
+    """``ctx`` of a TensorFlow training function (``backend: tensorflow``).
+
+    Attributes:
+        strategy: The ``tf.distribute`` strategy the function runs under (its scope is entered).
+        precision: ``fp32``, ``bf16`` or ``fp16`` (the Keras global policy is set from it).
+    """
+
+    framework = "tensorflow"
+
+    def __init__(self, settings: Any) -> None:
+        import keras
+
+        if "TF_CONFIG" in os.environ:
+            options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(settings.collective_timeout_s))
+            strategy: Any = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+            name = "MultiWorkerMirroredStrategy"
+        else:
+            strategy = tf.distribute.MirroredStrategy()
+            name = "MirroredStrategy"
+        resolver = getattr(strategy, "cluster_resolver", None)
+        rank = int(resolver.task_id) if resolver is not None and resolver.task_type else 0
+        world = int(strategy.extended._num_workers) if hasattr(strategy.extended, "_num_workers") else 1
+        super().__init__(settings, rank, world, 0, name)
+        self.strategy = strategy
+        self.precision = settings.precision
+        keras.mixed_precision.set_global_policy(POLICIES[settings.precision])
+        self._scope = strategy.scope()
+        self._scope.__enter__()
+        self._compiled: dict[Any, Any] = {}
+        self._models: list[Any] = []
+        self._ckpt: Any = None
+        self._profile = (
+            {"trace": None, "tensorboard_logdir": "tf_profile", "first_step_index": 4, "steps": settings.profile_steps}
+            if settings.profile_steps and self.is_chief else None
+        )
+        self._profiling = False
+
+        @tf.function
+        def reduce_sums(local: Any) -> Any:
+            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(lambda v: tf.identity(v), args=(local,)), axis=None)
+
+        self._reduce_sums = reduce_sums
+
+    # --- model and steps ------------------------------------------------------------------------
+
+    def prepare(self, model: Any) -> Any:
+        """Record the model (made inside the strategy's scope, it is already distributed)."""
+        self._models.append(model)
+        return model
+
+    def autocast(self) -> Any:
+        """Nothing to enter: the Keras mixed-precision policy is set for the whole run."""
+        return contextlib.nullcontext()
+
+    def compute_loss(self, per_example_loss: Any) -> Any:
+        """The loss to differentiate: per-example losses summed over this replica and divided by the
+        global batch (``tf.nn.compute_average_loss``), so gradients add up to the global mean's."""
+        return tf.nn.compute_average_loss(per_example_loss, global_batch_size=self.settings.batch_size)
+
+    def step(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` as one training step on every replica (``strategy.run`` of a
+        ``tf.function``) and count it. ``fn`` computes the loss under a ``GradientTape`` and applies
+        the gradients; what it returns (per-replica values) is what :meth:`log` takes."""
+        self._mark("step_start")
+        compiled = self._compiled.get(fn)
+        if compiled is None:
+            compiled = self._compiled[fn] = tf.function(fn)
+        out = self.strategy.run(compiled, args=args)
+        self._mark("step_end")
+        self._count_step()
+        return out
+
+    def peer_failure(self, exc: BaseException) -> bool:
+        return isinstance(exc, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError)) or (
+            isinstance(exc, tf.errors.InternalError) and "ollective" in str(exc)
+        )
+
+    # --- reductions -----------------------------------------------------------------------------
+
+    def _local(self, value: Any) -> list[Any]:
+        try:
+            return list(self.strategy.experimental_local_results(value))
+        except (TypeError, ValueError):
+            return [value]
+
+    def _fold(self, values: list[Any]) -> float:
+        # each value: the mean of its local replicas (a worker has one replica per device)
+        parts = [tf.add_n([tf.cast(tf.reshape(v, []), tf.float64) for v in self._local(x)]) / len(self._local(x)) for x in values]
+        return float(tf.add_n(parts).numpy())
+
+    def _all_reduce_sum(self, values: list[float]) -> list[float]:
+        local = np.asarray(values, dtype=np.float64)
+        # every local replica receives this worker's values: the sum over replicas counts each worker that many times
+        per_worker = self.strategy.num_replicas_in_sync // self.world_size
+        return (self._reduce_sums(tf.constant(local / per_worker)).numpy()).tolist()
+
+    # --- data -----------------------------------------------------------------------------------
+
+    def _array(self, values: Any) -> Any:
+        return np.asarray(values)
+
+    def _take(self, array: Any, rows: Any) -> Any:
+        return self._to_replicas(array[rows])
+
+    def _from_host(self, batch: Any) -> Any:
+        return self._to_replicas(np.asarray(batch))
+
+    def _to_replicas(self, batch: np.ndarray) -> Any:
+        """This worker's share of a batch, split evenly over its local replicas (one on a CPU)."""
+        local_replicas = self.strategy.num_replicas_in_sync // self.world_size
+        if local_replicas == 1:
+            return tf.constant(batch)
+        parts = np.array_split(batch, local_replicas)
+        first = self.rank * local_replicas
+        return self.strategy.experimental_distribute_values_from_function(lambda ctx: tf.constant(parts[ctx.replica_id_in_sync_group - first]))
+
+    def _on_batch_end(self) -> None:
+        p = self._profile
+        if p is None:
+            return
+        n = len(self.step_records)
+        if n == p["first_step_index"] and not self._profiling:
+            tf.profiler.experimental.start(str(self.out / "telemetry" / "tf_profile"))
+            self._profiling = True
+        elif self._profiling and n == p["first_step_index"] + p["steps"]:
+            tf.profiler.experimental.stop()
+            self._profiling = False
+
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    def _validate_state(self, objects: dict[str, Any]) -> None:
+        for name, obj in objects.items():
+            if not isinstance(obj, (tf.Module, tf.Variable)) and not hasattr(obj, "_track_trackable") and not hasattr(obj, "variables"):
+                raise InputError(f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint can hold")
+        self._ckpt = tf.train.Checkpoint(**objects)
+
+    def _save_state(self, tmp: Path, final: Path, trainer: dict[str, Any]) -> None:
+        # every worker writes (its variables are mirrored copies); only the chief's folder is kept
+        where = tmp if self.is_chief else self.ckpt_dir / f".worker{self.rank}-{final.name}.tmp"
+        where.mkdir(parents=True, exist_ok=True)
+        self._ckpt.write(str(where / "state"))
+        self.fault.maybe_kill("kill_checkpoint", self.rank, self.global_step)
+        self._barrier()
+        if self.is_chief:
+            self._finalize_checkpoint(tmp, final, trainer)
+        else:
+            shutil.rmtree(where, ignore_errors=True)
+
+    def _load_state(self, path: Path) -> None:
+        self._ckpt.read(str(path / "state")).expect_partial()
+
+    # --- the model ------------------------------------------------------------------------------
+
+    def _save_model(self, model: Any, input_example: Any, init_args: dict[str, Any] | None, builder: Any, classes: list[Any] | None, task: str) -> None:
+        """The Keras model's weights (in order) and how to rebuild it: ``builder(**init_args)`` must
+        return the same, unbuilt Keras model (importable from a package; it travels with the model)."""
+        from trainpipe.training.builders import builder_reference
+
+        self._model_saved = True
+        if not self.is_chief:
+            return
+        if builder is None:
+            raise InputError("save_model: with backend tensorflow give builder= (a function returning the Keras model) and its init_args")
+        ref, code = builder_reference(builder)
+        weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
+        example = self._example(input_example)
+        raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
+        self.write_model(weights, "tensorflow", ref, code, init_args or {}, task, classes, example, raw)
+
+    def _example(self, input_example: Any) -> Any:
+        import pandas as pd
+
+        if input_example is not None:
+            if not isinstance(input_example, pd.DataFrame) or len(input_example) == 0:
+                raise InputError("save_model: input_example must be a non-empty DataFrame of raw feature columns")
+            return input_example
+        if self._tabular is not None and hasattr(self._tabular, "example"):
+            return self._tabular.example()
+        raise InputError("save_model: give input_example (a DataFrame of raw feature rows)")
+
+    def write_model(self, weights: dict[str, np.ndarray], framework: str, builder: str, code: list[str], init_args: dict[str, Any],
+                    task: str, classes: list[Any] | None, example: Any, raw: np.ndarray) -> None:
+        """model.safetensors, model.json and the examples (chief only)."""
+        from safetensors.numpy import save
+
+        from trainpipe.serving import loader
+        from trainpipe.serving.package import write_examples
+
+        if classes is None and task == "classification" and self._tabular is not None:
+            classes = list(self._tabular.classes)
+        try:
+            json.dumps(init_args)
+        except TypeError as exc:
+            raise InputError(f"save_model: init_args must be JSON-able: {exc}") from None
+        meta = {
+            "format": loader.FORMAT, "framework": framework, "builder": builder, "init_args": init_args, "code": code, "task": task,
+            "classes": list(classes or []), "feature_columns": [str(c) for c in example.columns], "label_column": self.settings.label_column,
+            "split": {"test_fraction": self.settings.test_fraction, "seed": self.settings.seed, "method": "splitmix64"},
+            "train_function": self.settings.train_function, "trained_with": "tensorflow", "precision": self.settings.precision,
+            "world_size": self.world_size, "device": self._device(), "dist_backend": self.dist_name,
+        }
+        atomic_write_bytes(self.out / loader.WEIGHTS_FILE, save({k: np.ascontiguousarray(v) for k, v in weights.items()}))
+        atomic_write_json(self.out / loader.META_FILE, meta)
+        write_examples(self.out, example, loader.outputs_frame(raw, task, list(classes or []), None))
+
+    @staticmethod
+    def _device() -> str:
+        return "cuda" if tf.config.list_physical_devices("GPU") else "cpu"
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def telemetry(self) -> dict[str, Any]:
+        from trainpipe.training.digest import weights_digest
+
+        if self._profiling:
+            tf.profiler.experimental.stop()
+            self._profiling = False
+        weights = {f"{i:05d}": np.asarray(v.numpy()) for m in self._models for i, v in enumerate(m.weights)}
+        out = super().telemetry()
+        local = out["local_world"]
+        if "TF_CONFIG" in os.environ:
+            hosts = {h.split(":")[0] for h in json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]}
+            local = self.world_size if len(hosts) == 1 else 1
+        out.update({
+            "device": self._device(), "device_name": self._device(), "local_world": local,
+            "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.environ.get("OMP_NUM_THREADS") or 0),
+            "weights_sha256": weights_digest(weights) if weights else None, "peak_device_mb": None, "profiler": self._profile,
+        })
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._scope.__exit__(None, None, None)

@@ -1,0 +1,136 @@
+"""One rank of a training job: ``python -m trainpipe.training.worker CONFIG``.
+
+torchrun, horovodrun and trainpipe's TensorFlow launcher all start this. It makes the backend's
+context, imports the training function, calls ``function(ctx, train_config)`` and checks what the
+function left: at least one step, a saved model. A trainpipe error (bad data, a wrong function,
+an exception raised by the team's code) is written to ``<output_dir>/.errors/rank<N>.json`` for
+the launcher, which stops the group at once instead of restarting it: retrying cannot fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from trainpipe.contract.errors import InputError, TrainpipeError, UserCodeError
+from trainpipe.contract.io import atomic_write_json
+
+ERRORS_DIR = ".errors"
+
+
+class PeerFailure(Exception):
+    """A collective failed because another rank died or hung: not this function's fault."""
+
+
+def make_context(settings: Any) -> Any:
+    if settings.backend == "tensorflow":
+        from trainpipe.training.tf_context import TFContext
+
+        return TFContext(settings)
+    from trainpipe.training.torch_context import TorchContext
+
+    return TorchContext(settings)
+
+
+def _seed(seed: int, framework: str) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    if framework == "torch":
+        import torch
+
+        torch.manual_seed(seed)
+    else:
+        import keras
+
+        keras.utils.set_random_seed(seed)
+
+
+def _where(exc: BaseException, spec: str) -> str:
+    """``file:line in function`` of the innermost frame of the team's code."""
+    module = spec.partition(":")[0].split(".")[0]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"/{module}/" in f.filename or f.filename.endswith(f"/{module}.py")]
+    if not frames:
+        frames = traceback.extract_tb(exc.__traceback__)[-1:]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" ({Path(f.filename).name}:{f.lineno} in {f.name})"
+
+
+def run(settings: Any) -> None:
+    """Train on this rank (the context is closed whatever happens)."""
+    from trainpipe.training.loop import resolve_function
+
+    ctx = make_context(settings)
+    try:
+        func = resolve_function(settings.train_function)
+        _seed(settings.seed, ctx.framework)
+        spec = settings.train_function
+        try:
+            func(ctx, dict(settings.train_config))
+        except TrainpipeError:
+            raise
+        except Exception as exc:
+            if ctx.peer_failure(exc):  # a peer died or hung: the group restarts from the newest checkpoint
+                print(f"train_model rank {ctx.rank}: a collective failed ({type(exc).__name__}); the group restarts", file=sys.stderr, flush=True)
+                raise PeerFailure(str(exc)) from None
+            if os.environ.get("TRAINPIPE_DEBUG"):
+                traceback.print_exc()
+            message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise UserCodeError(f"train_function: {spec} raised {type(exc).__name__}: {message}{_where(exc, spec)}") from None
+        ctx._wait_writes()
+        if ctx.global_step == 0:
+            raise InputError(f"train_function: {spec} returned without calling ctx.step: nothing was trained")
+        if not ctx._model_saved:
+            raise InputError(f"train_function: {spec} returned without calling ctx.save_model: there is no model to register")
+        ctx.write_telemetry()
+        # no rank leaves before rank 0 has written the model: across nodes, the node that reports it
+        # may not be the one whose rank wrote it, and it reads the model once its own ranks are gone
+        ctx._barrier()
+    finally:
+        close = getattr(ctx, "close", None)
+        if close is not None:
+            close()
+
+
+def _die_with_parent() -> None:
+    """A rank dies with the process that started it (torchrun's agent, horovodrun, the launcher):
+    a killed task leaves no rank behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def main(config_path: str) -> int:
+    from trainpipe.components.train_model.spec import TrainModelConfig
+
+    _die_with_parent()
+    settings = TrainModelConfig.model_validate_json(Path(config_path).read_text(encoding="utf-8"))
+    try:
+        run(settings)
+    except PeerFailure:
+        return 1  # no error file: the launcher (torchrun or trainpipe) restarts the group
+    except TrainpipeError as exc:
+        rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
+        atomic_write_json(Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json",
+                          {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code})
+        print(f"train_model rank {rank}: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    from trainpipe.contract.entrypoint import exit_now
+
+    exit_now(main(sys.argv[1]))
