@@ -22,15 +22,17 @@ from trainpipe.components.evaluate_model.spec import (
 )
 from trainpipe.contract.errors import GateFailed, InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.lineage import EvaluationLineage, Lineage
+from trainpipe.contract.runtime import TRUSTED_CODE_ENV, Runtime
 
 
 def _bad(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _better(name: str, a: float, b: float) -> float:
+def _better(name: str, a: float, b: float, lower: frozenset[str] = LOWER_IS_BETTER) -> float:
     """How much better ``a`` is than ``b`` (positive: better), in the metric's direction."""
-    return (b - a) if name in LOWER_IS_BETTER else (a - b)
+    return (b - a) if name in lower else (a - b)
 
 
 def decide(
@@ -39,6 +41,7 @@ def decide(
     champion: dict[str, Any] | None = None,
     min_improvement: dict[str, float] | None = None,
     max_regression: dict[str, float] | None = None,
+    lower_is_better: frozenset[str] = LOWER_IS_BETTER,
 ) -> GateDecision:
     """The gate: absolute thresholds, then the comparison with the champion.
 
@@ -54,6 +57,7 @@ def decide(
             ``champion["skipped"]`` says why).
         min_improvement: Per metric, how much better than the champion the model must be.
         max_regression: Per metric, how much worse than the champion it may be.
+        lower_is_better: The metrics that are better when lower.
     """
     reasons: list[str] = []
     failures: list[str] = []
@@ -67,7 +71,7 @@ def decide(
         value = metrics.get(name)
         if _bad(value):
             check(False, f"{name} is missing or NaN: fails closed")
-        elif name in LOWER_IS_BETTER:
+        elif name in lower_is_better:
             ok = value <= bound
             check(ok, f"{name} {value:.4f} {'<=' if ok else '>'} maximum {bound:.4f}")
         else:
@@ -92,7 +96,7 @@ def decide(
             if _bad(mine) or _bad(theirs):
                 check(False, f"{name} vs champion version {champion['version']}: missing or NaN, fails closed")
                 continue
-            delta = _better(name, mine, theirs)
+            delta = _better(name, mine, theirs, lower_is_better)
             ok = delta >= margin if kind == "min_improvement" else delta >= -margin
             need = f"needs >= {margin:+.4f}" if kind == "min_improvement" else f"may regress by <= {margin:.4f}"
             check(
@@ -156,6 +160,38 @@ def regression_metrics(y: Any, pred: Any) -> dict[str, float]:
     }
 
 
+def regression_charts(y: Any, pred: Any) -> list[tuple[str, str]]:
+    """Predicted against actual, residuals against predicted, and the residuals' histogram, as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    y, pred = np.asarray(y, dtype=float), np.asarray(pred, dtype=float)
+    resid = y - pred
+    out = []
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.scatter(y, pred, s=6, alpha=0.6)
+    lo, hi = float(min(y.min(), pred.min())), float(max(y.max(), pred.max()))
+    ax.plot([lo, hi], [lo, hi], linewidth=0.8, color="grey")
+    ax.set_xlabel("actual")
+    ax.set_ylabel("predicted")
+    out.append(("Predicted against actual", _png(fig)))
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.scatter(pred, resid, s=6, alpha=0.6)
+    ax.axhline(0.0, linewidth=0.8, color="grey")
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("residual (actual - predicted)")
+    out.append(("Residuals against predicted", _png(fig)))
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.hist(resid, bins=30)
+    ax.set_xlabel("residual")
+    ax.set_ylabel("rows")
+    out.append(("Residuals", _png(fig)))
+    return out
+
+
 def _png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
@@ -214,95 +250,190 @@ def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.decision.reasons)
     verdict = "passed" if result.decision.passed else "NOT passed"
     imgs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in images)
+    if result.task == "classification":
+        detail = (f"<h2>Per class</h2><table id='per-class'><tr><th>class</th><th>precision</th><th>recall</th>"
+                  f"<th>f1</th><th>support</th></tr>{pc}</table>")
+    else:
+        detail = "<h2>Residuals</h2><table id='residuals'>" + "".join(
+            f"<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>" for k, v in result.residuals.items()) + "</table>"
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe evaluation</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}figure{display:inline-block}</style></head><body>"
-        f"<h1>Evaluation: gate {verdict}</h1><ul id='reasons'>{reasons}</ul><h2>Metrics ({result.n_test} held-out rows)</h2>"
-        f"<table id='metrics'>{m}</table><h2>Per class</h2><table id='per-class'><tr><th>class</th><th>precision</th><th>recall</th>"
-        f"<th>f1</th><th>support</th></tr>{pc}</table><h2>Charts</h2>{imgs}</body></html>\n"
+        f"<h1>Evaluation ({html.escape(result.task)}): gate {verdict}</h1><ul id='reasons'>{reasons}</ul><h2>Metrics ({result.n_test} held-out rows)</h2>"
+        f"<table id='metrics'>{m}</table>{detail}<h2>Charts</h2>{imgs}</body></html>\n"
     )
 
 
-def champion_scores(config: EvaluateModelConfig, x_test: Any, y_test: Any, n_classes: int, classes: list[Any]) -> dict[str, Any] | None:
+def load_artifact(model_dir: str | Path, runtime: Runtime, field: str = "model") -> Any:
+    """A model artifact loaded weights-only; a team's model code is imported only when the platform
+    trusts its package (``runtime.trusted_code``, from ``TRAINPIPE_TRUSTED_MODEL_CODE``).
+
+    Raises:
+        InputError: the artifact is incomplete or foreign, its code untrusted, its weights unfit.
+    """
+    from trainpipe.serving import loader
+
+    try:
+        return loader.load(model_dir, trusted=runtime.trusts)
+    except loader.ModelError as exc:
+        hint = f"; a platform that trusts it lists its module in {TRUSTED_CODE_ENV}" if "not trusted here" in str(exc) else ""
+        raise InputError(f"{field}: {exc}{hint}") from None
+
+
+def held_out_rows(data: str, model: Any, label_column: str) -> tuple[Any, Any, int]:
+    """The held-out rows of a dataset (the rows train_model never saw), chunk by chunk for Parquet:
+    ``(features, raw labels, rows in the dataset)``.
+
+    Raises:
+        InputError: a feature or the label is missing or unusable (naming the column, row and value),
+            or no row is held out.
+    """
+    import numpy as np
+
+    from trainpipe.preconditions import check_frame
+    from trainpipe.tabular import held_out, iter_chunks
+
+    split = model.meta.get("split") or {}
+    frac, seed = float(split.get("test_fraction", 0.2)), int(split.get("seed", 0))
+    columns = model.feature_columns + [label_column]
+    xs, ys, rows = [], [], 0
+    for first, df in iter_chunks(data, None):
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            if label_column in missing:
+                check_frame(df, label_column, model.task, model.feature_columns)
+            raise InputError(f"data: feature columns missing: {', '.join(map(str, missing[:10]))}")
+        df = df[columns]
+        df.index = np.arange(first, first + len(df))
+        check_frame(df, label_column, model.task, columns)
+        keep = held_out(df.index.to_numpy(), frac, seed)
+        xs.append(df.loc[keep, model.feature_columns].to_numpy(dtype=np.float32))
+        ys.append(df.loc[keep, label_column].to_numpy())
+        rows += len(df)
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    if len(x) == 0:
+        raise InputError(f"data: none of its {rows} rows is held out with test_fraction {frac}: too few rows to evaluate")
+    return x, y, rows
+
+
+def score(model: Any, x: Any, y_raw: Any, config: EvaluateModelConfig) -> dict[str, Any]:
+    """Every metric of ``model`` on ``(x, y_raw)``: the task's own and the team's metric functions."""
+    import numpy as np
+
+    from trainpipe.tabular import encode_labels
+
+    if model.task == "classification":
+        classes, y = encode_labels(y_raw, model.classes or None)
+        proba = model.predict_proba(x)
+        if proba.shape[1] != len(classes):
+            raise InputError(f"model: it gives {proba.shape[1]} outputs for {len(classes)} classes")
+        out = classification_metrics(y, proba, len(classes))
+        out.update({"y": y, "proba": proba, "classes": classes})
+        labels_true, labels_pred = np.asarray(classes, dtype=object)[y], np.asarray(classes, dtype=object)[proba.argmax(axis=1)]
+    else:
+        y = np.asarray(y_raw, dtype=np.float64)
+        pred = np.asarray(model.predict_values(x), dtype=np.float64)
+        if pred.ndim != 1:
+            raise InputError(f"model: a regressor must give one value a row, it gives {pred.shape[1]}")
+        out = {"metrics": regression_metrics(y, pred), "y": y, "pred": pred, "classes": []}
+        labels_true, labels_pred = y, pred
+    for name, ref in sorted(config.metric_functions.items()):
+        out["metrics"][name] = _team_metric(name, ref, labels_true, labels_pred)
+    return out
+
+
+def _team_metric(name: str, ref: str, y_true: Any, y_pred: Any) -> float:
+    import importlib
+
+    module, _, func = ref.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"metric_functions: {name}: cannot import {ref!r}: {exc}") from None
+    try:
+        value = float(fn(y_true, y_pred))
+    except Exception as exc:
+        raise InputError(f"metric_functions: {name}: {ref} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
+    return value
+
+
+def champion_scores(config: EvaluateModelConfig, model: Any, x_test: Any, y_raw: Any, runtime: Runtime) -> dict[str, Any] | None:
     """The current champion scored on the same held-out rows; None when there is none."""
     if not config.model_name:
         return None
     from trainpipe import registry, tracking
-    from trainpipe.components.train_model.models import load_model, predict_proba
 
-    client = tracking.connect(config.tracking_uri)
+    client = tracking.connect(config.tracking_uri, runtime.policy)
     version = registry.alias_version(client, config.model_name, config.champion_alias)
     if version is None:
         return None
     info: dict[str, Any] = {"version": str(version.version), "run_id": version.tags.get(registry.RUN_TAG) or version.run_id}
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            weights = registry.download_weights(version, tmp)
+            weights = registry.download_weights(client, version, tmp)
         except Exception as exc:
             return {**info, "skipped": f"its weights-only copy cannot be read: {tracking.first_line(exc)}"}
         try:
-            model, meta = load_model(weights)
+            champ = load_artifact(weights, runtime, "champion")
         except InputError as exc:
             return {**info, "skipped": str(exc)}
-    if [str(c) for c in meta["classes"]] != [str(c) for c in classes]:
+    if champ.task != model.task:
+        return {**info, "skipped": f"it is a {champ.task} model"}
+    if [str(c) for c in champ.classes] != [str(c) for c in model.classes]:
         return {**info, "skipped": "it predicts other classes than this model"}
-    if len(meta["feature_columns"]) != x_test.shape[1]:
+    if champ.feature_columns != model.feature_columns:
         return {**info, "skipped": "it takes other feature columns than this model"}
-    scores = classification_metrics(y_test, predict_proba(model, meta, x_test), n_classes)
-    return {**info, "metrics": scores["metrics"]}
+    return {**info, "metrics": score(champ, x_test, y_raw, config)["metrics"]}
 
 
-def evaluate_model(config: EvaluateModelConfig, lineage: dict[str, Any]) -> EvaluateModelResult:
+def evaluate_model(config: EvaluateModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> EvaluateModelResult:
     """Score the model on the held-out split of its own snapshot and decide the gate.
 
     Args:
         config: Settings and paths.
         lineage: The lineage so far (model and data must share one snapshot); ``evaluation`` is added.
+        runtime: The platform's settings: the team packages whose model code may be imported, and
+            the policy the tracking server is reached under.
 
     Returns:
-        Metrics, plots and the gate decision (also written as ``decision.json``).
+        Metrics, charts and the gate decision (also written as ``decision.json``).
 
     Raises:
-        InputError: the data does not fit the model (columns, unseen labels).
+        InputError: the data does not fit the model (columns, unseen labels), or a rule names a
+            metric the model's task does not have.
         ServiceUnavailable: the champion could not be read from MLflow.
         GateFailed: only with ``fail_on_gate``, after the decision is written.
     """
-    from trainpipe.components.train_model.models import load_model, predict_proba
-    from trainpipe.tabular import encode_labels, features_and_label, read_table, split_indices
+    import numpy as np
 
-    model, meta = load_model(config.model)
-    df = read_table(config.data, "data")
-    _, x, y_raw = features_and_label(df, config.label_column, meta["feature_columns"])
-    _, test_idx = split_indices(len(df), meta["split"]["test_fraction"], meta["split"]["seed"])
-    classes, y = encode_labels(y_raw[test_idx], meta["classes"])
-    x_test = x[test_idx]
-    proba = predict_proba(model, meta, x_test)
-    scores = classification_metrics(y, proba, len(classes))
+    runtime = runtime or Runtime()
+    model = load_artifact(config.model, runtime)
+    thresholds, min_improvement, max_regression = config.gate_rules(model.task)
+    x_test, y_raw, _ = held_out_rows(config.data, model, config.label_column)
+    scores = score(model, x_test, y_raw, config)
     metrics = scores["metrics"]
-    champion = champion_scores(config, x_test, y, len(classes), classes)
-    decision = decide(metrics, config.thresholds, champion, config.min_improvement, config.max_regression)
-    result = EvaluateModelResult(
-        metrics=metrics,
-        per_class={str(c): v for c, v in zip(classes, scores["per_class"])},
-        confusion_matrix=scores["confusion_matrix"],
-        roc_curve=scores["roc_curve"],
-        classes=classes,
-        n_test=len(test_idx),
-        decision=decision,
-    )
+    champion = champion_scores(config, model, x_test, y_raw, runtime)
+    lower = config.lower_better()
+    decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower)
+    result = EvaluateModelResult(task=model.task, metrics=metrics, lower_is_better=sorted(m for m in metrics if m in lower),
+                                 classes=scores["classes"], n_test=len(x_test), decision=decision)
+    if model.task == "classification":
+        result.per_class = {str(c): v for c, v in zip(scores["classes"], scores["per_class"])}
+        result.confusion_matrix = scores["confusion_matrix"]
+        result.roc_curve = scores["roc_curve"]
+        images = charts(scores["y"], scores["proba"], scores["classes"], scores["confusion_matrix"])
+    else:
+        resid = scores["y"] - scores["pred"]
+        result.residuals = {"mean": float(resid.mean()), "std": float(resid.std()), "max_abs": float(np.abs(resid).max())}
+        images = regression_charts(scores["y"], scores["pred"])
     out = Path(config.output_dir)
     atomic_write_json(out / METRICS_FILE, result.model_dump(mode="json", exclude={"lineage", "decision"}))
-    atomic_write_text(out / REPORT_FILE, _report(result, charts(y, proba, classes, scores["confusion_matrix"])))
+    atomic_write_text(out / REPORT_FILE, _report(result, images))
     atomic_write_json(out / DECISION_FILE, decision.model_dump(mode="json"))
-    lineage = dict(lineage)
-    lineage["evaluation"] = {
-        "metrics": {k: round(v, 6) for k, v in metrics.items()},
-        "passed": decision.passed,
-        "n_test": len(test_idx),
-        "champion_version": champion.get("version") if champion else None,
-        "beats_champion": decision.beats_champion,
-    }
-    result.lineage = lineage
+    result.lineage = Lineage.of(lineage).with_(evaluation=EvaluationLineage(
+        task=model.task, metrics={k: round(v, 6) for k, v in metrics.items()}, passed=decision.passed, n_test=len(x_test),
+        champion_version=champion.get("version") if champion else None, beats_champion=decision.beats_champion,
+    ))
     if config.fail_on_gate and not decision.passed:
         raise GateFailed("gate not passed: " + "; ".join(decision.failures))
     return result

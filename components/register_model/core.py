@@ -13,6 +13,8 @@ from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest, read_json
+from trainpipe.contract.lineage import Lineage, RegistrationLineage
+from trainpipe.contract.runtime import Runtime
 
 HASH_TAG = registry.HASH_TAG
 DATA_TAG = registry.DATA_TAG
@@ -40,8 +42,9 @@ def should_move_champion(decision: dict[str, Any], current: Any | None, version:
     return False, f"the gate did not decide against champion version {current.version}: registered as challenger only"
 
 
-def model_card(config: RegisterModelConfig, version: str, decision: dict[str, Any], lineage: dict[str, Any], meta: dict[str, Any]) -> str:
+def model_card(config: RegisterModelConfig, version: str, decision: dict[str, Any], record: Lineage, meta: dict[str, Any]) -> str:
     """The model card: what the model is for, what it was trained on, how it scored, why it was accepted."""
+    lineage = record.to_dict()
     snap, train, ev = lineage.get("snapshot", {}), lineage.get("training", {}), lineage.get("evaluation", {})
     source = lineage.get("source", {})
     metrics = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(decision.get("metrics", {}).items()) if isinstance(v, (int, float)))
@@ -58,7 +61,7 @@ def model_card(config: RegisterModelConfig, version: str, decision: dict[str, An
 {config.intended_use}
 
 ## Model
-- Architecture: `{meta.get('arch')}` ({meta.get('task', 'classification')}), classes: {', '.join(map(str, meta.get('classes', [])))}
+- Built by: `{meta.get('builder')}` from training function `{meta.get('train_function')}` ({meta.get('task', 'classification')}){', classes: ' + ', '.join(map(str, meta.get('classes', []))) if meta.get('classes') else ''}
 - Inputs: {len(meta.get('feature_columns', []))} feature columns ({', '.join(meta.get('feature_columns', [])[:8])}{', …' if len(meta.get('feature_columns', [])) > 8 else ''}); label `{meta.get('label_column')}`
 - Trained with: {train.get('backend')} on {train.get('world_size')} x {train.get('device')} ({train.get('dist_backend')}), precision {train.get('precision', 'fp32')}
 - Weights sha256: `{train.get('model_sha256')}`; MLflow training run `{train.get('mlflow_run_id')}`
@@ -84,7 +87,7 @@ version; `trainpipe lineage models:/{config.model_name}/{version}` prints and ve
 """
 
 
-def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> RegisterModelResult:
+def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> RegisterModelResult:
     """Register the model when its gate passed; idempotent for identical model and data.
 
     Every new version gets the ``challenger`` alias; the serving alias (``champion``)
@@ -95,6 +98,7 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
     Args:
         config: Settings and paths.
         lineage: The merged lineage of the model, the decision and the profile.
+        runtime: The platform's settings: the registry's artifact store is checked against its policy.
 
     Returns:
         The version, its aliases and ``models:/`` URI, or why nothing was registered.
@@ -104,30 +108,30 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
         ServiceUnavailable: MLflow cannot be reached.
     """
     decision = read_json(Path(config.decision) / DECISION_FILE)
-    lineage = dict(lineage)
+    lineage = Lineage.of(lineage)
+    policy = (runtime or Runtime()).policy
     if not decision.get("passed"):
         reason = "gate not passed: " + "; ".join(decision.get("failures") or decision.get("reasons", []))
-        lineage["registration"] = {"registered": False}
         return RegisterModelResult(
-            registered=False, created=False, model_name=config.model_name, version=None, alias=None, model_uri=None, reason=reason, lineage=lineage
+            registered=False, created=False, model_name=config.model_name, version=None, alias=None, model_uri=None, reason=reason,
+            lineage=lineage.with_(registration=RegistrationLineage(registered=False)),
         )
-    training = lineage.get("training")
-    snapshot = lineage.get("snapshot")
-    if not training or not snapshot:
+    training, snapshot = lineage.training, lineage.snapshot
+    if training is None or snapshot is None:
         raise InputError("model: its lineage lacks the training run or the snapshot; it was not made by this pipeline")
     sha = file_digest(Path(config.model) / MODEL_FILE, "sha256")
-    if sha != training.get("model_sha256"):
+    if sha != training.model_sha256:
         raise InputError("model: model.safetensors does not match the hash train_model recorded (the artifact was changed)")
     meta = read_json(Path(config.model) / MODEL_META)
 
     from trainpipe import tracking
 
-    client = tracking.connect(config.tracking_uri)
-    tracking.prepare_artifact_store(client, training["mlflow_run_id"])
+    client = tracking.connect(config.tracking_uri, policy)
+    tracking.prepare_artifact_store(client, policy, training.mlflow_run_id)
     try:
-        existing = find_existing(client, config.model_name, sha, snapshot["md5"])
+        existing = find_existing(client, config.model_name, sha, snapshot.md5)
         created = existing is None
-        version = existing.version if existing is not None else _create_version(client, config, lineage, decision, meta, sha, snapshot["md5"], training["mlflow_run_id"])
+        version = existing.version if existing is not None else _create_version(client, config, lineage, decision, meta, sha, snapshot.md5, training.mlflow_run_id)
         version = str(version)
         current = registry.alias_version(client, config.model_name, config.alias)
         move, why = should_move_champion(decision, current, version)
@@ -141,9 +145,9 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
         raise tracking.classify(exc, f"tracking_uri: registering {config.model_name!r} in MLflow", "failed") from None
     alias = config.alias if config.alias in aliases else (config.challenger_alias if config.challenger_alias in aliases else None)
     uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
-    lineage["registration"] = {"model_name": config.model_name, "version": version, "aliases": aliases, "champion_moved": move}
+    lineage = lineage.with_(registration=RegistrationLineage(model_name=config.model_name, version=version, aliases=aliases, champion_moved=move))
     out = Path(config.output_dir)
-    atomic_write_json(out / LINEAGE_FILE, lineage)
+    atomic_write_json(out / LINEAGE_FILE, lineage.to_dict())
     atomic_write_text(out / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
     return RegisterModelResult(
         registered=True,
@@ -161,40 +165,21 @@ def register_model(config: RegisterModelConfig, lineage: dict[str, Any]) -> Regi
 
 
 def _create_version(
-    client: Any, config: RegisterModelConfig, lineage: dict[str, Any], decision: dict[str, Any], meta: dict[str, Any], sha: str, md5: str, run_id: str,
+    client: Any, config: RegisterModelConfig, lineage: Lineage, decision: dict[str, Any], meta: dict[str, Any], sha: str, md5: str, run_id: str,
 ) -> str:
+    """A new version from the MLflow model train_model logged (it loads without trainpipe), with the
+    lineage as tags and ``lineage.json`` and the model card beside it in the training run."""
     import mlflow
-    import numpy as np
-    from mlflow.models import infer_signature
 
-    from trainpipe.components.train_model.models import load_model, predict_proba, serving_module
-
-    model, meta = load_model(config.model)
-    mean, std = np.asarray(meta["mean"], dtype=np.float32), np.asarray(meta["std"], dtype=np.float32)
-    example = np.stack([mean, mean + std])
-    signature = infer_signature(example, predict_proba(model, meta, example))
-    with mlflow.start_run(run_id=run_id):
-        import torch
-
-        info = mlflow.pytorch.log_model(
-            serving_module(model, meta),
-            name="model",
-            signature=signature,
-            input_example=example,
-            # Pickle, not torch.export: an exported graph fixes the batch size seen in the example.
-            serialization_format="pickle",
-            # Stated, not inferred: inference spawns a process and takes seconds.
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
-        )
-        # The weights-only copy a later gate rebuilds the champion from (never unpickled).
-        mlflow.log_artifact(str(Path(config.model) / MODEL_FILE), artifact_path=registry.WEIGHTS_ARTIFACT)
-        mlflow.log_artifact(str(Path(config.model) / MODEL_META), artifact_path=registry.WEIGHTS_ARTIFACT)
-        with tempfile.TemporaryDirectory() as tmp:
-            atomic_write_json(Path(tmp) / LINEAGE_FILE, lineage)
-            mlflow.log_artifact(str(Path(tmp) / LINEAGE_FILE), artifact_path="trainpipe")
+    model_uri = lineage.training.model_uri if lineage.training else ""
+    if not model_uri:
+        raise InputError("model: its lineage names no MLflow model (train_model logs one); it was not made by this version of train_model")
+    with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
+        atomic_write_json(Path(tmp) / LINEAGE_FILE, lineage.to_dict())
+        mlflow.log_artifact(str(Path(tmp) / LINEAGE_FILE), artifact_path="trainpipe")
     tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
     tags.update({HASH_TAG: sha, DATA_TAG: md5, registry.RUN_TAG: run_id})
-    mv = mlflow.register_model(info.model_uri, config.model_name, tags=tags)
+    mv = mlflow.register_model(model_uri, config.model_name, tags=tags)
     version = str(mv.version)
     with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
         atomic_write_text(Path(tmp) / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))

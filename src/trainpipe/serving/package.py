@@ -1,0 +1,170 @@
+"""Write a trained model as an MLflow pyfunc model that loads without trainpipe.
+
+The MLflow model holds the weights-only artifact (``model.safetensors`` + ``model.json``), the
+loader and the built-in networks as the code path ``trainpipe_pyfunc``, and, for a team's model,
+the team's own package beside it. Nothing is pickled. mlflow is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+from trainpipe.contract.errors import InputError
+from trainpipe.serving import loader
+
+HERE = Path(__file__).resolve().parent
+PYFUNC_FILE = HERE / "pyfunc_model.py"
+#: Files of this package copied into every model as the code path ``trainpipe_pyfunc``.
+SHIPPED = ("loader.py", "nets.py")
+INPUT_EXAMPLE_FILE = "input_example.json"
+OUTPUT_EXAMPLE_FILE = "output_example.json"
+ARTIFACT_PATH = "model"
+#: Where the weights-only artifact lies inside the MLflow model: ``artifacts/model/``.
+WEIGHTS_DIR = "model"
+
+
+def code_location(package: str) -> Path:
+    """The folder (or single module file) of a top-level package, found without importing it.
+
+    Raises:
+        InputError: it cannot be found as a folder or file (it cannot travel with the model).
+    """
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise InputError(f"save_model: the model's code package {package!r} cannot be found here, so it cannot travel with the model")
+    if spec.submodule_search_locations:
+        locations = [Path(p) for p in spec.submodule_search_locations]
+        if len(locations) != 1:
+            raise InputError(f"save_model: the model's code package {package!r} spans {len(locations)} folders; give it one folder with an __init__.py")
+        return locations[0]
+    if spec.origin and spec.origin.endswith(".py"):
+        return Path(spec.origin)
+    raise InputError(f"save_model: the model's code {package!r} is not Python source ({spec.origin}), so it cannot travel with the model")
+
+
+def stage_code(meta: dict[str, Any], dest: Path) -> list[str]:
+    """Copy the loader (as ``trainpipe_pyfunc``) and every package ``meta["code"]`` names under ``dest``."""
+    ours = dest / "trainpipe_pyfunc"
+    ours.mkdir(parents=True)
+    (ours / "__init__.py").write_text('"""trainpipe\'s model loader, shipped with the model."""\n', encoding="utf-8")
+    for name in SHIPPED:
+        shutil.copyfile(HERE / name, ours / name)
+    paths = [str(ours)]
+    for package in meta.get("code") or []:
+        src = code_location(package)
+        target = dest / src.name
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copyfile(src, target)
+        paths.append(str(target))
+    return paths
+
+
+def requirements(meta: dict[str, Any], extra: list[str] | None = None) -> list[str]:
+    """What the model needs installed (mlflow adds itself): the versions trainpipe trained with."""
+    from importlib.metadata import version
+
+    pins = [f"torch=={version('torch').split('+')[0]}", f"safetensors=={version('safetensors')}", f"numpy=={version('numpy')}",
+            f"pandas=={version('pandas')}"]
+    return pins + list(extra or [])
+
+
+def log_model(run_id: str, model_dir: str | Path, extra_requirements: list[str] | None = None) -> str:
+    """Log ``model_dir`` (a train_model output) as the MLflow pyfunc model of the run.
+
+    MLflow 3's logged model, made with the client's own calls (create, upload, finalize, link to
+    the run) rather than ``log_model``: ``log_model`` would load the model in this process to
+    check the example, importing the framework. The training rank that saved the model already
+    loaded the weights back through the same loader and predicted on the example.
+
+    Returns:
+        The logged model's URI, ``models:/<model id>``.
+    """
+    import mlflow.pyfunc
+    import pandas as pd
+    from mlflow import MlflowClient
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+    from mlflow.models import Model
+
+    model_dir = Path(model_dir)
+    meta = loader.read_meta(model_dir)
+    example_in = pd.read_json(model_dir / INPUT_EXAMPLE_FILE, orient="split")
+    example_out = pd.read_json(model_dir / OUTPUT_EXAMPLE_FILE, orient="split")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a task log is not a terminal
+    client = MlflowClient()
+    run = client.get_run(run_id)
+    logged = client.create_logged_model(run.info.experiment_id, name=ARTIFACT_PATH, source_run_id=run_id, model_type=f"trainpipe-{meta['task']}",
+                                        tags={"trainpipe.builder": str(meta["builder"])})
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainpipe-pyfunc-") as tmp:
+            weights = Path(tmp) / "stage" / WEIGHTS_DIR  # pyfunc keeps an artifact folder under its own name
+            weights.mkdir(parents=True)
+            for name in (loader.WEIGHTS_FILE, loader.META_FILE):
+                shutil.copyfile(model_dir / name, weights / name)
+            code = stage_code(meta, Path(tmp) / "code")
+            with warnings.catch_warnings(), _pins_are_this_environments():
+                warnings.filterwarnings("ignore", message=".*Inferred schema contains integer column")  # class labels are integers
+                warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
+                mlflow.pyfunc.save_model(
+                    Path(tmp) / "model",
+                    python_model=str(PYFUNC_FILE),
+                    artifacts={"model": str(weights)},
+                    code_paths=code,
+                    signature=signature(example_in, example_out),
+                    input_example=example_in,
+                    pip_requirements=requirements(meta, extra_requirements),
+                    metadata={"trainpipe": {"builder": meta["builder"], "task": meta["task"]}},
+                    mlflow_model=Model(artifact_path=logged.artifact_location, run_id=run_id, model_id=logged.model_id),
+                )
+            client.log_model_artifacts(logged.model_id, str(Path(tmp) / "model"))
+    except BaseException:
+        client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+        raise
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
+    return f"models:/{logged.model_id}"
+
+
+@contextlib.contextmanager
+def _pins_are_this_environments() -> Iterator[None]:
+    """Skip MLflow's check that the model's requirements match this environment: they are this
+    environment's own versions (:func:`requirements` reads them), so it can only agree, and it maps
+    every installed distribution's files to its modules to find out, a scan that grows with the image."""
+    from mlflow.utils import environment
+
+    saved = environment.warn_dependency_requirement_mismatches
+    environment.warn_dependency_requirement_mismatches = lambda requirements: None
+    try:
+        yield
+    finally:
+        environment.warn_dependency_requirement_mismatches = saved
+
+
+def signature(example_in: Any, example_out: Any) -> Any:
+    """Every raw feature column named and required, of any numeric type: MLflow would refuse an integer
+    column where the example had floats (or the reverse), and the model reads float32 of either."""
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types.schema import AnyType, ColSpec, Schema
+
+    inputs = Schema([ColSpec(AnyType(), str(c), required=True) for c in example_in.columns])
+    return ModelSignature(inputs=inputs, outputs=infer_signature(example_in, example_out).outputs)
+
+
+def write_examples(model_dir: str | Path, example_in: Any, example_out: Any) -> None:
+    """The input and output examples :func:`log_model` puts on the MLflow model (pandas ``split`` JSON)."""
+    from trainpipe.contract.io import atomic_write_text
+
+    model_dir = Path(model_dir)
+    atomic_write_text(model_dir / INPUT_EXAMPLE_FILE, example_in.to_json(orient="split", index=False))
+    atomic_write_text(model_dir / OUTPUT_EXAMPLE_FILE, example_out.to_json(orient="split", index=False))

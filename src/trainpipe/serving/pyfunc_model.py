@@ -1,0 +1,34 @@
+"""The MLflow pyfunc of every model trainpipe registers (MLflow's "models from code").
+
+MLflow stores this file with the model and runs it on load. It imports the loader that travels
+with the model as the code path ``trainpipe_pyfunc`` (and a team's own package beside it when
+the model is theirs), so ``mlflow.pyfunc.load_model`` and ``mlflow models serve`` work where
+trainpipe is not installed. Input: a DataFrame of the raw feature columns. Output: a DataFrame
+with ``prediction`` (and ``probability_<class>`` per class for a classifier).
+"""
+
+import warnings
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+# The signature comes from the logged example (raw feature columns in, predictions out); MLflow's
+# nudge towards type hints on predict would only repeat it in every log that loads this model.
+warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
+
+
+class TrainpipeModel(PythonModel):
+    def load_context(self, context):
+        from trainpipe_pyfunc import loader
+
+        # The code that builds the model came with it: loading this model means trusting it.
+        self.model = loader.load(context.artifacts["model"], trusted=lambda module: True)
+
+    def predict(self, context, model_input, params=None):
+        import pandas as pd
+
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        return self.model.predict_frame(frame)
+
+
+mlflow.models.set_model(TrainpipeModel())
