@@ -9,8 +9,11 @@ from typing import Any
 
 from trainpipe.components.snapshot_dataset.spec import NAME, SnapshotDatasetConfig, SnapshotDatasetResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable
-from trainpipe.contract.io import atomic_copy, file_digest, link_or_copy
-from trainpipe.tabular import find_data_file
+from trainpipe.contract.lineage import Lineage, SnapshotLineage
+from trainpipe.contract.policy import Policy
+from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, file_digest, link_or_copy
+from trainpipe.tabular import SUPPORTED_SUFFIXES, find_dataset
 
 _GIT_ID = ["-c", "user.name=trainpipe", "-c", "user.email=trainpipe@localhost", "-c", "commit.gpgsign=false"]
 
@@ -25,7 +28,7 @@ def _git(repo: Path, *args: str) -> str:
 REMOTE_SCHEMES = ("file", "s3")
 
 
-def remote_settings(config: SnapshotDatasetConfig) -> dict[str, Any]:
+def remote_settings(config: SnapshotDatasetConfig, policy: Policy) -> dict[str, Any]:
     """The DVC remote's settings, checked against the policy (scheme, TLS, residency, encryption).
 
     Raises:
@@ -33,7 +36,6 @@ def remote_settings(config: SnapshotDatasetConfig) -> dict[str, Any]:
     """
     from trainpipe.contract import policy as policy_mod
 
-    policy = policy_mod.load_policy()
     url = config.remote_url
     policy_mod.check_scheme("remote_url", url, REMOTE_SCHEMES)
     if "://" not in url:
@@ -73,6 +75,47 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _is_git_worktree(path: Path) -> bool:
+    """Whether ``path`` is the top of a git working tree (a half-made ``.git`` is not)."""
+    if not (path / ".git").exists():
+        return False
+    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False)
+    return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()
+
+
+#: What a workspace creation that was cut short can leave behind: nothing of the user's.
+_INIT_LEFTOVERS = {".git", ".dvc", ".dvcignore"}
+
+
+def _create_workspace(repo_dir: Path) -> None:
+    """Create the git+DVC workspace beside ``repo_dir`` and rename it into place, so a step killed
+    while creating it leaves either no workspace or a whole one; what a killed creation left in
+    ``repo_dir`` is replaced. A folder holding anything else is the user's: refused, never touched.
+
+    Raises:
+        InputError: ``repo_dir`` exists, is not a git working tree, and holds other files.
+    """
+    import shutil
+    import uuid
+
+    from dvc.repo import Repo
+
+    if repo_dir.exists():
+        foreign = sorted(p.name for p in repo_dir.iterdir() if p.name not in _INIT_LEFTOVERS)
+        if foreign:
+            raise InputError(f"repo_dir: {str(repo_dir)!r} exists, is not a git repository and holds files ({', '.join(foreign[:5])}); "
+                             "give an empty folder, a git repository, or a new path")
+    repo_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in repo_dir.parent.glob(f".{repo_dir.name}.init-*"):  # creations killed before their rename
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = repo_dir.parent / f".{repo_dir.name}.init-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    _git(tmp, "init", "-q")
+    Repo.init(str(tmp)).close()
+    shutil.rmtree(repo_dir, ignore_errors=True)  # only what a killed creation left (checked above)
+    os.replace(tmp, repo_dir)
+
+
 def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     """Open (creating if needed) the git+DVC workspace and point it at the remote.
 
@@ -85,10 +128,11 @@ def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     from dvc.repo import Repo
 
-    repo_dir.mkdir(parents=True, exist_ok=True)
-    if not (repo_dir / ".git").exists():
-        _git(repo_dir, "init", "-q")
-    repo = Repo(str(repo_dir)) if (repo_dir / ".dvc").is_dir() else Repo.init(str(repo_dir))
+    if not _is_git_worktree(repo_dir):
+        _create_workspace(repo_dir)
+    elif not (repo_dir / ".dvc" / "config").is_file():  # a git repository of the user's, or a DVC init that was cut short
+        Repo.init(str(repo_dir), force=True)
+    repo = Repo(str(repo_dir))
     conf = repo.config.read("repo")
     if conf.get("remote", {}).get(remote_name, {}) != remote or conf.get("core", {}).get("remote") != remote_name:
         with repo.config.edit("repo") as edit:
@@ -97,7 +141,7 @@ def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     return repo
 
 
-def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> SnapshotDatasetResult:
+def snapshot_dataset(config: SnapshotDatasetConfig, lineage: Lineage, runtime: Runtime | None = None) -> SnapshotDatasetResult:
     """Add the dataset to the DVC workspace, commit, and push it to the remote.
 
     The same bytes always give the same md5; a rerun on unchanged data makes no
@@ -106,6 +150,7 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
     Args:
         config: Settings and paths.
         lineage: The lineage so far; ``snapshot`` is added.
+        runtime: The platform's settings: the remote is checked against its policy.
 
     Returns:
         The content hash, git revision, remote and what this run changed.
@@ -115,17 +160,20 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
         ServiceUnavailable: the remote cannot be reached or written; the snapshot
             is not reported done and a rerun pushes what is missing.
     """
-    src = find_data_file(config.data, "data")
-    remote = remote_settings(config)
+    src = find_dataset(config.data, "data")
+    remote = remote_settings(config, (runtime or Runtime()).policy)
     repo_dir = Path(config.repo_dir).resolve()
     repo = open_repo(repo_dir, config.remote_name, remote)
     rel = Path("data") / config.dataset_name / src.name
     target = repo_dir / rel
     for stale in target.parent.glob("*") if target.parent.exists() else []:
-        if stale.is_file() and stale.name != src.name and stale.suffix in {".csv", ".parquet", ".pq"}:
-            raise InputError(f"dataset_name: {config.dataset_name!r} already tracks {stale.name!r}; use another dataset_name per file")
-    src_md5 = file_digest(src)
-    if not target.exists() or file_digest(target) != src_md5:
+        tracked = stale.suffix in SUPPORTED_SUFFIXES if stale.is_file() else (stale.is_dir() and not stale.name.startswith("."))
+        if tracked and stale.name != src.name:
+            raise InputError(f"dataset_name: {config.dataset_name!r} already tracks {stale.name!r}; use another dataset_name per dataset")
+    if src.is_dir():  # a folder of Parquet files: DVC tracks the folder (one .dir hash)
+        if not target.is_dir() or dataset_digest(target) != dataset_digest(src):
+            copy_tree_atomic(src, target)
+    elif not target.exists() or file_digest(target) != file_digest(src):
         atomic_copy(src, target)
     try:
         (stage,) = repo.add(str(target))
@@ -147,7 +195,10 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
         _git(repo_dir, "commit", "-q", "-m", f"snapshot {config.dataset_name}: md5 {md5}")
     rev = _git(repo_dir, "rev-parse", "HEAD")
     data_file = Path(config.output_dir) / src.name
-    link_or_copy(target, data_file)
+    if target.is_dir():
+        copy_tree_atomic(target, data_file)
+    else:
+        link_or_copy(target, data_file)
     url = repo.config["remote"][config.remote_name]["url"]
     result = SnapshotDatasetResult(
         md5=md5,
@@ -161,9 +212,7 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: dict[str, Any]) -> 
         committed=staged,
         data_file=src.name,
     )
-    lineage = dict(lineage)
-    lineage["snapshot"] = {"md5": md5, "rev": rev, "path": str(rel), "remote": url, "repo": str(repo_dir)}
-    result.lineage = lineage
+    result.lineage = Lineage.of(lineage).with_(snapshot=SnapshotLineage(md5=md5, rev=rev, path=str(rel), remote=url, repo=str(repo_dir)))
     return result
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.components.validate_data.spec import (
+    DEFAULT_SUITE,
     DOCS_DIR,
     NAME,
     VALIDATION_FILE,
@@ -18,31 +19,39 @@ from trainpipe.components.validate_data.spec import (
     ValidateDataResult,
 )
 from trainpipe.contract.errors import InputError, ValidationFailed
-from trainpipe.contract.io import atomic_copy, atomic_write_json, file_digest
-from trainpipe.tabular import find_data_file, read_table
+from trainpipe.contract.lineage import Lineage, SourceLineage, ValidationLineage
+from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.io import atomic_copy, atomic_write_json, copy_tree_atomic, dataset_digest
+from trainpipe.tabular import dataset_columns, find_dataset, parquet_files, read_table
 
-_SUITES = Path(__file__).parent / "suites"
+#: Table-level expectations whose outcome over a Parquet directory is decided on all its files together.
+AGGREGATED = ("expect_table_row_count_to_be_between", "expect_column_unique_value_count_to_be_between")
 
 
-def load_suite(suite: str, label_column: str) -> dict[str, Any]:
-    """Load an expectation suite as a dict, filling ``{label_column}`` placeholders.
+def load_suite(suite: str, label_column: str, columns: list[str] | None = None, config: Any = None) -> dict[str, Any]:
+    """Load an expectation suite as a dict.
 
     Args:
-        suite: A JSON file path, or ``builtin:<name>`` for a suite shipped with trainpipe.
-        label_column: Substituted for ``{label_column}`` in the suite's kwargs.
+        suite: A JSON file path (``{label_column}`` in its kwargs is filled in), or
+            ``builtin:default``: train_model's preconditions for these columns and settings.
+        label_column: The label's column.
+        columns: The data's columns (the default suite checks each feature).
+        config: The settings the default suite takes (task, batch_size, test_fraction, seed).
 
     Raises:
         InputError: the file is missing or is not a suite (a name and a list of expectations).
     """
     if suite.startswith("builtin:"):
-        path = _SUITES / f"{suite.split(':', 1)[1]}.json"
-        if not path.is_file():
-            known = ", ".join(f"builtin:{p.stem}" for p in sorted(_SUITES.glob("*.json")))
-            raise InputError(f"suite: unknown built-in suite {suite!r} (known: {known})")
-    else:
-        path = Path(suite)
-        if not path.is_file():
-            raise InputError(f"suite: {suite!r} does not exist")
+        if suite != DEFAULT_SUITE:
+            raise InputError(f"suite: unknown built-in suite {suite!r} (known: {DEFAULT_SUITE})")
+        from trainpipe.preconditions import training_suite
+
+        c = config
+        return training_suite(list(columns or [label_column]), label_column, getattr(c, "task", "classification"),
+                              getattr(c, "batch_size", 64), getattr(c, "test_fraction", 0.2), getattr(c, "seed", 0))
+    path = Path(suite)
+    if not path.is_file():
+        raise InputError(f"suite: {suite!r} does not exist")
     try:
         text = path.read_text(encoding="utf-8").replace("{label_column}", label_column)
         doc = json.loads(text)
@@ -57,6 +66,69 @@ def load_suite(suite: str, label_column: str) -> dict[str, Any]:
     return doc
 
 
+def _aggregate(suite: dict[str, Any], runs: list[list[ExpectationOutcome]], rows: int, distinct: dict[str, set[Any]],
+               files: list[Path]) -> list[ExpectationOutcome]:
+    """One outcome per expectation over every file: row-level ones pass when they pass in every
+    file; the table-level ones (row count, distinct values) are decided on the whole directory."""
+    out = []
+    for i, exp in enumerate(suite["expectations"]):
+        per_file = [run[i] for run in runs]
+        first = per_file[0]
+        kwargs = exp.get("kwargs", {})
+        if len(runs) > 1 and exp["type"] in AGGREGATED:
+            observed = rows if exp["type"] == AGGREGATED[0] else len(distinct.get(kwargs.get("column"), set()))
+            lo, hi = kwargs.get("min_value"), kwargs.get("max_value")
+            ok = (lo is None or observed >= lo) and (hi is None or observed <= hi)
+            out.append(ExpectationOutcome(type=first.type, kwargs=first.kwargs, success=ok,
+                                          exception=None if ok else f"observed {observed} over all files"))
+            continue
+        counts = [o.unexpected_count for o in per_file if o.unexpected_count is not None]
+        exceptions = [o.exception for o in per_file if o.exception]
+        examples = [f"{files[k].name}: {o.example}" if len(files) > 1 else o.example for k, o in enumerate(per_file) if o.example]
+        reasons = [f"{files[k].name}: {o.reason}" if len(files) > 1 else o.reason for k, o in enumerate(per_file) if o.reason]
+        out.append(ExpectationOutcome(type=first.type, kwargs=first.kwargs, success=all(o.success for o in per_file),
+                                      unexpected_count=sum(counts) if counts else None, example=examples[0] if examples else None,
+                                      reason=reasons[0] if reasons else None, exception=exceptions[0] if exceptions else None))
+    return out
+
+
+def _rules(suite_doc: dict[str, Any], config: Any, columns: list[str]) -> dict[str, Any]:
+    """The training preconditions behind the default suite's expectations, by name (none for a suite of the user's)."""
+    if config.suite != DEFAULT_SUITE:
+        return {}
+    from trainpipe.preconditions import column_rules, table_rules
+
+    rules = column_rules(columns, config.label_column, config.task)
+    if config.label_column in columns:
+        rules += table_rules(config.label_column, config.task, config.batch_size, config.test_fraction, config.seed)
+    return {r.name: r for r in rules}
+
+
+def _explain(outcomes: list[ExpectationOutcome], suite_doc: dict[str, Any], rules: dict[str, Any], df: Any, whole_table: bool) -> None:
+    """A failed precondition says what train_model would say: the column, and a row and its value
+    (or the rows the split needs), instead of GX's bare observed value."""
+    def key(kind: str, kwargs: dict[str, Any]) -> str:
+        return json.dumps([kind, {k: v for k, v in kwargs.items() if k != "batch_id"}], sort_keys=True, default=str)
+
+    named = {key(e["type"], e.get("kwargs", {})): (e.get("meta") or {}).get("trainpipe_rule") for e in suite_doc["expectations"]}
+    for outcome in outcomes:  # GX reports results in an order of its own: matched by what they expect
+        rule = rules.get(named.get(key(outcome.type, outcome.kwargs)))
+        if outcome.success or rule is None or (outcome.type in AGGREGATED and not whole_table):
+            continue
+        message = rule.explain(df)
+        if message:
+            outcome.reason = message.removeprefix("data: ")
+
+
+def _first_per_column(failed: list[ExpectationOutcome]) -> list[str]:
+    """One reason per column: a column that is not numeric also fails its range check; the reason
+    that names a row and value says why."""
+    by_column: dict[Any, list[ExpectationOutcome]] = {}
+    for o in failed:
+        by_column.setdefault(o.kwargs.get("column", id(o)), []).append(o)
+    return [next((o for o in group if o.reason), group[0]).describe() for group in by_column.values()]
+
+
 def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
     out = []
     for r in validation["results"]:
@@ -64,27 +136,40 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
         exc = r.get("exception_info") or {}
         message = exc.get("exception_message") if exc.get("raised_exception") else None
         res = r.get("result") or {}
+        values, rows = res.get("partial_unexpected_list") or [], res.get("partial_unexpected_index_list") or []
+        example = None
+        if values:
+            example = (f"row {rows[0]} holds {values[0]!r}" if rows else f"value {values[0]!r}") if values[0] is not None else (
+                f"row {rows[0]} is empty" if rows else None)
+        elif not r["success"] and res.get("observed_value") is not None:
+            example = f"observed {res['observed_value']!r}"
         out.append(
             ExpectationOutcome(
                 type=cfg["type"],
                 kwargs={k: v for k, v in cfg.get("kwargs", {}).items() if k != "batch_id"},
                 success=bool(r["success"]),
                 unexpected_count=res.get("unexpected_count"),
+                example=example,
                 exception=(message.strip().splitlines()[0] if message else None),
             )
         )
     return out
 
 
-def validate_data(config: ValidateDataConfig, lineage: dict[str, Any]) -> ValidateDataResult:
+def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime | None = None) -> ValidateDataResult:
     """Validate a dataset against a suite; copy it to the output only if it passes.
+
+    A directory of Parquet files is validated one file at a time (memory holds one file): an
+    expectation on rows passes when it passes in every file; the row count and the number of
+    distinct values are decided on the whole directory.
 
     Args:
         config: Settings and paths.
         lineage: The lineage record so far; ``source`` and ``validation`` are added.
+        runtime: The platform's settings (the entrypoint's; validate_data uses none of them).
 
     Returns:
-        Per-expectation outcomes, the validated file's md5 and the Data Docs paths.
+        Per-expectation outcomes, the validated data's hash and the Data Docs paths.
 
     Raises:
         InputError: the data or suite cannot be read.
@@ -92,9 +177,11 @@ def validate_data(config: ValidateDataConfig, lineage: dict[str, Any]) -> Valida
             The result JSON and Data Docs are still written (without the completion marker).
     """
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    src = find_data_file(config.data, "data")
-    suite_doc = load_suite(config.suite, config.label_column)
-    df = read_table(src, "data")
+    src = find_dataset(config.data, "data")
+    files = parquet_files(src) if src.is_dir() else [src]
+    suite_doc = load_suite(config.suite, config.label_column, dataset_columns(src, "data"), config)
+    frames = iter(files)
+    first_df = read_table(next(frames), "data")
     out = Path(config.output_dir).absolute()  # GX's store backends take absolute directories only
 
     import great_expectations as gx
@@ -138,46 +225,66 @@ def validate_data(config: ValidateDataConfig, lineage: dict[str, Any]) -> Valida
             result_format={"result_format": config.result_format},
         )
     )
-    run = checkpoint.run(batch_parameters={"dataframe": df})
-    (validation,) = [v.to_json_dict() for v in run.run_results.values()]
+    aggregated_columns = {e["kwargs"].get("column") for e in suite_doc["expectations"] if e["type"] == AGGREGATED[1]}
+    rules = _rules(suite_doc, config, dataset_columns(src, "data"))
+    runs, validations, rows, success = [], [], 0, True
+    distinct: dict[str, set[Any]] = {}
+    n_columns = int(first_df.shape[1])
+    df = first_df
+    for i, _ in enumerate(files):
+        if i:
+            df = read_table(next(frames), "data")
+        run = checkpoint.run(batch_parameters={"dataframe": df})
+        (validation,) = [v.to_json_dict() for v in run.run_results.values()]
+        validations.append(validation)
+        runs.append(_outcomes(validation))
+        _explain(runs[-1], suite_doc, rules, df, whole_table=len(files) == 1)
+        success = success and bool(run.success)
+        rows += int(df.shape[0])
+        for col in aggregated_columns:
+            if col in df.columns:
+                distinct.setdefault(col, set()).update(v.item() if hasattr(v, "item") else v for v in df[col].dropna().unique())
+        del df
+    outcomes = _aggregate(suite_doc, runs, rows, distinct, files)
 
     docs = out / DOCS_DIR
     shutil.rmtree(docs, ignore_errors=True)
     os.replace(docs_tmp, docs)
     pages = sorted((docs / "validations").rglob("*.html"))
-    outcomes = _outcomes(validation)
     passed = [o for o in outcomes if o.success]
-    data_file = out / src.name
+    data_out = out / src.name
     result = ValidateDataResult(
-        success=bool(run.success),
+        success=all(o.success for o in outcomes),
         suite_name=suite_doc["name"],
         evaluated=len(outcomes),
         successful=len(passed),
         outcomes=outcomes,
         data_file=src.name,
-        data_md5=file_digest(src),
-        rows=int(df.shape[0]),
-        columns=int(df.shape[1]),
+        files=len(files),
+        data_md5=dataset_digest(src),
+        rows=rows,
+        columns=n_columns,
         docs_index=f"{DOCS_DIR}/index.html",
         docs_page=str(pages[-1].relative_to(out)) if pages else f"{DOCS_DIR}/index.html",
     )
-    lineage = dict(lineage)
-    lineage["source"] = {"uri": str(src.resolve()), "md5": result.data_md5, "rows": result.rows, "columns": result.columns}
-    lineage["validation"] = {
-        "suite": result.suite_name,
-        "success": result.success,
-        "evaluated": result.evaluated,
-        "successful": result.successful,
-    }
-    result.lineage = lineage
-    atomic_write_json(out / VALIDATION_FILE, {"result": result.model_dump(mode="json"), "gx": validation})
+    result.lineage = Lineage.of(lineage).with_(
+        source=SourceLineage(uri=str(src.resolve()), md5=result.data_md5, rows=result.rows, columns=result.columns),
+        validation=ValidationLineage(suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful),
+    )
+    atomic_write_json(out / VALIDATION_FILE, {"result": result.model_dump(mode="json"), "gx": validations[0] if len(validations) == 1 else validations})
     if not result.success:
-        data_file.unlink(missing_ok=True)
-        failed = [o.describe() for o in outcomes if not o.success]
+        if data_out.is_dir():
+            shutil.rmtree(data_out, ignore_errors=True)
+        else:
+            data_out.unlink(missing_ok=True)
+        failed = [o for o in outcomes if not o.success]
         raise ValidationFailed(
-            f"suite {result.suite_name!r} failed {len(failed)} of {len(outcomes)} expectations: " + "; ".join(failed)
+            f"suite {result.suite_name!r} failed {len(failed)} of {len(outcomes)} expectations: " + "; ".join(_first_per_column(failed))
         )
-    atomic_copy(src, data_file)
+    if src.is_dir():
+        copy_tree_atomic(src, data_out)
+    else:
+        atomic_copy(src, data_out)
     return result
 
 
