@@ -7,8 +7,10 @@ forwards its flags to the component's entrypoint (``trainpipe validate_data --he
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 import typing
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import typer
 
 from trainpipe import COMPONENTS
-from trainpipe.contract.errors import TrainpipeError
+from trainpipe.contract.errors import InputError, TrainpipeError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reusable ML pipeline components for Kubeflow Pipelines and Airflow.")
 
@@ -42,37 +44,73 @@ for _name in COMPONENTS:
     _make_component_command(_name)
 
 
-def _repo_dags_folder() -> Path:
-    return Path(__file__).resolve().parents[2] / "dags"
+CONFIG_ENV = "TRAINPIPE_CONFIG"
+#: Where a config is looked for when none is named: the current folder, then the demo's.
+CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
+STEP_LINE = re.compile(r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model)(?::| \S+:).*)")
 
 
-def run_airflow_local(config_path: Path, workspace: Path) -> str:
-    """Run the training DAG once under ``dag.test()`` with a SQLite metadata DB in the workspace."""
-    dags = _repo_dags_folder()
-    if not (dags / "training_dag.py").is_file():
-        raise TrainpipeError("engine airflow-local needs the dags/ folder of a trainpipe checkout")
-    home = workspace / "airflow"
-    home.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        TRAINPIPE_CONFIG=str(config_path),
-    )
-    # one process: migrating the metadata DB here (what `airflow db migrate` does: create it on the
-    # first run, upgrade it after an Airflow upgrade) spares a second Airflow start-up, about 3 s a run
-    code = (
-        "import sys\nfrom airflow.utils import db\ndb.upgradedb()\n"
-        "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag({str(dags)!r})\n"
-        "dr = bag.dags['trainpipe_training'].test()\n"
-        "sys.exit(0 if str(dr.state) in ('success', 'DagRunState.SUCCESS') else 1)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], env=env, check=False)
-    if proc.returncode != 0:
-        raise TrainpipeError("the Airflow run did not succeed (task logs above)")
-    return str(home)
+def default_config(config: Path | None, required: bool = True) -> Path | None:
+    """The pipeline config every command uses: ``--config``, else ``TRAINPIPE_CONFIG``, else
+    ``./pipeline.yaml``, else the demo's (``.trainpipe/demo/pipeline.yaml``).
+
+    Raises:
+        InputError: none is found and one is required.
+    """
+    from trainpipe.contract.errors import InputError
+
+    if config is not None:
+        return config
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    for place in CONFIG_PLACES:
+        if place.is_file():
+            return place
+    if required:
+        raise InputError(f"config: none given; pass --config, set {CONFIG_ENV}, or run where pipeline.yaml is")
+    return None
+
+
+def _tail(path: Path, stop: threading.Event, show: "typing.Callable[[str], None]") -> None:
+    """Show the engine log's step lines as they are written, until ``stop``."""
+    seen: set[str] = set()
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        while True:
+            line = fh.readline()
+            if line:
+                m = STEP_LINE.search(line)
+                text = re.sub(r"\s+\[airflow\.task\.operators\..*$", "", m.group(0)) if m else ""  # Airflow's logger suffix
+                if text and text not in seen:  # an engine may repeat a step's line in its own report
+                    seen.add(text)
+                    show("  " + text[:400])
+                continue
+            if stop.is_set():
+                return
+            time.sleep(0.2)
+
+
+def run_engine(engine: str, config_path: Path, workspace: Path) -> tuple[int, Path, dict | None]:
+    """Run an engine in a child process, its whole output in a log file under the workspace; the
+    terminal shows each step's result line. Returns ``(exit code, log, the failed step's report)``."""
+    import json
+
+    logs = Path(workspace) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log = logs / f"run-{stamp}-{engine}.log"
+    failure = logs / f".failure-{stamp}-{os.getpid()}.json"
+    env = dict(os.environ, TRAINPIPE_FAILURE_FILE=str(failure))
+    stop = threading.Event()
+    with open(log, "w", encoding="utf-8") as out:
+        tail = threading.Thread(target=_tail, args=(log, stop, lambda t: typer.echo(t, err=True)), daemon=True)
+        tail.start()
+        proc = subprocess.run([sys.executable, "-m", "trainpipe.runner", engine, str(config_path)], stdout=out, stderr=subprocess.STDOUT,
+                              env=env, check=False)
+    stop.set()
+    tail.join(timeout=5)
+    report = json.loads(failure.read_text(encoding="utf-8")) if failure.exists() else None
+    failure.unlink(missing_ok=True)
+    return proc.returncode, log, report
 
 
 def _apply_policy(cfg: "typing.Any") -> None:
@@ -89,53 +127,72 @@ def _apply_policy(cfg: "typing.Any") -> None:
 
 @app.command()
 def run(
-    config: Path = typer.Option(..., "--config", "-c", help="pipeline config YAML"),
+    config: Path = typer.Option(None, "--config", "-c", help="pipeline config YAML (default: TRAINPIPE_CONFIG, ./pipeline.yaml)"),
     engine: str = typer.Option("kfp-local", help="kfp-local or airflow-local"),
 ) -> None:
-    """Run the reference training pipeline end to end on this machine."""
+    """Run the reference training pipeline end to end on this machine.
+
+    The terminal shows each step's result line and a summary; the engine's whole log goes to a
+    file under the workspace, which the summary names. A step that fails ends the run with that
+    step's name, its one line and its own exit code (2 bad input, 3 data failed its suite, 75
+    a service unavailable, 77 not permitted).
+    """
     from trainpipe.pipelines.config import load_pipeline_config
     from trainpipe.runs import collect_results, describe
 
     try:
-        cfg = load_pipeline_config(config)
+        path = default_config(config)
+        cfg = load_pipeline_config(path)
         if engine not in ("kfp-local", "airflow-local"):
-            raise TrainpipeError(f"engine: {engine!r} is not kfp-local or airflow-local")
+            raise InputError(f"engine: {engine!r} is not kfp-local or airflow-local")
         _apply_policy(cfg)
+        if cfg.trusted_code():  # evaluate_model rebuilds the team's model from its code
+            os.environ.setdefault("TRAINPIPE_TRUSTED_MODEL_CODE", cfg.trusted_code())
         started = time.time()
-        typer.echo(f"trainpipe: running the reference pipeline with engine {engine}", err=True)
-        if engine == "kfp-local":
-            from trainpipe.pipelines.compile import run_local
-
-            root = run_local(cfg)["pipeline_root"]
-        else:
-            run_airflow_local(config.resolve(), Path(cfg.workspace))
-            root = str(Path(cfg.workspace) / "airflow-runs")
+        typer.echo(f"trainpipe: running the reference pipeline with engine {engine} ({path})", err=True)
+        code, log, failed = run_engine(engine, path.resolve(), Path(cfg.workspace))
+        if code != 0:
+            if failed:
+                typer.echo(f"trainpipe run: step {failed['component']} failed (exit {failed['exit_code']}): {failed['message']}", err=True)
+                typer.echo(f"trainpipe run: full log: {log}", err=True)
+                raise typer.Exit(int(failed["exit_code"]) or 1)
+            typer.echo(f"trainpipe run: the {engine} engine failed before any step reported (exit {code}); full log: {log}", err=True)
+            raise typer.Exit(1)
+        root = Path(cfg.workspace) / ("kfp-local" if engine == "kfp-local" else "airflow-runs")
         from trainpipe.pipelines.compile import compile_pipeline
 
-        yaml_path = compile_pipeline(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg.profile, policy=cfg.effective_policy())
+        yaml_path = compile_pipeline(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg.profile, policy=cfg.effective_policy(),
+                                     trusted_code=cfg.trusted_code())
         results = collect_results(root, since=started)
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(f"\ntrainpipe: pipeline finished (engine {engine})")
     typer.echo(describe(results, cfg.tracking_uri or "", str(yaml_path)))
+    typer.echo(f"full log         : {log}")
 
 
 @app.command(name="compile")
 def compile_cmd(
     output: Path = typer.Option(Path("pipeline.yaml"), "--output", "-o", help="where to write the IR YAML"),
-    profile: str = typer.Option("cpu", help="hardware profile: cpu, gpu, or a YAML file"),
-    policy: Path = typer.Option(None, help="policy YAML put on every task (default: TRAINPIPE_POLICY)"),
+    profile: str = typer.Option(None, help="hardware profile: cpu, gpu, or a YAML file (default: the config's, else cpu)"),
+    policy: Path = typer.Option(None, help="policy YAML put on every task (default: the config's, else TRAINPIPE_POLICY)"),
     pipeline_root: str = typer.Option(None, help="where KFP keeps the run's artifacts, checked against the policy"),
+    config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, if any)"),
 ) -> None:
     """Compile the reference pipeline to KFP IR YAML."""
     from trainpipe.contract.policy import load_policy
     from trainpipe.pipelines.compile import compile_pipeline
+    from trainpipe.pipelines.config import load_pipeline_config
 
     try:
-        path = compile_pipeline(output, profile, policy=load_policy(str(policy)) if policy else None, pipeline_root=pipeline_root)
+        path = default_config(config, required=False)
+        cfg = load_pipeline_config(path) if path else None
+        rules = load_policy(str(policy)) if policy else (cfg.effective_policy() if cfg else None)
+        out = compile_pipeline(output, profile or (cfg.profile if cfg else "cpu"), policy=rules, pipeline_root=pipeline_root,
+                               trusted_code=cfg.trusted_code() if cfg else "")
     except TrainpipeError as exc:
         _fail(exc)
-    typer.echo(str(path))
+    typer.echo(str(out))
 
 
 def _print_kfp_result(call: "typing.Callable[[], dict]") -> None:
@@ -175,7 +232,7 @@ def schedule(
     version_id: str = typer.Option(None, help="default: the newest version"),
     experiment: str = typer.Option("trainpipe"),
     job_name: str = typer.Option("trainpipe-training-schedule"),
-    config: Path = typer.Option(None, help="pipeline config (YAML) whose values become the run's parameters"),
+    config: Path = typer.Option(None, "--config", "-c", help="pipeline config whose values become the run's parameters (default: TRAINPIPE_CONFIG, ./pipeline.yaml)"),
     namespace: str = typer.Option(None),
     caching: bool = typer.Option(True, help="--no-caching runs every task afresh (with --package)"),
     package: Path = typer.Option(None, help="submit this compiled pipeline with the schedule instead of an uploaded version"),
@@ -189,7 +246,8 @@ def schedule(
     def call() -> dict:
         from trainpipe.profiles import get_profile
 
-        cfg = load_pipeline_config(config) if config else None
+        path = default_config(config, required=False)
+        cfg = load_pipeline_config(path) if path else None
         if cfg:
             cfg.check_policy()
         params = cfg.pipeline_arguments() if cfg else {}
@@ -209,13 +267,32 @@ def scaffold(
     """Write a new component on the trainpipe contract (every role) and a passing test."""
     from trainpipe.scaffold import scaffold as do_scaffold
 
+    _wrote(lambda: do_scaffold(name, components_dir, tests_dir),
+           f"next: add \"trainpipe.components.{name}\" to [tool.setuptools] packages in pyproject.toml, then make test")
+
+
+@app.command(name="scaffold-training")
+def scaffold_training(
+    name: str = typer.Argument(..., help="the new package's name (a lowercase Python identifier)"),
+    directory: Path = typer.Option(Path("."), help="where the package goes (put this folder on PYTHONPATH, or install the package)"),
+    tests_dir: Path = typer.Option(Path("tests/integration"), help="where its test goes"),
+) -> None:
+    """Write a team package with a training function on trainpipe's context (``train_function: NAME.train:train``) and its test."""
+    from trainpipe.scaffold import scaffold_training as do_scaffold
+
+    _wrote(lambda: do_scaffold(name, directory, tests_dir),
+           f"next: run it with --train-function {name}.train:train (its folder on PYTHONPATH), then change the loop")
+
+
+def _wrote(write: "typing.Callable[[], list[Path]]", next_step: str) -> None:
+    """Run a scaffold: the paths it wrote on stdout, the next step on stderr (a refusal: one line)."""
     try:
-        paths = do_scaffold(name, components_dir, tests_dir)
+        paths = write()
     except TrainpipeError as exc:
         _fail(exc)
     for path in paths:
         typer.echo(str(path))
-    typer.echo(f"next: add \"trainpipe.components.{name}\" to [tool.setuptools] packages in pyproject.toml, then make test", err=True)
+    typer.echo(next_step, err=True)
 
 
 components_app = typer.Typer(no_args_is_help=True, help="Reusable component specs.")
@@ -233,10 +310,23 @@ def components_export(
         typer.echo(str(path))
 
 
+def default_tracking_uri(tracking_uri: str | None, config: Path | None) -> str | None:
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else the config's (its workspace's store by default)."""
+    if tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"):
+        return tracking_uri
+    path = default_config(config, required=False)
+    if path is None:
+        return None
+    from trainpipe.pipelines.config import load_pipeline_config
+
+    return load_pipeline_config(path).tracking_uri
+
+
 @app.command()
 def lineage(
     model_uri: str = typer.Argument(..., help="models:/<name>@<alias> or models:/<name>/<version>"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI)"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's)"),
+    config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, the demo's)"),
     as_json: bool = typer.Option(False, "--json", help="print the lineage and the verification as JSON"),
     verify: bool = typer.Option(True, help="fetch the snapshot from its DVC remote and check its hash"),
 ) -> None:
@@ -247,7 +337,7 @@ def lineage(
     from trainpipe.lineage_report import lineage_command
 
     try:
-        text, ok = lineage_command(model_uri, tracking_uri, as_json, verify)
+        text, ok = lineage_command(model_uri, default_tracking_uri(tracking_uri, config), as_json, verify)
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(text)

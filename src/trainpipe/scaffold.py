@@ -21,12 +21,11 @@ FILES = {
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.result import ComponentResult
 
 NAME = "{name}"
 SUMMARY_FILE = "summary.json"
@@ -45,12 +44,11 @@ class {cls}Config({cls}Params):
     output_dir: str = Field(..., min_length=1, description="where the summary goes", json_schema_extra=OUTPUT)
 
 
-class {cls}Result(BaseModel):
-    """What {name} reports."""
+class {cls}Result(ComponentResult):
+    """What {name} reports (and the lineage it carries on)."""
 
     rows: int
     columns: list[str]
-    lineage: dict[str, Any] = Field(default_factory=dict)
 
     def summary(self) -> str:
         return f"{{self.rows}} rows, {{len(self.columns)}} columns"
@@ -60,16 +58,22 @@ class {cls}Result(BaseModel):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from trainpipe.components.{name}.spec import NAME, SUMMARY_FILE, {cls}Config, {cls}Result
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json
+from trainpipe.contract.lineage import Lineage
+from trainpipe.contract.runtime import Runtime
 from trainpipe.tabular import read_table
 
 
-def {name}(config: {cls}Config, lineage: dict[str, Any]) -> {cls}Result:
+def {name}(config: {cls}Config, lineage: Lineage, runtime: Runtime | None = None) -> {cls}Result:
     """Count the rows of a dataset and refuse one that is too small.
+
+    Args:
+        config: Settings and paths.
+        lineage: The record of the inputs; this step adds a section of its own.
+        runtime: The platform's settings (policy, hardware profile); this step needs none.
 
     Raises:
         InputError: unreadable data, or fewer than ``min_rows`` rows.
@@ -79,9 +83,7 @@ def {name}(config: {cls}Config, lineage: dict[str, Any]) -> {cls}Result:
         raise InputError(f"data: {{len(df)}} rows, fewer than min_rows {{config.min_rows}}")
     result = {cls}Result(rows=len(df), columns=[str(c) for c in df.columns])
     atomic_write_json(Path(config.output_dir) / SUMMARY_FILE, result.model_dump(exclude={{"lineage"}}))
-    lineage = dict(lineage)
-    lineage[NAME] = {{"rows": result.rows}}
-    result.lineage = lineage
+    result.lineage = lineage.with_(**{{NAME: {{"rows": result.rows}}}})
     return result
 
 
@@ -113,7 +115,7 @@ def {name}(data: Input[Dataset], summary: Output[Artifact], min_rows: int = 1, r
 ''',
     "airflow_task.py": '''"""Airflow 3 face of {name}. Holds no logic: it runs the entrypoint."""
 
-from trainpipe.faces.airflow_face import TrainpipeOperator
+from trainpipe.faces.airflow_operator import TrainpipeOperator
 
 
 class {cls}Operator(TrainpipeOperator):
@@ -136,6 +138,7 @@ Faces: `kfp_component.py` (KFP v2), `airflow_task.py` (Airflow 3).
     "metadata.yaml": '''name: {name}
 stability: alpha
 entrypoint: python -m trainpipe.components.{name}
+image: {image}
 external_services: []
 ''',
 }
@@ -183,6 +186,19 @@ def test_faces_build():
 '''
 
 
+def _write(folder: Path, files: dict[str, str], test: Path, test_template: str, values: dict[str, str]) -> list[Path]:
+    """The folder's files and the test, from their templates; the paths written."""
+    folder.mkdir(parents=True)
+    written = []
+    for filename, template in files.items():
+        path = folder / filename
+        path.write_text(template.format(**values), encoding="utf-8")
+        written.append(path)
+    test.parent.mkdir(parents=True, exist_ok=True)
+    test.write_text(test_template.format(**values), encoding="utf-8")
+    return [*written, test]
+
+
 def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path) -> list[Path]:
     """Write a new component folder and its test.
 
@@ -195,15 +211,130 @@ def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path) -> li
     if folder.exists():
         raise InputError(f"NAME: {str(folder)!r} already exists")
     cls = "".join(part.capitalize() for part in name.split("_"))
-    values = {"name": name, "cls": cls, "dash": name.replace("_", "-")}
-    folder.mkdir(parents=True)
-    written = []
-    for filename, template in FILES.items():
-        path = folder / filename
-        path.write_text(template.format(**values), encoding="utf-8")
-        written.append(path)
-    test = Path(tests_dir) / f"test_component_{name}.py"
-    test.parent.mkdir(parents=True, exist_ok=True)
-    test.write_text(TEST.format(**values), encoding="utf-8")
-    written.append(test)
-    return written
+    from trainpipe.images import image_for
+
+    values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image_for(name)}
+    return _write(folder, FILES, Path(tests_dir) / f"test_component_{name}.py", TEST, values)
+
+
+# --- a training function ---------------------------------------------------------------------
+
+TRAINING_FILES = {
+    "__init__.py": '"""{name}: a team\'s training function for trainpipe\'s train_model."""\n',
+    "models.py": '''"""The model. It takes raw feature rows and scales them itself, so the served model does too.
+
+This package travels with every model it trains (MLflow code paths): keep it importable on its own.
+"""
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    """Standardize, two hidden layers, a head: one logit per class (or one value for regression)."""
+
+    def __init__(self, features: int, outputs: int, width: int = 64) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(features))
+        self.register_buffer("std", torch.ones(features))
+        self.body = nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body((x.float() - self.mean) / self.std)
+''',
+    "train.py": '''"""The training function: ``train_function: {name}.train:train`` (with ``train_config``)."""
+
+from typing import Any
+
+
+def train(ctx: Any, config: dict) -> None:
+    """Train on the snapshot train_model was given; trainpipe does the distribution, checkpoints,
+    exact resume, telemetry and the model artifact around this loop."""
+    import torch
+    import torch.nn.functional as F
+
+    from {name}.models import Net
+
+    data = ctx.data.table()  # training rows: raw float32 features, class indices (or values)
+    init = {{"features": data.n_features, "outputs": data.n_outputs, "width": int(config.get("width", 64))}}
+    net = Net(**init)
+    with torch.no_grad():
+        net.mean.copy_(torch.tensor(data.mean))
+        net.std.copy_(torch.tensor(data.std))
+    model = ctx.prepare(net)
+    opt = torch.optim.AdamW(model.parameters(), lr=float(config.get("lr", 1e-3)))
+    ctx.restore(model=model, optimizer=opt)
+    for x, y in ctx.batches(data):
+        with ctx.autocast():
+            out = model(x)
+        if ctx.settings.task == "classification":
+            loss = F.cross_entropy(out.float(), y)
+        else:
+            loss = F.mse_loss(out.float().squeeze(-1), y)
+        ctx.backward(loss)
+        ctx.step(opt)
+        ctx.log(loss=loss)
+    ctx.save_model(model, init_args=init)
+''',
+}
+
+TRAINING_TEST = '''"""{name}: the training function's own test, through train_model as a pipeline runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+PACKAGE_DIR = {package_dir!r}
+
+
+def _train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 4))
+    data = tmp_path / "d.csv"
+    pd.DataFrame(x, columns=["a", "b", "c", "d"]).assign(label=(x[:, 0] + x[:, 1] > 0).astype(int)).to_csv(data, index=False)
+    env = {{**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_DIR, os.environ.get("PYTHONPATH", "")])}}
+    return subprocess.run([sys.executable, "-m", "trainpipe.components.train_model", "--data", str(data), "--output-dir", str(tmp_path / "m"),
+                           "--tracking-uri", f"sqlite:///{{tmp_path / 'mlflow.db'}}", "--train-function", "{name}.train:train",
+                           "--nproc-per-node", "1", "--epochs", "3", "--batch-size", "32", *args],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+def test_trains_and_writes_a_model_that_loads(tmp_path):
+    proc = _train(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["train_function"] == "{name}.train:train" and result["metrics"]["loss"] < 0.7
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["builder"] == "{name}.models:Net" and meta["code"] == ["{name}"]
+
+
+def test_a_bad_setting_is_one_line(tmp_path):
+    proc = _train(tmp_path, "--batch-size", "0")
+    assert proc.returncode == 2 and "batch_size" in proc.stderr.strip().splitlines()[-1]
+'''
+
+
+def scaffold_training(name: str, directory: str | Path, tests_dir: str | Path) -> list[Path]:
+    """Write a team package with a training function (``<directory>/<name>/``) and its test.
+
+    Raises:
+        InputError: the name is not a lowercase Python identifier, or the package exists.
+    """
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name) or name == "trainpipe":
+        raise InputError(f"NAME: {name!r} must be a lowercase Python identifier (letters, digits, '_'), not trainpipe")
+    folder = Path(directory) / name
+    if folder.exists():
+        raise InputError(f"NAME: {str(folder)!r} already exists")
+    values = {"name": name, "package_dir": str(Path(directory).resolve())}
+    return _write(folder, TRAINING_FILES, Path(tests_dir) / f"test_training_{name}.py", TRAINING_TEST, values)
