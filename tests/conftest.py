@@ -30,6 +30,13 @@ def run_component(name: str, *args: str, env: dict | None = None, timeout: int =
     )
 
 
+def seeded(default: int) -> int:
+    """A random test's seed, printed so a failure can be replayed: ``TRAINPIPE_TEST_SEED`` sets it."""
+    seed = int(os.environ.get("TRAINPIPE_TEST_SEED", default))
+    print(f"random seed {seed} (replay with TRAINPIPE_TEST_SEED={seed})")
+    return seed
+
+
 def result_of(proc: subprocess.CompletedProcess) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -71,6 +78,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Wait until ``url`` answers 200; raise with the tail of ``log`` if ``proc`` exits first, and
+    kill it if ``timeout`` seconds pass."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited before {url} answered: " + log.read_text()[-3000:])
+    proc.kill()
+    raise RuntimeError(f"{url} did not answer in {timeout:.0f} s: " + log.read_text()[-3000:])
+
+
 def _start_mlflow(root: Path, backend_store: str, port: int | None = None, args: tuple[str, ...] = (), env: dict | None = None):
     """A real `mlflow server` process on 127.0.0.1; yields its URI and stops it.
 
@@ -89,19 +113,7 @@ def _start_mlflow(root: Path, backend_store: str, port: int | None = None, args:
         env={**os.environ, **(env or {})},
     )
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-        if proc.poll() is not None:
-            raise RuntimeError("mlflow server exited: " + (root / "server.log").read_text()[-2000:])
-    else:
-        proc.kill()
-        raise RuntimeError("mlflow server did not come up in 120 s")
+    wait_http(f"{uri}/health", proc, root / "server.log", 120)
     try:
         yield uri
     finally:
@@ -158,3 +170,19 @@ def mlflow_server_postgres(tmp_path_factory):
     """A real MLflow tracking server on PostgreSQL (as in production), in a fresh database."""
     with fresh_postgres_db("trainpipe_test") as db:
         yield from _start_mlflow(tmp_path_factory.mktemp("mlflow-pg"), psycopg2_url(db))
+
+
+TIERS = ("unit", "contract", "integration", "e2e")
+_tier_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test's setup, call and teardown time, added to its tier's (the suite's time is a budget)."""
+    tier = next((t for t in TIERS if t in report.keywords), "untiered")
+    _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _tier_seconds:
+        shown = ", ".join(f"{t} {_tier_seconds[t]:.0f} s" for t in (*TIERS, "untiered") if t in _tier_seconds)
+        terminalreporter.write_line(f"time by tier (setup, call and teardown): {shown}")

@@ -23,6 +23,9 @@ from trainpipe.components.profile_training.spec import (
 from trainpipe.components.train_model.spec import TELEMETRY_DIR
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_text
+from trainpipe.contract.lineage import Lineage, ProfileLineage
+from trainpipe.contract.policy import Policy
+from trainpipe.contract.runtime import Runtime
 
 #: Step phases in the order they happen. The torch backends time forward, backward and
 #: optimizer apart; TensorFlow runs them in one tf.function, reported as ``compute``.
@@ -80,14 +83,15 @@ def cpu_peak_tflops(cpus: int) -> tuple[float, str]:
 
 
 def flops_per_sample(meta: dict[str, Any]) -> float | None:
-    """Training FLOPs per sample of the built-in models: 3x the forward multiply-adds x 2."""
-    arch, shape, n_out = meta.get("arch"), meta.get("input_shape") or [meta.get("input_dim", 0)], len(meta.get("classes", []))
-    if arch == "mlp":
-        widths = [int(math.prod(shape)), *meta.get("hidden_units", []), n_out]
+    """Training FLOPs per sample of the built-in nets: 3x the forward multiply-adds x 2. A team's
+    model gets them from torch.profiler's count when a window was traced (``profile_steps``)."""
+    builder, args = meta.get("builder"), meta.get("init_args") or {}
+    if builder == "builtin:mlp":
+        widths = [int(args["features"]), *args.get("hidden_units", []), int(args["n_outputs"])]
         forward = sum(2 * a * b for a, b in zip(widths, widths[1:]))
-    elif arch == "cnn":
-        c, h, w = shape
-        forward = 2 * (c * 16 * 9 * h * w + 16 * 32 * 9 * h * w + 32 * (h // 2) * (w // 2) * 64 + 64 * n_out)
+    elif builder == "builtin:cnn":
+        c, h, w = args["image_shape"]
+        forward = 2 * (c * 16 * 9 * h * w + 16 * 32 * 9 * h * w + 32 * (h // 2) * (w // 2) * 64 + 64 * int(args["n_outputs"]))
     else:
         return None
     return 3.0 * forward
@@ -270,10 +274,11 @@ def render_report(summary: dict[str, Any], charts: list[tuple[str, str]], recomm
 
 def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     """Run a short training pass (warm-up + ``profile_steps`` steps, no MLflow run) and return its output directory."""
-    from trainpipe.components.train_model import launch
     from trainpipe.components.train_model.core import check_inputs, rank_env
-    from trainpipe.components.train_model.spec import TrainModelConfig
+    from trainpipe.components.train_model.spec import ERRORS_DIR, TrainModelConfig
+    from trainpipe.contract import errors
     from trainpipe.contract.config import build
+    from trainpipe.training import launch
 
     run_dir = out / "pass"
     settings = {**config.train, "data": config.data, "output_dir": str(run_dir), "checkpoint_dir": str(run_dir / ".ckpt")}
@@ -284,19 +289,20 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / ".train_config.json"
     atomic_write_json(cfg_path, train_cfg.model_dump(mode="json"))
-    code = launch.launch(train_cfg, cfg_path, rank_env(train_cfg))
+    code = launch.launch(train_cfg, cfg_path, rank_env(train_cfg), run_dir / ERRORS_DIR)
     if code != 0:
-        from trainpipe.contract.errors import TrainpipeError
-
-        raise TrainpipeError(f"profiling pass: the training ranks exited with {code}")
+        reported = launch.permanent_error(run_dir / ERRORS_DIR)
+        if reported is not None:
+            raise getattr(errors, reported.get("type", ""), errors.TrainpipeError)(reported["message"])
+        raise errors.TrainpipeError(f"profiling pass: the training ranks exited with {code}")
     return run_dir
 
 
-def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str, Any], out: Path) -> None:
+def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str, Any], out: Path, policy: Policy) -> None:
     from trainpipe import tracking
 
-    client = tracking.connect(config.tracking_uri)
-    tracking.prepare_artifact_store(client, run_id)
+    client = tracking.connect(config.tracking_uri, policy)
+    tracking.prepare_artifact_store(client, policy, run_id)
     for key in ("samples_per_second", "rank_skew", "cpu_utilization", "mfu", "achieved_tflops", "collective_ms_per_step"):
         value = summary.get(key)
         if isinstance(value, (int, float)) and not math.isnan(value):
@@ -309,13 +315,13 @@ def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str
             client.log_artifact(run_id, str(out / name), artifact_path="profile_training")
 
 
-def profile_training(config: ProfileTrainingConfig, lineage: dict[str, Any]) -> ProfileTrainingResult:
+def profile_training(config: ProfileTrainingConfig, lineage: Lineage, runtime: Runtime | None = None) -> ProfileTrainingResult:
     """Measure a training run: throughput, breakdown, skew, memory, CPU use, MFU, a trace and advice.
 
     Reads a finished run's telemetry (``model``), or runs a short profiling pass on a
     snapshot first (``data``). Writes ``summary.json``, ``report.html`` and, when
     torch.profiler traced the run, ``trace.json`` (Chrome trace); logs the summary to
-    the training run in MLflow when one is known.
+    the training run in MLflow when one is known (under ``runtime``'s policy).
 
     Raises:
         InputError: the artifact has no usable telemetry.
@@ -335,19 +341,15 @@ def profile_training(config: ProfileTrainingConfig, lineage: dict[str, Any]) -> 
         trace = TRACE_FILE
     atomic_write_json(out / SUMMARY_FILE, {**summary, "recommendations": recommendations})
     atomic_write_text(out / REPORT_FILE, render_report(summary, _charts(ranks, summary), recommendations))
-    run_id = (lineage.get("training") or {}).get("mlflow_run_id") if config.model else None
+    lineage = Lineage.of(lineage)
+    run_id = lineage.training.mlflow_run_id if config.model and lineage.training else None
     if run_id and (config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
-        _log_to_mlflow(config, run_id, summary, out)
+        _log_to_mlflow(config, run_id, summary, out, (runtime or Runtime()).policy)
     result = ProfileTrainingResult(**summary, recommendations=recommendations, trace=trace, mlflow_run_id=run_id)
-    lineage = dict(lineage)
-    lineage["profile"] = {
-        "samples_per_second": round(result.samples_per_second, 1),
-        "step_time_ms": round(result.step_time_ms["mean"], 3),
-        "world_size": result.world_size,
-        "mfu": round(result.mfu, 6) if result.mfu is not None else None,
-        "recommendations": len(recommendations),
-    }
-    result.lineage = lineage
+    result.lineage = lineage.with_(profile=ProfileLineage(
+        samples_per_second=round(result.samples_per_second, 1), step_time_ms=round(result.step_time_ms["mean"], 3), world_size=result.world_size,
+        mfu=round(result.mfu, 6) if result.mfu is not None else None, recommendations=len(recommendations),
+    ))
     return result
 
 

@@ -46,9 +46,12 @@ def test_import_loads_no_heavy_library(target, tmp_path):
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("trainpipe.components.train_model.torch_ddp", ("tensorflow", "horovod")),
-        ("trainpipe.components.train_model.horovod_torch", ("tensorflow",)),
-        ("trainpipe.components.train_model.tf_worker", ("torch", "horovod")),
+        ("trainpipe.training.torch_context", ("tensorflow", "horovod")),
+        ("trainpipe.training.tf_context", ("torch", "horovod")),
+        ("trainpipe.training.builtin_tf", ("torch", "horovod")),
+        # the driver, the data layer, the rank entrypoint and the launcher load no framework until a rank makes its context
+        ("trainpipe.training.loop, trainpipe.training.data, trainpipe.training.worker, trainpipe.training.launch, trainpipe.training.builtin",
+         ("torch", "tensorflow", "horovod")),
     ],
 )
 def test_each_backend_module_imports_only_its_framework(module, forbidden):

@@ -74,7 +74,7 @@ def test_component_specs_are_up_to_date_and_load_without_trainpipe(tmp_path):
         comp = load_component_from_file(str(shipped))
         assert comp.name == name.replace("_", "-")
     train = load_component_from_file(str(REPO / "components" / "train_model" / "component.yaml"))
-    assert {"snapshot", "backend", "precision", "nnodes", "dataset_md5"} <= set(train.component_spec.inputs)
+    assert {"data", "train_function", "train_config", "backend", "precision", "nnodes", "dataset_md5"} <= set(train.component_spec.inputs)
 
 
 def test_profile_settings_reach_the_platform_spec_and_secrets_stay_names(tmp_path):

@@ -43,3 +43,41 @@ def test_airflow_example_builds_the_operator(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ok ['TrainModelOperator', 'TrainpipeOperator']" in proc.stdout
+
+
+def _commands() -> list[tuple[str, str, list[str]]]:
+    """Every `python -m trainpipe.components.<name> ...` command in the READMEs: (file, component, flags)."""
+    found = []
+    for readme in [REPO / "README.md", *sorted((REPO / "components").glob("*/README.md"))]:
+        text = readme.read_text().replace("\\\n", " ")
+        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
+            for line in block.splitlines():
+                m = re.search(r"python -m trainpipe\.components\.(\w+)(.*)", line.split("#")[0])
+                if m:
+                    found.append((str(readme.relative_to(REPO)), m.group(1), re.findall(r"(?<!\S)--[a-z][a-z-]*", m.group(2))))
+    return found
+
+
+def test_every_component_command_in_the_readmes_uses_settings_the_component_has():
+    from trainpipe.contract.entrypoint import make_parser
+
+    commands = _commands()
+    assert {c for _, c, _ in commands} >= {"validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"}
+    for where, component, flags in commands:
+        spec = __import__(f"trainpipe.components.{component}.spec", fromlist=["x"])
+        config = getattr(spec, "".join(p.title() for p in component.split("_")) + "Config")
+        known = {opt for action in make_parser(component, config, "")._actions for opt in action.option_strings}
+        unknown = [f for f in flags if f not in known]
+        assert unknown == [], f"{where}: {component} has no {unknown}"
+
+
+def test_the_readme_config_is_a_valid_pipeline_config(tmp_path):
+    import yaml
+
+    from trainpipe.pipelines.config import load_pipeline_config
+
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S) if "workspace:" in b]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(block)
+    cfg = load_pipeline_config(path)
+    assert cfg.train.train_function and yaml.safe_load(block)["train"]["train_config"] == cfg.train.train_config

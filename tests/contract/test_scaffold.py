@@ -39,3 +39,16 @@ def test_a_bad_name_is_refused_in_one_line():
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
         "trainpipe: error: NAME: 'Bad-Name' must be a lowercase Python identifier (letters, digits, '_')"
     )
+
+
+def test_make_training_function_scaffolds_a_team_package_whose_test_passes(tmp_path):
+    name = f"team_{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run(["make", "-s", "training-function", f"NAME={name}", f"DIR={tmp_path}", f"TESTS={tmp_path / 'tests'}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {p.name for p in (tmp_path / name).iterdir()} == {"__init__.py", "models.py", "train.py"}
+    test = tmp_path / "tests" / f"test_training_{name}.py"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
+                          str(test)], cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "2 passed" in run.stdout

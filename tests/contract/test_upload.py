@@ -156,7 +156,7 @@ def test_schedule_creates_a_recurring_run_of_the_newest_version(kfp_api, tmp_pat
     (run,) = state.recurring
     assert run["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * *"
     assert run["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-2"}
-    assert run["runtime_config"]["parameters"]["raw_data_uri"] == "s3://bucket/raw/digits.csv"
+    assert run["runtime_config"]["parameters"]["data"] == "s3://bucket/raw/digits.csv"
     assert run["max_concurrency"] in ("1", 1) and run["display_name"] == "trainpipe-training-schedule"
     assert "https://mlflow.example.com" == run["runtime_config"]["parameters"]["tracking_uri"]
     assert run["service_account"] == "team-a-runner"  # every pod of each run runs under it

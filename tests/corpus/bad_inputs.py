@@ -40,9 +40,11 @@ CASES: list[tuple[str, str, list[str], dict[str, object], int, str]] = [
     ("label-missing", "train_model", ["--data", "{d}/d.csv", "--output-dir", "{d}/out", "--label-column", "target", "--tracking-uri", "sqlite:///{d}/m.db"],
      {"d.csv": GOOD_CSV}, 2, "label_column: 'target' is not a column"),
     ("nan-label", "train_model", ["--data", "{d}/d.csv", "--output-dir", "{d}/out", "--tracking-uri", "sqlite:///{d}/m.db"],
-     {"d.csv": GOOD_CSV.replace(",1\n", ",\n", 3)}, 2, "label"),
+     {"d.csv": GOOD_CSV.replace(",1\n", ",\n", 3)}, 2, "label_column: 'label' has 3 missing values (first at row 1)"),
     ("wrong-dtype", "train_model", ["--data", "{d}/d.csv", "--output-dir", "{d}/out", "--tracking-uri", "sqlite:///{d}/m.db"],
-     {"d.csv": GOOD_CSV.replace("0.1,", "abc,", 1)}, 2, "f1"),
+     {"d.csv": GOOD_CSV.replace("0.1,", "abc,", 1)}, 2, "data: feature column 'f1' is not numeric: row 1 holds 'abc'"),
+    ("infinite-feature", "train_model", ["--data", "{d}/d.csv", "--output-dir", "{d}/out", "--tracking-uri", "sqlite:///{d}/m.db"],
+     {"d.csv": GOOD_CSV.replace("0.2,", "inf,", 1)}, 2, "data: feature column 'f1' holds a value outside float32's range: row 2 holds inf"),
     ("unseen-label", "evaluate_model", ["--model", "{model}", "--data", "{d}/d.csv", "--output-dir", "{d}/out", "--label-column", "target"],
      {"d.csv": "f1,f2,f3,f4,target\n" + "0.1,0.2,0.3,0.4,maybe\n" * 30}, 2, "maybe"),
     # --- config -----------------------------------------------------------------------------------
@@ -63,6 +65,8 @@ CASES: list[tuple[str, str, list[str], dict[str, object], int, str]] = [
     ("uri-output", "validate_data", ["--data", "{d}/d.csv", "--output-dir", "s3://bucket/out"], {"d.csv": GOOD_CSV}, 2,
      "output_dir: unsupported URI scheme 's3://'"),
     ("uri-data", "validate_data", ["--data", "ftp://example.com/d.csv", "--output-dir", "{d}/out"], {}, 2, "data: unsupported URI scheme 'ftp://'"),
+    ("repo-dir-of-someone-else", "snapshot_dataset", ["--data", "{snap}", "--output-dir", "{d}/out", "--repo-dir", "{d}/notes", "--remote-url", "{d}/remote"],
+     {"notes/mine.txt": "not a git repository"}, 2, "repo_dir: '{d}/notes' exists, is not a git repository and holds files (mine.txt)"),
     ("remote-scheme", "snapshot_dataset", ["--data", "{snap}", "--output-dir", "{d}/out", "--repo-dir", "{d}/repo", "--remote-url", "gopher://x/y"], {}, 2,
      "remote_url: unsupported URI scheme 'gopher://'"),
     ("tracking-scheme", "train_model", ["--data", "{d}/d.csv", "--output-dir", "{d}/out", "--tracking-uri", "ftp://mlflow", "--batch-size", "8"], {"d.csv": GOOD_CSV}, 2,
@@ -78,9 +82,12 @@ CASES: list[tuple[str, str, list[str], dict[str, object], int, str]] = [
     ("pickle-as-weights", "evaluate_model", ["--model", "{d}/model", "--data", "{snap}", "--output-dir", "{d}/out", "--label-column", "target"],
      {"model/model.safetensors": _pickle_payload}, 2, "cannot be loaded"),
     ("foreign-model-code", "evaluate_model", ["--model", "{d}/model", "--data", "{snap}", "--output-dir", "{d}/out", "--label-column", "target"],
-     {"model/model.json": "ARCH:os:system"}, 2, "not trusted here"),
+     {"model/model.json": "BUILDER:os:system"}, 2, "not trusted here"),
     ("pickle-checkpoint", "train_model", ["--data", "{snap}", "--output-dir", "{d}/out", "--label-column", "target", "--tracking-uri", "sqlite:///{d}/m.db",
                                           "--nproc-per-node", "1", "--epochs", "1"],
-     # a foreign checkpoint is skipped (weights_only refuses it) and training starts afresh: exit 0
-     {"out/checkpoints/ckpt-0000000099.pt": _pickle_payload}, 0, "skipping unreadable checkpoint ckpt-0000000099.pt"),
+     # a foreign checkpoint folder whose DCP metadata is a pickle payload: its metadata is read with an
+     # unpickler that admits DCP's own classes only, so it is skipped as unreadable and training starts afresh: exit 0
+     {"out/checkpoints/ckpt-0000000099/.metadata": _pickle_payload,
+      "out/checkpoints/ckpt-0000000099/trainer.json": '{"global_step": 99, "batches_done": 99, "history": []}'},
+     0, "skipping unreadable checkpoint ckpt-0000000099"),
 ]

@@ -1,5 +1,6 @@
 """Conformance: every component gives the same outputs through its KFP face (kfp.local), its
-Airflow face (``dag.test()``, local mode) and its bare entrypoint, on the same inputs.
+Airflow face (``dag.test()``, local mode) and its bare entrypoint, on the same inputs, with a
+team's own training function (tests/fixtures/teampkg) in the place of the built-in one.
 
 Each way runs the whole chain in its own workspace (own DVC repository and remote, own embedded
 MLflow store) from the same raw file and settings, so each component sees the same inputs.
@@ -23,13 +24,14 @@ from tests.conftest import result_of, run_component
 
 pytestmark = pytest.mark.e2e
 
-TRAIN = {"nproc_per_node": 1, "epochs": 2, "batch_size": 64, "seed": 3, "hidden_units": [32]}
+TRAIN = {"train_function": "teampkg.train:train", "train_config": {"width": 24}, "nproc_per_node": 1, "epochs": 2, "batch_size": 64, "seed": 3}
+TEAM = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "fixtures")}
 
 #: What may differ between faces: where things were written, ids and clocks.
 VOLATILE = {
     "validate_data": {"docs_page"},
     "snapshot_dataset": {"rev", "remote_url", "repo_dir"},
-    "train_model": {"mlflow_run_id", "wall_seconds", "tracking_uri", "experiment_id"},
+    "train_model": {"mlflow_run_id", "wall_seconds", "tracking_uri", "experiment_id", "model_uri"},
     "profile_training": {"mlflow_run_id", "samples_per_second", "step_time_ms", "breakdown_ms", "achieved_tflops", "mfu",
                          "peak_rss_mb", "cpu_utilization", "rank_skew", "recommendations", "collective_ms_per_step"},
     "evaluate_model": set(),
@@ -42,7 +44,7 @@ def _config(tmp_path: Path, data: Path, name: str) -> Path:
     path.parent.mkdir()
     path.write_text(yaml.safe_dump({
         "data": str(data), "workspace": str(path.parent / "ws"), "dataset_name": "digits", "model_name": "conformance",
-        "thresholds": {"accuracy": 0.85}, "train": TRAIN,
+        "thresholds": {"accuracy": 0.3}, "train": TRAIN,
     }))
     return path
 
@@ -50,7 +52,7 @@ def _config(tmp_path: Path, data: Path, name: str) -> Path:
 def _run_engine(config: Path, engine: str) -> dict[str, dict]:
     from trainpipe.runs import collect_results
 
-    env = {**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env = {**os.environ, **TEAM, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine],
                           capture_output=True, text=True, env=env, timeout=900, check=False)
@@ -69,14 +71,16 @@ def _run_bare(config: Path) -> dict[str, dict]:
 
     def step(name: str, **settings) -> dict:
         args = [a for k, v in settings.items() for a in ("--" + k.replace("_", "-"), v if isinstance(v, str) else json.dumps(v))]
-        return result_of(run_component(name, "--output-dir", str(out / name), *args))
+        env = {**TEAM, "TRAINPIPE_TRUSTED_MODEL_CODE": "teampkg"}  # what trainpipe run sets for the config's training function
+        return result_of(run_component(name, "--output-dir", str(out / name), *args, env=env))
 
     results = {
-        "validate_data": step("validate_data", data=c.data, label_column=c.label_column, suite=c.suite),
+        "validate_data": step("validate_data", data=c.data, label_column=c.label_column, suite=c.suite,
+                              **{k: getattr(c.train, k) for k in ("task", "batch_size", "test_fraction", "seed")}),
         "snapshot_dataset": step("snapshot_dataset", data=str(out / "validate_data"), repo_dir=c.dvc_repo_dir,
                                  remote_url=c.dvc_remote_url, dataset_name=c.dataset_name),
         "train_model": step("train_model", data=str(out / "snapshot_dataset"), label_column=c.label_column,
-                            experiment_name=c.experiment_name, **track, **c.train.model_dump()),
+                            experiment_name=c.experiment_name, **track, **c.train.model_dump(mode="json", exclude_none=True)),
         "profile_training": step("profile_training", model=str(out / "train_model"), **track),
         "evaluate_model": step("evaluate_model", model=str(out / "train_model"), data=str(out / "snapshot_dataset"),
                                label_column=c.label_column, thresholds=c.thresholds, model_name=c.model_name, **track),
@@ -125,3 +129,4 @@ def test_each_component_gives_the_same_outputs_through_kfp_airflow_and_by_hand(t
     assert reference["snapshot_dataset"]["md5"] == reference["validate_data"]["data_md5"]
     assert len(reference["train_model"]["model_sha256"]) == 64
     assert reference["register_model"]["version"] == "1" and reference["evaluate_model"]["decision"]["passed"] is True
+    assert reference["train_model"]["train_function"] == "teampkg.train:train"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -34,6 +35,14 @@ def _run(config, engine, tmp_path):
     return subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine], capture_output=True, text=True, env=env, timeout=900, check=False)
 
 
+STEPS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model")
+
+
+def _terminal(proc) -> list[str]:
+    """What a person sees: stdout and stderr, non-empty lines."""
+    return [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+
+
 def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits_csv, mlflow_server):
     import mlflow
 
@@ -57,25 +66,48 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     assert tags["lineage.code.trainpipe"] == "0.1.0"
     assert float(tags["lineage.profile.samples_per_second"]) > 0
     assert tags["lineage.steps"].split(",")[:3] == ["validate_data", "snapshot_dataset", "train_model"]
+    # the terminal shows each step's one result line and the summary; the engine's own output (KFP's
+    # executor JSON, a few thousand lines) is in the log file the summary names
+    shown = _terminal(first)
+    assert len(shown) <= 20, "\n".join(shown)
+    for step in STEPS:
+        assert sum(1 for line in shown if line.strip().startswith(f"trainpipe {step}: ok in ")) == 1, (step, shown)
+    log = Path(next(line for line in shown if line.startswith("full log")).split(":", 1)[1].strip())
+    assert log.is_file() and len(log.read_text().splitlines()) > 10 * len(shown) and "trainpipe register_model: ok" in log.read_text()
+    # every command takes the config `trainpipe run` took (./pipeline.yaml here): no --tracking-uri needed
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    lineage = subprocess.run([sys.executable, "-m", "trainpipe.cli", "lineage", "models:/e2e-digits@champion"], cwd=config.parent,
+                             capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert lineage.returncode == 0, lineage.stderr[-2000:]
+    assert f"DVC md5 {md5}" in lineage.stdout and "verify     OK" in lineage.stdout
 
 
-@pytest.mark.parametrize("corruption", ["nan_label", "missing_label_column"])
-def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_server, corruption):
+@pytest.mark.parametrize(("corruption", "engine"), [("na_in_a_feature", "kfp-local"), ("missing_label_column", "airflow-local")])
+def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_server, corruption, engine):
+    """Bad data stops at the first step, before anything is snapshotted, and the run ends with the
+    step's name, its one line and its own exit code (3: the data failed its suite), on either engine."""
     import mlflow
     import pandas as pd
 
     df = pd.read_csv(digits_csv)
-    if corruption == "nan_label":
-        df.loc[5, "label"] = None
+    if corruption == "na_in_a_feature":
+        df["pixel_0_3"] = df["pixel_0_3"].astype(object)
+        df.loc[5, "pixel_0_3"] = "N/A"
     else:
         df = df.drop(columns=["label"])
     bad = tmp_path / "bad.csv"
     df.to_csv(bad, index=False)
     name = f"e2e-bad-{corruption}".replace("_", "-")
-    proc = _run(_config(tmp_path, bad, mlflow_server, model_name=name), "kfp-local", tmp_path)
-    assert proc.returncode != 0
-    assert "trainpipe validate_data: error: suite 'trainpipe_default' failed" in proc.stdout + proc.stderr
-    assert "trainpipe snapshot_dataset" not in proc.stdout + proc.stderr
+    proc = _run(_config(tmp_path, bad, mlflow_server, model_name=name), engine, tmp_path)
+    shown = _terminal(proc)
+    assert proc.returncode == 3, "\n".join(shown[-20:])
+    failed = [line for line in shown if line.startswith("trainpipe run: step ")]
+    assert len(failed) == 1 and failed[0].startswith("trainpipe run: step validate_data failed (exit 3): suite 'trainpipe_default' failed"), shown
+    column = "pixel_0_3" if corruption == "na_in_a_feature" else "label"
+    assert f"column={column}" in failed[0] and ("row 5" in failed[0] if column == "pixel_0_3" else True), failed[0]  # pandas reads "N/A" as missing
+    assert shown[-1].startswith("trainpipe run: full log: ") and len(shown) <= 8 and "Traceback" not in proc.stdout + proc.stderr, shown
+    assert "snapshot_dataset" not in proc.stdout + proc.stderr
+    assert not any((tmp_path / "ws" / "dvc-remote").rglob("*.csv")) and not (tmp_path / "ws" / "dvc-repo" / "data").exists()
     assert mlflow.MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'") == []
 
 
@@ -121,7 +153,7 @@ def test_airflow_gate_not_passed_skips_register(tmp_path, digits_csv, mlflow_ser
 def test_retrain_dag_runs_only_for_a_new_hash():
     from types import SimpleNamespace
 
-    from trainpipe.faces.airflow_face import new_snapshot
+    from trainpipe.faces.airflow_dag import new_snapshot
 
     def events(*extras):
         return {"asset": [SimpleNamespace(extra=e) for e in extras]}

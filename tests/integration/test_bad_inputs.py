@@ -34,9 +34,9 @@ def materialize(d: Path, files: dict, art: dict) -> None:
             shutil.copytree(art["model"], d / "model", dirs_exist_ok=True)
         if callable(content):
             path.write_bytes(content(d))
-        elif isinstance(content, str) and content.startswith("ARCH:"):
+        elif isinstance(content, str) and content.startswith("BUILDER:"):
             meta = json.loads(path.read_text())
-            meta["arch"] = content[len("ARCH:"):]
+            meta["builder"] = content[len("BUILDER:"):]
             path.write_text(json.dumps(meta))
         else:
             path.write_text(content)

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.integration
 def test_validate_data_passes_and_writes_data_docs(tmp_path, tiny_csv):
     out = tmp_path / "v"  # given relative to the working directory, as a user at a shell would
     r = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", "v", "--label-column", "target", cwd=tmp_path))
-    assert r["success"] and r["evaluated"] == 3 and r["rows"] == 240
+    # the default suite is train_model's preconditions: the label exists, is present and has two classes,
+    # every feature column (four) is numeric, present and finite in float32, and there are rows enough
+    assert r["success"] and r["evaluated"] == 2 + 3 * 4 + 2 and r["rows"] == 240
     assert (out / r["docs_index"]).is_file() and (out / r["docs_page"]).is_file()
     assert (out / "tiny.csv").read_bytes() == tiny_csv.read_bytes()
     assert json.loads((out / MARKER).read_text())["lineage"]["source"]["md5"] == r["data_md5"]
@@ -33,7 +35,7 @@ def test_validate_data_failure_is_exit_3_naming_expectations(tmp_path, tiny_csv)
     proc = run_component("validate_data", "--data", str(bad), "--output-dir", str(out), "--label-column", "target")
     assert proc.returncode == 3
     line = proc.stderr.strip().splitlines()[-1]
-    assert "failed 1 of 3 expectations" in line and "expect_column_values_to_not_be_null(column=target): 1 unexpected" in line
+    assert "failed 1 of 16 expectations" in line and "expect_column_values_to_not_be_null(column=target): label_column: 'target' has 1 missing values (first at row 3)" in line
     assert not (out / MARKER).exists() and not (out / "bad.csv").exists()
     assert (out / "validation.json").is_file() and (out / "data_docs" / "index.html").is_file()
 
@@ -98,21 +100,31 @@ def test_train_model_with_two_gloo_ranks_logs_to_mlflow(trained, mlflow_server):
     out, r = trained
     assert r["world_size"] == 2 and r["dist_backend"] == "gloo" and r["device"] == "cpu"
     assert sorted(p.name for p in (out / "telemetry").iterdir()) == ["rank0.json", "rank1.json"]
-    assert (out / "model.safetensors").is_file() and list((out / "checkpoints").glob("ckpt-*.pt"))
+    assert (out / "model.safetensors").is_file() and list((out / "checkpoints").glob("ckpt-*"))
     run = mlflow.MlflowClient(mlflow_server).get_run(r["mlflow_run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params["nproc_per_node"] == "2"
     assert [m.step for m in mlflow.MlflowClient(mlflow_server).get_metric_history(r["mlflow_run_id"], "train_loss")] == [0, 1, 2]
 
 
-def test_checkpoints_load_weights_only(trained):
-    import torch
+def test_the_last_checkpoint_holds_the_trained_model_and_reads_without_running_code(trained):
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    from trainpipe.serving import loader
+    from trainpipe.tabular import split_indices
+    from trainpipe.training.safe_dcp import SafeLoadPlanner, SafeReader
 
     out, _ = trained
-    ckpt = sorted((out / "checkpoints").glob("*.pt"))[-1]
-    state = torch.load(ckpt, weights_only=True)
-    # 192 training rows / global batch 32 = 6 steps per epoch, 3 epochs
-    assert state["global_step"] == 18 and "model" in state and "optimizer" in state and "rng" in state
+    newest = sorted(p for p in (out / "checkpoints").iterdir() if p.is_dir() and p.name.startswith("ckpt-"))[-1]
+    train_rows = len(split_indices(240, 0.2, 0)[0])
+    trainer = json.loads((newest / "trainer.json").read_text())
+    assert trainer["global_step"] == 3 * (train_rows // 32) and [h["epoch"] for h in trainer["history"]] == [0, 1, 2]
+    model = loader.load(out).module
+    state = {"model": {k: v.clone().zero_() for k, v in model.state_dict().items()}}
+    dcp.load(state, storage_reader=SafeReader(str(newest)), planner=SafeLoadPlanner(), no_dist=True)
+    saved = load_file(str(out / "model.safetensors"))
+    assert all((state["model"][k] == saved[k]).all() for k in saved)
 
 
 def test_train_model_bad_label_is_one_line_exit_2(tmp_path, snapshot, mlflow_server):
@@ -130,7 +142,9 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
     assert prof["world_size"] == 2 and prof["samples_per_second"] > 0
     assert (tmp_path / "p" / "report.html").read_text().count("data:image/png;base64") == 3
     ev = result_of(run_component("evaluate_model", "--model", str(model_dir), "--data", str(snapshot), "--output-dir", str(tmp_path / "e"), "--label-column", "target", "--thresholds", '{"accuracy": 0.6}'))
-    assert ev["n_test"] == 48 and ev["decision"]["passed"] and ev["metrics"]["accuracy"] >= 0.6
+    from trainpipe.tabular import split_indices
+
+    assert ev["n_test"] == len(split_indices(240, 0.2, 0)[1]) and ev["decision"]["passed"] and ev["metrics"]["accuracy"] >= 0.6
     args = ["--model", str(model_dir), "--decision", str(tmp_path / "e"), "--profile", str(tmp_path / "p"), "--tracking-uri", mlflow_server, "--model-name", "tiny"]
     first = result_of(run_component("register_model", *args, "--output-dir", str(tmp_path / "r1")))
     second = result_of(run_component("register_model", *args, "--output-dir", str(tmp_path / "r2")))
@@ -143,15 +157,18 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
     assert mv.tags["lineage.training.mlflow_run_id"] == train_result["mlflow_run_id"]
     assert mv.tags["lineage.validation.success"] == "True"
     assert mv.tags["lineage.orchestrator.name"] == "manual"
+    # the registered version is the MLflow pyfunc train_model logged: raw feature columns in, predictions out
+    import pandas as pd
+
+    from trainpipe.serving import loader
+
     mlflow.set_tracking_uri(mlflow_server)
-    loaded = mlflow.pytorch.load_model("models:/tiny@champion")
-    import torch
-
-    from trainpipe.components.train_model.models import load_model, predict_proba
-
-    model, meta = load_model(model_dir)
-    x = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
-    np.testing.assert_allclose(loaded(torch.from_numpy(x)).detach().numpy(), predict_proba(model, meta, x), rtol=1e-6)
+    served = mlflow.pyfunc.load_model("models:/tiny@champion")
+    rows = pd.DataFrame(np.random.default_rng(1).normal(size=(5, 4)), columns=["f1", "f2", "f3", "f4"])
+    expected = loader.load(model_dir).predict_frame(rows)
+    got = served.predict(rows)
+    assert list(got["prediction"]) == list(expected["prediction"])
+    np.testing.assert_allclose(got["probability_yes"].to_numpy(), expected["probability_yes"].to_numpy(), rtol=1e-6)
 
 
 def test_gate_not_passed_registers_nothing(tmp_path, trained, snapshot, mlflow_server):

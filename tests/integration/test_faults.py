@@ -21,7 +21,8 @@ from trainpipe.contract.io import file_digest, read_json
 
 pytestmark = pytest.mark.integration
 
-SEED = int(os.environ.get("TRAINPIPE_FAULT_SEED", time.time_ns() % 100_000))
+#: The trials' seed: fixed, so a run is the same run everywhere; TRAINPIPE_FAULT_SEED replays or varies it.
+SEED = int(os.environ.get("TRAINPIPE_FAULT_SEED", 20261123))
 TRIALS = 6
 
 
@@ -47,6 +48,32 @@ def _kill_at(cmd_args: list[str], name: str, delay: float) -> int:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     return proc.returncode
+
+
+def _kill_after_start(cmd_args: list[str], name: str, started: Path, delay: float) -> tuple[int, bool]:
+    """Start the step, wait until it has begun writing (``started`` exists), then SIGKILL it after
+    ``delay`` more seconds. Returns its exit code and whether the kill landed while it was writing."""
+    proc = subprocess.Popen([sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not started.exists() and proc.poll() is None:
+        time.sleep(0.005)
+    writing = proc.poll() is None
+    try:
+        proc.wait(timeout=delay)
+        writing = False  # it finished first
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    return proc.returncode, writing
+
+
+def _write_window(cmd_args: list[str], name: str, started: Path) -> float:
+    """Seconds from the step's first write (``started`` appearing) to its end, in an undisturbed run."""
+    proc = subprocess.Popen([sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not started.exists() and proc.poll() is None:
+        time.sleep(0.005)
+    t0 = time.perf_counter()
+    assert proc.wait() == 0
+    return time.perf_counter() - t0
 
 
 def _complete_or_refused(out: Path, field: str) -> str:
@@ -81,28 +108,33 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
     assert any(code == -signal.SIGKILL for code, _ in outcomes), f"no trial was killed mid-run: {outcomes}"
     print(f"validate_data kill trials (exit code, state): {outcomes}")
 
-    # snapshot_dataset killed at random moments: the rerun completes, the hash never changes,
-    # and the remote holds exactly the bytes the hash names
-    t0 = time.perf_counter()
-    snap_args = ["--data", str(tmp_path / "ref"), "--repo-dir", str(tmp_path / "repo"), "--remote-url", str(tmp_path / "remote")]
-    first = result_of(run_component("snapshot_dataset", *snap_args, "--output-dir", str(tmp_path / "snap-ref")))
-    full = time.perf_counter() - t0
+    # snapshot_dataset killed at random moments while it writes (from creating its DVC repository to
+    # its last byte): the rerun completes, the hash never changes, the remote holds exactly the bytes
+    # the hash names, and the repository has one commit
     import shutil
 
+    repo, remote = tmp_path / "repo", tmp_path / "remote"
+    snap_args = ["--data", str(tmp_path / "ref"), "--repo-dir", str(repo), "--remote-url", str(remote)]
+    window = _write_window([*snap_args, "--output-dir", str(tmp_path / "snap-ref")], "snapshot_dataset", repo)
+    first = result_of(run_component("snapshot_dataset", *snap_args, "--output-dir", str(tmp_path / "snap-ref")))
+    snap_outcomes = []
     for i in range(TRIALS):
-        shutil.rmtree(tmp_path / "repo")
-        shutil.rmtree(tmp_path / "remote")
+        shutil.rmtree(repo)
+        shutil.rmtree(remote, ignore_errors=True)
         out = tmp_path / f"snap{i}"
-        code = _kill_at([*snap_args, "--output-dir", str(out)], "snapshot_dataset", rng.uniform(0.1, 1.1) * full)
+        code, writing = _kill_after_start([*snap_args, "--output-dir", str(out)], "snapshot_dataset", repo, rng.uniform(0.0, 0.7) * window)
         state = _complete_or_refused(out, "data")
         r = result_of(run_component("snapshot_dataset", *snap_args, "--output-dir", str(out)))
         assert r["md5"] == first["md5"] == ref["data_md5"]
-        stored = tmp_path / "remote" / "files" / "md5" / r["md5"][:2] / r["md5"][2:]
+        stored = remote / "files" / "md5" / r["md5"][:2] / r["md5"][2:]
         assert file_digest(stored) == r["md5"]
-        commits = subprocess.run(["git", "-C", str(tmp_path / "repo"), "rev-list", "--count", "HEAD"], capture_output=True, text=True, check=True).stdout
+        commits = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", "HEAD"], capture_output=True, text=True, check=True).stdout
         assert commits.strip() == "1", "a killed snapshot left a second commit"
-        outcomes.append((code, state))
-    print(f"fault trials, all (exit code, state): {outcomes}")
+        snap_outcomes.append((code, writing, state))
+    print(f"snapshot_dataset: write window {window:.2f} s; kill trials (exit code, killed mid-write, state): {snap_outcomes}")
+    mid_write = [o for o in snap_outcomes if o[0] == -signal.SIGKILL and o[1]]
+    assert len(mid_write) >= TRIALS - 1, f"the kills did not land while snapshot_dataset was writing: {snap_outcomes}"
+    assert any(state == "refused" for _, _, state in mid_write), f"no kill left an unfinished snapshot to refuse: {snap_outcomes}"
 
 
 def test_retried_training_reuses_its_run_not_a_duplicate(tmp_path, tiny_csv, mlflow_server):

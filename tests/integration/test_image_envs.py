@@ -38,7 +38,7 @@ def _image_env(kind: str, tmp_path: Path) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    for name in ("src", "components", "pipelines"):
+    for name in ("src", "components", "pipelines", "dags"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     venv = tmp_path / "venv"
     _sh(sys.executable, "-m", "venv", str(venv))
@@ -81,3 +81,6 @@ def test_locked_environment_installs_and_serves_its_components(kind, tmp_path, t
         assert s["md5"] == v["data_md5"] and s["pushed"] >= 1
     else:
         assert {"torch", "tensorflow", "horovod", "mlflow", "great-expectations", "dvc", "kfp"} <= names
+        # `trainpipe run --engine airflow-local` reads the DAG files the installed package ships, not a checkout's
+        folder = Path(_sh(py, "-c", "from trainpipe.runner import dags_folder; print(dags_folder())", cwd=tmp_path).strip())
+        assert folder.is_relative_to(venv) and {"training_dag.py", "retrain_dag.py"} <= {p.name for p in folder.iterdir()}

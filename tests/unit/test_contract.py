@@ -69,15 +69,27 @@ def test_incomplete_artifact_is_refused(tmp_path):
         artifacts.read_artifact(out, "data")
 
 
+SNAPSHOT = {"md5": "1", "rev": "abc", "path": "data/d/d.csv", "remote": "/remote", "repo": "/repo"}
+
+
 def test_lineage_merge_and_conflict():
-    a = {"snapshot": {"md5": "1"}, "steps": ["validate_data"]}
-    b = {"snapshot": {"md5": "1"}, "training": {"run": "r"}, "steps": ["train_model"]}
+    a = {"snapshot": SNAPSHOT, "steps": ["validate_data"]}
+    b = {"snapshot": SNAPSHOT, "team_step": {"rows": 3}, "steps": ["train_model"]}
     merged = lineage.merge([a, b])
-    assert merged["training"] == {"run": "r"} and merged["steps"] == ["validate_data", "train_model"]
+    assert merged.snapshot.md5 == "1" and merged.steps == ["validate_data", "train_model"]
+    assert merged.to_dict()["team_step"] == {"rows": 3}  # a team's own component adds a section of its own
+    assert "training" not in merged.to_dict()  # sections not reached yet are absent, not null
     with pytest.raises(errors.InputError, match="conflicting lineage"):
-        lineage.merge([a, {"snapshot": {"md5": "2"}}])
-    flat = lineage.flatten({"snapshot": {"md5": "1"}, "steps": ["a", "b"]})
-    assert flat == {"lineage.snapshot.md5": "1", "lineage.steps": "a,b"}
+        lineage.merge([a, {"snapshot": {**SNAPSHOT, "md5": "2"}}])
+    flat = lineage.flatten(lineage.Lineage.of({"snapshot": SNAPSHOT, "steps": ["a", "b"]}))
+    assert flat["lineage.snapshot.md5"] == "1" and flat["lineage.steps"] == "a,b"
+
+
+def test_a_lineage_section_that_is_not_trainpipes_is_refused_in_one_line():
+    with pytest.raises(errors.InputError, match=r"lineage: section 'snapshot.rev' is not what trainpipe writes \(Field required\)"):
+        lineage.Lineage.of({"snapshot": {"md5": "1"}})
+    with pytest.raises(errors.InputError, match="lineage: section 'source.rows' is not what trainpipe writes"):
+        lineage.Lineage.of({"source": {"uri": "/d.csv", "md5": "1", "rows": "many", "columns": 3}})
 
 
 def test_exit_code_classes():
@@ -88,13 +100,28 @@ def test_exit_code_classes():
     assert not errors.is_retryable_exit(2) and not errors.is_retryable_exit(3)
 
 
-def test_split_is_deterministic_and_disjoint():
-    tr1, te1 = split_indices(100, 0.2, 7)
-    tr2, te2 = split_indices(100, 0.2, 7)
+def test_split_is_deterministic_disjoint_and_the_same_in_any_chunking():
+    import numpy as np
+
+    from trainpipe.tabular import held_out, min_rows
+
+    tr1, te1 = split_indices(10_000, 0.2, 7)
+    tr2, te2 = split_indices(10_000, 0.2, 7)
     assert (tr1 == tr2).all() and (te1 == te2).all()
-    assert len(te1) == 20 and not set(tr1) & set(te1) and len(tr1) + len(te1) == 100
-    _, te3 = split_indices(100, 0.2, 8)
+    assert not set(tr1) & set(te1) and len(tr1) + len(te1) == 10_000
+    assert 1850 <= len(te1) <= 2150  # a row's fate is a hash: the share is the fraction, within sampling noise
+    _, te3 = split_indices(10_000, 0.2, 8)
     assert set(te3) != set(te1)
+    # a row's fate depends on its number alone: read in chunks (Parquet row groups), the split is the same
+    rows = np.arange(10_000)
+    chunked = np.concatenate([held_out(rows[i : i + 777], 0.2, 7) for i in range(0, 10_000, 777)])
+    assert np.array_equal(np.flatnonzero(chunked), te1)
+    # the fewest rows that give a batch of training rows and a held-out row, exactly
+    need = min_rows(64, 0.2, 7)
+    train, test = split_indices(need, 0.2, 7)
+    assert len(train) >= 64 and len(test) >= 1
+    tr, te = split_indices(need - 1, 0.2, 7)
+    assert len(tr) < 64 or len(te) < 1
 
 
 def test_file_digest_is_md5_by_default(tmp_path):

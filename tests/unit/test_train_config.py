@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from trainpipe.components.train_model.data import rank_batches, steps_per_epoch
+from trainpipe.training.data import rank_batches, steps_per_epoch
 from trainpipe.components.train_model.spec import TrainModelConfig
 from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
@@ -36,13 +38,13 @@ def test_resuming_mid_epoch_continues_the_same_order():
     [
         ({"backend": "mxnet"}, "backend"),
         ({"nproc_per_node": 0}, "nproc_per_node"),
-        ({"nproc_per_node": 3, "batch_size": 64}, "batch_size: 64 must be divisible by the world size 3"),
+        ({"nproc_per_node": 3, "batch_size": 64}, "field 'batch_size': 64 must be divisible by the world size 3"),
         ({"nnodes": 2, "nproc_per_node": 2, "batch_size": 6}, "world size 4"),
         ({"precision": "fp8"}, "precision"),
-        ({"model": "os.path"}, "model: 'os.path' is neither"),
-        ({"image_shape": [8]}, "image_shape"),
+        ({"train_function": "os.path"}, "field 'train_function': 'os.path' is neither"),
+        ({"train_function": "builtin:gbm"}, "unknown built-in 'builtin:gbm'"),
+        ({"task": "ranking"}, "task"),
         ({"epochs": -1}, "epochs"),
-        ({"learning_rate": 1e9}, "learning_rate"),
         ({"unknown_key": 1}, "unknown_key"),
         ({"backend": "horovod", "horovod_binding": "tensorflow"}, "TensorFlow 2.21"),
         ({"dist_backend": "nccl", "device": "cpu"}, "nccl needs device cuda"),
@@ -53,6 +55,24 @@ def test_bad_settings_are_one_line_input_errors(data, message):
         build(TrainModelConfig, {"data": "d.csv", "output_dir": "o", **data}, where="train_model")
     text = str(exc.value)
     assert message in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"learning_rate": 1e9}, "train_config field 'learning_rate'"),
+        ({"image_shape": [8]}, "train_config field 'image_shape': give"),
+        ({"hidden_units": [0]}, "hidden_units"),
+        ({"width": 3}, "train_config field 'width': unknown key"),
+        ({"loss": "mse"}, "mse is a regression loss"),
+    ],
+)
+def test_bad_builtin_train_config_is_one_line(config, message):
+    from trainpipe.training.builtin import parse
+
+    with pytest.raises(InputError) as exc:
+        parse(config, "classification")
+    assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_threads_per_rank_respects_the_cpu_budget(monkeypatch, capsys):
@@ -91,3 +111,42 @@ def test_usable_cpus_follow_the_cgroup_quota_not_the_host(tmp_path):
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000")
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000")
     assert usable_cpus(str(v1)) == 1
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _ddp_context():
+    """A DDP TorchContext as a rank of two sees it, without starting a second rank."""
+    import torch
+
+    from trainpipe.training.torch_context import TorchContext
+
+    ctx = TorchContext.__new__(TorchContext)
+    ctx.strategy, ctx.world_size, ctx.device, ctx._models = "ddp", 2, torch.device("cpu"), []
+    return ctx
+
+
+def test_ddp_resends_buffers_each_step_only_for_running_statistics(one_rank_group, monkeypatch):
+    """Constant buffers (the built-in nets' standardization, a team's fixed scale) are sent once
+    when DDP wraps the model, not before every forward pass; BatchNorm's running statistics are."""
+    from torch import nn
+
+    from trainpipe.serving.nets import cnn, mlp
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))
+    from teampkg.models import SeqConvNet
+
+    for net in (mlp(64, 10, [32]), cnn(64, 10, [1, 8, 8]), mlp(8, 1, [16], task="regression"), SeqConvNet()):
+        assert any(True for _ in net.buffers())  # the nets have buffers, and those are constant
+        assert _ddp_context().prepare(net).forward_sync_buffers is False
+    batchnorm = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    assert _ddp_context().prepare(batchnorm).forward_sync_buffers is True
+    assert _ddp_context().prepare(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))).forward_sync_buffers is False
+    assert _ddp_context().prepare(mlp(64, 10, [32]), forward_sync_buffers=True).forward_sync_buffers is True
