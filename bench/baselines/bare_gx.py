@@ -19,10 +19,8 @@ def main() -> None:
     context = gx.get_context(mode="ephemeral")
     batch = context.data_sources.add_pandas("bench").add_dataframe_asset("data").add_batch_definition_whole_dataframe("all")
     spec = json.loads(open(suite_path).read().replace("{label_column}", label))
-    suite = context.suites.add(gx.ExpectationSuite(name=spec["name"]))
-    for e in spec["expectations"]:
-        cls = getattr(gx.expectations, "".join(p.title() for p in e["type"].split("_")))
-        suite.add_expectation(cls(**e["kwargs"]))
+    expectations = [getattr(gx.expectations, "".join(p.title() for p in e["type"].split("_")))(**e["kwargs"]) for e in spec["expectations"]]
+    suite = context.suites.add(gx.ExpectationSuite(name=spec["name"], expectations=expectations))  # one save, not one per expectation
     vd = context.validation_definitions.add(gx.ValidationDefinition(name="bench", data=batch, suite=suite))
     result = vd.run(batch_parameters={"dataframe": df})
     context.build_data_docs()

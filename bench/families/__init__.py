@@ -1,0 +1,23 @@
+"""The benchmark families, in the order `make bench` runs them: each is a function from the run's
+:class:`~bench.common.Bench` to its rows of the results table (what else it measured it notes on
+the Bench). Each makes the data it needs unless an earlier one left it in the work folder."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from bench.common import Bench
+from bench.families import backends, data, footprint, gpu, orchestration, parse, team, training
+
+FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
+    "training": training.run,
+    "team": team.run,
+    "other_backends": backends.run,
+    "orchestration": orchestration.run,
+    "validate": data.validate,
+    "snapshot": data.snapshot,
+    "dag_parse": parse.dag_parse,
+    "compile": parse.compile_,
+    "rss": footprint.run,
+    "gpu": gpu.run,
+}
