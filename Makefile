@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser demo test test-fast lint bench compile golden component lock images push clean
+.PHONY: all install dev horovod browser demo test test-fast lint bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -78,6 +78,13 @@ golden: $(STAMP)
 component: $(STAMP)
 	@test -n "$(NAME)" || { echo "usage: make component NAME=my_step" >&2; exit 2; }
 	$(VENV)/bin/trainpipe scaffold $(NAME)
+
+# make training-function NAME=my_team: a team package with a training function on trainpipe's context
+# (DIR=<where it goes>, default: the current folder) and a test that runs it through train_model
+# (TESTS=<its folder>, default: tests/integration).
+training-function: $(STAMP)
+	@test -n "$(NAME)" || { echo "usage: make training-function NAME=my_team [DIR=path]" >&2; exit 2; }
+	$(VENV)/bin/trainpipe scaffold-training $(NAME) --directory $(or $(DIR),.) --tests-dir $(or $(TESTS),tests/integration)
 
 # Locked requirements per image (images/<kind>/requirements.lock), with hashes, from the pyproject
 # extras each image needs; review the diff. One resolution of the dev extra (images/constraints.txt)
