@@ -37,10 +37,11 @@ def test_multi_node_torchrun_takes_node_rank_and_endpoint_from_the_trainer_envir
     assert "--nnodes=4" in cmd and "--node-rank=2" in cmd and "--nproc-per-node=8" in cmd
     assert "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=job-node-0-0.job:29400" in cmd
     assert "--standalone" not in cmd and "--max-restarts=3" in cmd
-    # one node: trainpipe starts the ranks with torchrun's environment, a fresh store port each start
+    # one node: trainpipe starts the ranks with torchrun's environment, a fresh store file each start
     plan = launch.torch_plan(_cfg(tmp_path, nproc_per_node=2, batch_size=64), Path("c.json"), {})
     assert [e["RANK"] for e in plan.envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in plan.envs} == {"2"}
-    assert plan.restarts == 3 and plan.per_attempt()["TRAINPIPE_STORE_FILE"] != plan.per_attempt()["TRAINPIPE_STORE_FILE"]
+    first, second = plan.per_attempt(), plan.per_attempt()
+    assert plan.restarts == 3 and first[0] == first[1] and first[0]["TRAINPIPE_STORE_FILE"] != second[0]["TRAINPIPE_STORE_FILE"]
 
 
 def test_multi_node_without_a_rendezvous_is_a_one_line_input_error(tmp_path, monkeypatch):
@@ -59,6 +60,11 @@ def test_tf_config_is_generated_locally_and_checked_when_given(tmp_path, monkeyp
     assert [c["task"] for c in configs] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
     assert configs[0]["cluster"] == configs[1]["cluster"] and len(configs[0]["cluster"]["worker"]) == 2
     assert launch.tf_worker_envs(_cfg(tmp_path, backend="tensorflow", nproc_per_node=1, batch_size=64)) == [{}]
+    # a restarted group gets fresh worker ports, never the failed cluster's
+    plan = launch.tensorflow_plan(_cfg(tmp_path, backend="tensorflow", nproc_per_node=2), Path("c.json"), {})
+    first, second = ([json.loads(e["TF_CONFIG"]) for e in plan.per_attempt()] for _ in range(2))
+    assert [c["task"]["index"] for c in first] == [0, 1] and first[0]["cluster"] == first[1]["cluster"]
+    assert first[0]["cluster"]["worker"] != second[0]["cluster"]["worker"]
     multi = _cfg(tmp_path, backend="tensorflow", nnodes=3, nproc_per_node=1, batch_size=63)
     with pytest.raises(InputError, match="TF_CONFIG: backend tensorflow with nnodes > 1"):
         launch.tf_worker_envs(multi)

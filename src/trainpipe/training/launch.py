@@ -131,13 +131,14 @@ def tf_worker_envs(config: Any) -> list[dict[str, str]]:
 class Plan:
     """This node's processes: commands, their environments, how many times trainpipe restarts the
     group (0 when the launcher restarts it itself, as torchrun does), and what each start of the
-    group adds to every process's environment (a fresh rendezvous port)."""
+    group adds to each process's environment (one dict per process: a fresh rendezvous file, fresh
+    worker ports), so a restarted group never meets what the failed one left behind."""
 
     commands: list[list[str]]
     envs: list[dict[str, str]]
     restarts: int
     label: str
-    per_attempt: Callable[[], dict[str, str]] | None = None
+    per_attempt: Callable[[], list[dict[str, str]]] | None = None
 
 
 #: Under the output folder: the files a node's ranks rendezvous through (removed when the step ends).
@@ -160,11 +161,11 @@ def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
     envs = [{**common, "RANK": str(i), "LOCAL_RANK": str(i)} for i in range(n)]
     rendezvous = Path(config.output_dir) / RENDEZVOUS_DIR
 
-    def fresh_store() -> dict[str, str]:
+    def fresh_store() -> list[dict[str, str]]:
         import uuid
 
         rendezvous.mkdir(parents=True, exist_ok=True)
-        return {"TRAINPIPE_STORE_FILE": str(rendezvous / uuid.uuid4().hex)}
+        return [{"TRAINPIPE_STORE_FILE": str(rendezvous / uuid.uuid4().hex)}] * n
 
     return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * n, envs, config.max_restarts, "torch", fresh_store if n > 1 else None)
 
@@ -174,8 +175,13 @@ def horovod_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
 
 
 def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
-    envs = [{**env, **extra} for extra in tf_worker_envs(config)]
-    return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * len(envs), envs, config.max_restarts, "tensorflow")
+    """One process per worker. On one node each start of the group gets fresh ports: a worker
+    restarted onto the failed group's ports could meet a gRPC channel of the old cluster."""
+    envs = tf_worker_envs(config)
+    command = [sys.executable, "-m", WORKER, str(config_path)]
+    if config.nnodes == 1 and len(envs) > 1:
+        return Plan([command] * len(envs), [env] * len(envs), config.max_restarts, "tensorflow", lambda: tf_worker_envs(config))
+    return Plan([command] * len(envs), [{**env, **extra} for extra in envs], config.max_restarts, "tensorflow")
 
 
 #: backend -> how its ranks start.
@@ -285,9 +291,9 @@ def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = No
         for attempt in range(plan.restarts + 1):
             if attempt:
                 print(f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint", file=sys.stderr)
-            extra = plan.per_attempt() if plan.per_attempt is not None else {}
+            extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
             procs[:] = [subprocess.Popen(cmd, env={**os.environ, **env, **extra, "TRAINPIPE_ATTEMPT": str(attempt)}, preexec_fn=_die_with_parent,
-                                         stderr=subprocess.PIPE) for cmd, env in zip(plan.commands, plan.envs)]
+                                         stderr=subprocess.PIPE) for cmd, env, extra in zip(plan.commands, plan.envs, extras)]
             for p in procs:
                 relay.follow(p)
             while True:
