@@ -10,6 +10,10 @@ from trainpipe.contract.errors import InputError
 
 NETS_MODULE = "trainpipe.serving.nets"
 BUILTIN_NETS = ("mlp", "cnn")
+#: Packages every served model installs (trainpipe.serving.package.requirements pins them): a model
+#: class of theirs (``torch.nn.Linear``, ``torch.nn.Sequential``) is imported there, not shipped. Shipping
+#: it would copy the whole framework into the model (torch: 663 MB, 6,916 files).
+INSTALLED_WITH_THE_MODEL = frozenset({"torch", "numpy", "pandas", "safetensors"})
 
 
 def builder_reference(builder: Any) -> tuple[str, list[str]]:
@@ -45,8 +49,10 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
         raise InputError(f"save_model: {shown} cannot be imported by name; its code cannot travel with the model") from None
     if not isinstance(builder, str) and obj is not builder:
         raise InputError(f"save_model: {shown} names another object than the one given")
+    top = module_name.split(".")[0]
+    if top in INSTALLED_WITH_THE_MODEL:
+        return shown, []
     from trainpipe.serving.package import code_location
 
-    top = module_name.split(".")[0]
     code_location(top)  # refuses code that cannot be copied, in one line
     return shown, [top]
