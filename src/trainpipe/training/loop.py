@@ -128,6 +128,11 @@ class BaseContext:
         self._marks: dict[str, float] = {}
         self.first_step_s: float | None = None
         self.first_step_unix: float | None = None
+        # what live telemetry reads (trainpipe.telemetry, on the metrics server's thread)
+        self.restarts = attempt()
+        self.last_checkpoint_unix: float | None = None
+        self._last_logged: dict[str, Any] = {}
+        self._progress: Any = None
 
     # --- what a backend supplies ----------------------------------------------------------------
 
@@ -286,6 +291,7 @@ class BaseContext:
     def _checkpoint(self) -> None:
         if self._state is None:
             return
+        self.last_checkpoint_unix = time.time()
         name = checkpoint_name(self.global_step)
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self._save_state(self.ckpt_dir / f".{name}.tmp", self.ckpt_dir / name, self._trainer_state())
@@ -335,6 +341,10 @@ class BaseContext:
         if per_epoch < 1:
             raise InputError(f"batch_size: {s.batch_size} is larger than the rows the training data gives each epoch")
         self.steps_per_epoch = per_epoch
+        from trainpipe.telemetry import Progress
+
+        self._progress = Progress("train_model", self._planned_batches(), "batches", start=self.batches_done,
+                                  rate_unit=("samples", float(s.batch_size)), show=self.is_chief)
         start_epoch, skip = divmod(self.batches_done, per_epoch)
         for epoch in range(start_epoch, s.epochs):
             if self._done():
@@ -357,6 +367,7 @@ class BaseContext:
                     self._reduce_into_carried()
                     self._checkpoint()
                 self._record(t_back)
+                self._progress.update(self.batches_done)
                 self._on_batch_end()
                 t_prev = time.perf_counter()
             t_end = time.perf_counter()
@@ -367,9 +378,43 @@ class BaseContext:
                 rec["other_s"] += extra
                 rec["step_s"] += extra
         self._wait_writes()
+        self._progress.finish()
 
     def _done(self) -> bool:
         return self.settings.max_steps is not None and self.global_step >= self.settings.max_steps
+
+    # --- what live telemetry reads ----------------------------------------------------------------
+
+    def _planned_batches(self) -> int:
+        planned = self.steps_per_epoch * self.settings.epochs
+        return min(planned, self.settings.max_steps) if self.settings.max_steps else planned
+
+    def progress_ratio(self) -> float | None:
+        """The share of the run's batches done (None before :meth:`batches` knows how many)."""
+        planned = self._planned_batches()
+        return min(self.batches_done / planned, 1.0) if planned else None
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left at this process's rate (None before it has one)."""
+        return self._progress.eta() if self._progress is not None else None
+
+    def learning_rate(self) -> float | None:
+        """The optimizer's current learning rate, where the backend knows the optimizer."""
+        return None
+
+    def last_logged(self) -> dict[str, float]:
+        """The newest value of each key logged with :meth:`log`, as numbers."""
+        out = {}
+        for key, value in list(self._last_logged.items()):
+            try:
+                out[key] = float(value)
+            except (TypeError, ValueError, RuntimeError):
+                continue
+        return out
+
+    def device_figures(self) -> dict[str, Any]:
+        """Accelerator figures: ``peak_memory_bytes`` and per-GPU NVML readings (none on CPU)."""
+        return {}
 
     # --- steps and timing -----------------------------------------------------------------------
 
@@ -448,6 +493,7 @@ class BaseContext:
         Each epoch's line in ``metrics.jsonl`` (and the MLflow run) holds every key's mean over
         the epoch's steps and every rank. Every rank must log the same keys.
         """
+        self._last_logged.update(values)
         for key, value in values.items():
             pending = self._pending.setdefault(key, [])
             pending.append(self._keep(value))

@@ -108,6 +108,7 @@ class TorchContext(BaseContext):
         self._amp = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[settings.precision]
         self.scaler = torch.amp.GradScaler("cuda") if self._amp == torch.float16 else None
         self._models: list[torch.nn.Module] = []
+        self._optimizer: torch.optim.Optimizer | None = None
         self._writer: _CheckpointWriter = _CheckpointWriter()
         self._profiler = _TorchProfile(settings, self.out, self.device) if settings.profile_steps and self.is_chief else None
         self._gpu = _NvmlSampler(self.device) if self.device.type == "cuda" else None
@@ -213,6 +214,7 @@ class TorchContext(BaseContext):
         """One optimizer step: gradients averaged over ranks (Horovod), unscaled and clipped when
         asked, ``optimizer.step()``, then ``zero_grad``. Counts the step (checkpoints follow it)."""
         self._mark("step_start")
+        self._optimizer = optimizer
         if self._hvd is not None:
             self._averaged(optimizer)
         if clip_grad_norm is not None:
@@ -540,6 +542,25 @@ class TorchContext(BaseContext):
         })
         return out
 
+    def learning_rate(self) -> float | None:
+        opt = self._optimizer
+        if opt is None or not opt.param_groups:
+            return None
+        try:
+            return float(opt.param_groups[0]["lr"])
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            return None
+
+    def device_figures(self) -> dict[str, Any]:
+        if self.device.type != "cuda":
+            return {}
+        out: dict[str, Any] = {"peak_memory_bytes": float(torch.cuda.max_memory_allocated(self.device))}
+        if self._gpu is not None:
+            now = self._gpu.now()
+            if now is not None:
+                out["gpus"] = [now]
+        return out
+
     def close(self) -> None:
         with contextlib.suppress(BaseException):  # a normal end waited already; a failing one reports its own error
             self._writer.wait()
@@ -670,7 +691,8 @@ class _NvmlSampler:
 
             pynvml.nvmlInit()
             self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+            self._index = device.index or 0
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self._index)
         except Exception:  # no NVML (driver, or nvidia-ml-py not installed): nothing to sample
             self._nvml = None
             return
@@ -683,6 +705,21 @@ class _NvmlSampler:
             info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
             self.util.append(float(rates.gpu))
             self.mem.append(info.used / 2**20)
+
+    def now(self) -> dict[str, Any] | None:
+        """This device's NVML readings now (utilization 0-1, memory in bytes, power in watts)."""
+        if self._nvml is None:
+            return None
+        try:
+            rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
+            try:
+                power = self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
+            except Exception:  # noqa: BLE001 (not every board reports power)
+                power = None
+            return {"index": self._index, "utilization": rates.gpu / 100.0, "memory_used": float(info.used), "power": power}
+        except Exception:  # noqa: BLE001 (telemetry never fails a run)
+            return None
 
     def finish(self) -> dict[str, Any] | None:
         if self._nvml is None:

@@ -69,7 +69,15 @@ def run(settings: Any) -> None:
     from trainpipe.training.loop import resolve_function
 
     ctx = make_context(settings)
+    metrics = None
+    finished = False
     try:
+        if settings.metrics_port:
+            from trainpipe.telemetry import TrainingMetrics
+
+            # TensorFlow's workers on one node are its ranks; torch and Horovod know their local rank
+            local = ctx.local_rank if ctx.framework == "torch" or settings.nnodes > 1 else ctx.rank
+            metrics = TrainingMetrics.serve(ctx, settings.metrics_port, local, settings.nproc_per_node)
         func = resolve_function(settings.train_function)
         _seed(settings.seed, ctx.framework)
         spec = settings.train_function
@@ -94,7 +102,10 @@ def run(settings: Any) -> None:
         # no rank leaves before rank 0 has written the model: across nodes, the node that reports it
         # may not be the one whose rank wrote it, and it reads the model once its own ranks are gone
         ctx._barrier()
+        finished = True
     finally:
+        if metrics is not None:
+            metrics.close(finished)
         close = getattr(ctx, "close", None)
         if close is not None:
             close()

@@ -1,0 +1,478 @@
+"""Live telemetry: every training rank's figures in the Prometheus format while it runs, every
+component's batch-job figures pushed to a Pushgateway when it ends, and progress with rate and ETA
+in the task log.
+
+**One endpoint per rank** (``metrics_port + local rank``), not prometheus_client's multiprocess
+mode. Each rank is its own process under every launcher trainpipe uses (torchrun, horovodrun,
+its own one-node launcher for TensorFlow, and Slurm's ``srun`` later), so an endpoint per process
+needs no directory the ranks agree on and no cleanup of a dead process's files, and a restarted
+rank simply binds its port again (its counters start over, which ``rate()`` handles). The
+multiprocess mode sums counters over every process that ever wrote to the directory, restarted
+ones included, and still needs one server per node. **Local rank 0 answers for its node**: its
+``/metrics`` adds the series its local peers serve (read over loopback when it is scraped), so
+one target per pod (``metrics_port``, the pod's ``prometheus.io/port``) covers every rank and no
+container port needs declaring; ``/metrics?ranks=self`` gives its own series only.
+
+**Read at scrape time.** The training loop already records each step's times (the telemetry
+profile_training reads); the collector folds the records added since the last scrape into its
+counters and histogram on the HTTP server's thread. The step itself does nothing more, so
+telemetry costs the loop nothing measurable (``make bench``: telemetry on vs off).
+
+**Never fails a run.** A port taken, or a Pushgateway down, is one warning line on stderr.
+
+Stdlib at import; prometheus_client (pure Python) is imported only when serving or pushing, and
+rich only to draw a bar on a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+import threading
+import time
+from typing import Any, Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+#: Labels every training series carries (JSON), set by train_model for its ranks.
+LABELS_ENV = "TRAINPIPE_METRICS_LABELS"
+#: Where a rank's endpoint listens (default: every interface, as a pod's must).
+ADDRESS_ENV = "TRAINPIPE_METRICS_ADDRESS"
+#: At most this long a finished rank waits for Prometheus to scrape its final figures (default 30 s).
+LINGER_ENV = "TRAINPIPE_METRICS_LINGER_S"
+#: The Pushgateway components push their batch-job figures to (unset: none is pushed).
+PUSHGATEWAY_ENV = "TRAINPIPE_PUSHGATEWAY"
+#: Which try of the task this is (the Airflow faces set it from the task instance; default 1).
+TRY_ENV = "TRAINPIPE_TRY_NUMBER"
+#: Seconds between two progress lines in the task log (default 10).
+PROGRESS_ENV = "TRAINPIPE_PROGRESS_EVERY_S"
+
+#: The Pushgateway job name; the grouping key adds the component and the run id, so a rerun of the
+#: same run replaces its figures instead of adding a second set.
+PUSH_JOB = "trainpipe"
+LABEL_NAMES = ("run_id", "component", "rank", "node", "hardware_profile", "model")
+STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: The parts of a step the loop times (torch: data, forward, backward, optimizer, other;
+#: TensorFlow: data, compute, other). Under DDP, gradient communication overlaps the backward
+#: pass and is inside ``backward``; under Horovod, the wait for the gradient averages is inside
+#: ``optimizer``.
+PHASES = ("data", "forward", "backward", "optimizer", "compute", "other")
+
+
+def warn(message: str) -> None:
+    """Telemetry's one warning line (it never raises)."""
+    print(f"trainpipe telemetry: warning: {message}", file=sys.stderr, flush=True)
+
+
+def redact(url: str) -> str:
+    """``url`` without a user or password, for a log line."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable url>"
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def _label(value: Any) -> str:
+    return str(value if value is not None else "")[:128]
+
+
+def training_labels(run_id: str, hardware_profile: str, model: str) -> str:
+    """The JSON train_model hands its ranks in :data:`LABELS_ENV` (names and ids only, never a secret)."""
+    return json.dumps({"run_id": _label(run_id), "component": "train_model", "hardware_profile": _label(hardware_profile),
+                       "model": _label(model)}, sort_keys=True)
+
+
+# --- live training metrics ---------------------------------------------------------------------------
+
+
+class TrainingCollector:
+    """A rank's figures, built from the training context each time Prometheus scrapes.
+
+    The counters and the step-time histogram fold the step records added since the last scrape
+    (not the newest one, which the loop may still amend at an epoch end, until the run is over);
+    the gauges read the context as it is.
+    """
+
+    def __init__(self, ctx: Any, labels: dict[str, str]) -> None:
+        self.ctx = ctx
+        self.names = list(LABEL_NAMES)
+        self.values = [_label(labels.get(k)) for k in LABEL_NAMES]
+        self.final = False
+        self.started_unix = time.time()
+        self.scrapes = 0
+        self.first_scrape = self.last_scrape = 0.0
+        self._lock = threading.Lock()
+        self._seen = 0
+        self._samples = 0.0
+        self._steps = 0
+        self._sum = 0.0
+        self._buckets = [0] * len(STEP_BUCKETS)
+        self._phases = dict.fromkeys(PHASES, 0.0)
+
+    def _fold(self) -> None:
+        records = self.ctx.step_records
+        n = len(records) if self.final else max(len(records) - 1, self._seen)
+        for rec in records[self._seen:n]:
+            step_s = float(rec.get("step_s", 0.0))
+            self._samples += rec.get("samples", 0)
+            self._steps += 1
+            self._sum += step_s
+            for i, le in enumerate(STEP_BUCKETS):
+                if step_s <= le:
+                    self._buckets[i] += 1
+            for phase in PHASES:
+                v = rec.get(f"{phase}_s")
+                if v is not None:
+                    self._phases[phase] += float(v)
+        self._seen = n
+
+    def describe(self) -> Iterable[Any]:
+        return []  # not known before the first collect: the registry must not call collect() at registration
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        with self._lock:
+            self._fold()
+            names, values, ctx = self.names, self.values, self.ctx
+            out: list[Any] = []
+
+            def gauge(name: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
+                if value is None:
+                    return
+                fam = GaugeMetricFamily(name, doc, labels=names + list(extra or {}))
+                fam.add_metric(values + list((extra or {}).values()), float(value))
+                out.append(fam)
+
+            s = ctx.settings
+            info = GaugeMetricFamily("trainpipe_training_info", "the run's settings (value 1)",
+                                     labels=names + ["backend", "dist_backend", "precision", "world_size", "train_function"])
+            info.add_metric(values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)], 1.0)
+            out.append(info)
+            gauge("trainpipe_training_global_step", "optimizer steps taken, resumed ones included", ctx.global_step)
+            gauge("trainpipe_training_epoch", "the epoch in progress, from 1 (0 before the first batch)", ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0)
+            gauge("trainpipe_training_epochs", "epochs the run is configured for", s.epochs)
+            progress = ctx.progress_ratio()
+            gauge("trainpipe_training_progress_ratio", "share of the run's batches done (0-1)", progress)
+            gauge("trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds())
+            gauge("trainpipe_training_start_timestamp_seconds", "when this process started training (unix time)", self.started_unix)
+            gauge("trainpipe_training_restarts", "restarts of the worker group before this attempt", ctx.restarts)
+            gauge("trainpipe_training_last_checkpoint_timestamp_seconds", "when the newest checkpoint was started (unix time)", ctx.last_checkpoint_unix)
+            gauge("trainpipe_training_learning_rate", "the optimizer's learning rate (its first parameter group)", ctx.learning_rate())
+            for key, value in sorted(ctx.last_logged().items()):
+                gauge("trainpipe_training_logged", "the newest value the training function logged with ctx.log", value, {"key": key})
+            gauge("trainpipe_training_peak_rss_bytes", "peak resident memory of this rank",
+                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0)
+            device = ctx.device_figures()
+            gauge("trainpipe_training_device_peak_memory_bytes", "peak accelerator memory allocated by this rank", device.get("peak_memory_bytes"))
+            for gpu in device.get("gpus", []):
+                idx = {"gpu": str(gpu["index"])}
+                gauge("trainpipe_gpu_utilization_ratio", "NVML: share of time a kernel ran (0-1)", gpu.get("utilization"), idx)
+                gauge("trainpipe_gpu_memory_used_bytes", "NVML: device memory in use", gpu.get("memory_used"), idx)
+                gauge("trainpipe_gpu_power_watts", "NVML: board power draw", gpu.get("power"), idx)
+
+            samples = CounterMetricFamily("trainpipe_training_samples", "samples this rank trained on", labels=names)
+            samples.add_metric(values, self._samples)
+            steps = CounterMetricFamily("trainpipe_training_batches", "batches this rank ran (this process)", labels=names)
+            steps.add_metric(values, float(self._steps))
+            phases = CounterMetricFamily("trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"])
+            for phase, secs in self._phases.items():
+                if secs or phase in ("data", "other"):
+                    phases.add_metric(values + [phase], secs)
+            hist = HistogramMetricFamily("trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names)
+            cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets)] + [("+Inf", float(self._steps))]
+            hist.add_metric(values, cumulative, sum_value=self._sum)
+            out += [samples, steps, phases, hist]
+        self.last_scrape = time.monotonic()
+        if not self.scrapes:
+            self.first_scrape = self.last_scrape
+        self.scrapes += 1
+        return out
+
+    def interval(self) -> float | None:
+        """The mean time between Prometheus's scrapes so far (None before the second)."""
+        return (self.last_scrape - self.first_scrape) / (self.scrapes - 1) if self.scrapes > 1 else None
+
+
+class _PeerCollector:
+    """Local rank 0's view of its node's other ranks: their series, read over loopback at scrape
+    time (a peer that does not answer within half a second is left out of that scrape)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.local = threading.local()
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        if getattr(self.local, "self_only", False):
+            return []
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families: list[Any] = []
+        for url in self.urls:
+            try:
+                with urllib.request.urlopen(url + "?ranks=self", timeout=0.5) as response:
+                    text = response.read().decode("utf-8")
+                families += list(text_string_to_metric_families(text))
+            except Exception:  # noqa: BLE001 (a peer starting, restarting or gone)
+                continue
+        return families
+
+
+def _merged(families: Iterable[Any]) -> list[Any]:
+    """One family per name (a peer's samples join this rank's): an exposition names each once."""
+    out: dict[str, Any] = {}
+    for fam in families:
+        if fam.name in out:
+            out[fam.name].samples.extend(fam.samples)
+        else:
+            out[fam.name] = fam
+    return list(out.values())
+
+
+class _Node:
+    """The registry a rank serves: its own collector, and its local peers' on local rank 0."""
+
+    def __init__(self, own: TrainingCollector, peers: _PeerCollector | None) -> None:
+        self.own, self.peers = own, peers
+
+    def collect(self) -> Iterable[Any]:
+        return _merged([*self.own.collect(), *(self.peers.collect() if self.peers is not None else [])])
+
+
+def _app(node: _Node, peers: _PeerCollector | None) -> Any:
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics\n"]
+        self_only = "ranks=self" in environ.get("QUERY_STRING", "")
+        if peers is not None:
+            peers.local.self_only = self_only
+        body = generate_latest(node)  # type: ignore[arg-type]
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+        return [body]
+
+    return app
+
+
+def _serve(app: Any, address: str, port: int) -> Any:
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            pass
+
+    server = make_server(address, port, app, Server, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, name="trainpipe-metrics", daemon=True).start()
+    return server
+
+
+class TrainingMetrics:
+    """A rank's Prometheus endpoint: serve while training, wait for one last scrape at the end."""
+
+    def __init__(self, collector: TrainingCollector, server: Any, port: int) -> None:
+        self.collector, self._server, self.port = collector, server, port
+
+    @classmethod
+    def serve(cls, ctx: Any, port: int, local_index: int, local_world: int = 1) -> "TrainingMetrics | None":
+        """Serve ``ctx``'s figures on ``port + local_index`` (local rank 0: with its
+        ``local_world - 1`` peers'); None, and one warning, if it cannot."""
+        labels = {}
+        try:
+            labels = json.loads(os.environ.get(LABELS_ENV) or "{}")
+        except ValueError:
+            pass
+        labels.setdefault("component", "train_model")
+        labels.update(rank=str(ctx.rank), node=platform.node())
+        collector = TrainingCollector(ctx, labels)
+        address = os.environ.get(ADDRESS_ENV) or "0.0.0.0"
+        where = port + local_index
+        loopback = "127.0.0.1" if address in ("0.0.0.0", "", "::") else address
+        peers = _PeerCollector([f"http://{loopback}:{port + i}/metrics" for i in range(1, local_world)]) if local_index == 0 and local_world > 1 else None
+        try:
+            server = _serve(_app(_Node(collector, peers), peers), address, where)
+        except ImportError:
+            warn("prometheus_client is not installed; this rank's metrics are not served")
+            return None
+        except OSError as exc:
+            warn(f"metrics_port: cannot serve rank {ctx.rank}'s metrics on {address}:{where} ({exc.strerror or exc}); training goes on without them")
+            return None
+        return cls(collector, server, where)
+
+    def close(self, finished: bool) -> None:
+        """Stop serving. A finished run that Prometheus has been scraping first waits (at most
+        :data:`LINGER_ENV` seconds, and at most about two scrape intervals) for one more scrape,
+        so the final step count reaches Prometheus."""
+        c = self.collector
+        c.final = True
+        interval = c.interval()
+        if finished and interval is not None:  # a Prometheus is scraping (two scrapes seen, not one curl)
+            try:
+                cap = float(os.environ.get(LINGER_ENV) or 30)
+            except ValueError:
+                cap = 30.0
+            done_at = time.monotonic()
+            deadline = done_at + min(cap, max(2.5 * interval, 1.0))
+            while c.last_scrape < done_at and time.monotonic() < deadline:
+                time.sleep(0.05)
+        try:
+            self._server.shutdown()
+            self._server.server_close()
+        except Exception:  # noqa: BLE001 (telemetry never fails a run)
+            pass
+
+
+# --- batch-job metrics -------------------------------------------------------------------------------
+
+
+def push_component(name: str, exit_code: int, seconds: float, run_id: str | None, figures: dict[str, float],
+                   hardware_profile: str, url: str | None = None) -> bool:
+    """Push one component run's figures to the Pushgateway (``TRAINPIPE_PUSHGATEWAY``), if one is set.
+
+    Grouped by job ``trainpipe``, the component and the run id, and pushed with PUT: a rerun or a
+    retry of the same run replaces the figures. Returns whether they were pushed.
+    """
+    url = url or os.environ.get(PUSHGATEWAY_ENV)
+    if not url:
+        return False
+    try:
+        from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+    except ImportError:
+        warn("prometheus_client is not installed; the component's figures were not pushed")
+        return False
+    try:
+        attempt = max(int(os.environ.get(TRY_ENV) or 1), 1)
+    except ValueError:
+        attempt = 1
+    registry = CollectorRegistry()
+    labels = {"hardware_profile": _label(hardware_profile)}
+
+    def put(metric: str, doc: str, value: float | None) -> None:
+        if value is not None:
+            Gauge(metric, doc, list(labels), registry=registry).labels(**labels).set(float(value))
+
+    put("trainpipe_component_duration_seconds", "wall time of the component's run", seconds)
+    put("trainpipe_component_exit_code", "the run's exit code (0 ok, 2 bad input, 75 service down, ...)", exit_code)
+    put("trainpipe_component_success", "1 if the run succeeded", 1.0 if exit_code == 0 else 0.0)
+    put("trainpipe_component_retries", "earlier tries of this task", attempt - 1)
+    put("trainpipe_component_rows", "rows the component read or scored", figures.get("rows"))
+    put("trainpipe_component_bytes", "bytes the component wrote or hashed", figures.get("bytes"))
+    put("trainpipe_component_last_run_timestamp_seconds", "when the run ended (unix time)", time.time())
+    try:
+        push_to_gateway(url, job=PUSH_JOB, registry=registry, timeout=3,
+                        grouping_key={"component": name, "run_id": _label(run_id) or "manual"})
+    except Exception as exc:  # noqa: BLE001 (telemetry never fails a run)
+        reason = getattr(exc, "reason", None) or exc
+        warn(f"{PUSHGATEWAY_ENV}: cannot push {name}'s figures to {redact(url)} ({str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__})")
+        return False
+    return True
+
+
+# --- progress ----------------------------------------------------------------------------------------
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+class Progress:
+    """Progress with rate and ETA: a line every ``every_s`` seconds in the task log, or a rich bar
+    on a terminal. :meth:`update` is cheap enough to call every step (one clock read).
+
+    Args:
+        what: Who reports (the line's prefix: ``train_model``).
+        total: The units of the whole job.
+        unit: What one unit is (``batches``, ``files``, ``MB``).
+        start: Units already done before this process (a resumed run).
+        rate_unit: The rate's unit and how many of it a unit is (``("samples", 64)``).
+    """
+
+    def __init__(self, what: str, total: float, unit: str, *, start: float = 0.0, rate_unit: tuple[str, float] | None = None,
+                 every_s: float | None = None, stream: Any = None, show: bool = True) -> None:
+        self.what, self.total, self.unit = what, float(total), unit
+        self.rate_name, self.rate_scale = rate_unit or (unit, 1.0)
+        self.stream = stream or sys.stderr
+        try:
+            self.every = float(every_s if every_s is not None else os.environ.get(PROGRESS_ENV) or 10.0)
+        except ValueError:
+            self.every = 10.0
+        if not show:
+            self.every = float("inf")
+        self.start_units = self.done = float(start)
+        self.t0 = time.perf_counter()
+        self._next = self.t0 + self.every
+        self._bar: Any = None
+        isatty = getattr(self.stream, "isatty", None)
+        if show and isatty is not None and isatty() and self.total > 0:
+            try:
+                from rich.progress import BarColumn, Progress as RichProgress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+                from rich.console import Console
+
+                self._bar = RichProgress(TextColumn(what), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
+                                         TimeRemainingColumn(), console=Console(file=self.stream), transient=False)
+                self._task = self._bar.add_task(what, total=self.total, completed=self.done, rate="")
+                self._bar.start()
+                self.every = min(self.every, 0.25)
+                self._next = self.t0
+            except Exception:  # noqa: BLE001 (no rich: plain lines)
+                self._bar = None
+
+    def rate(self) -> float:
+        """Units per second since this process started."""
+        elapsed = time.perf_counter() - self.t0
+        return (self.done - self.start_units) / elapsed if elapsed > 0 else 0.0
+
+    def eta(self) -> float | None:
+        """Seconds left at the current rate (None before any progress)."""
+        r = self.rate()
+        return (self.total - self.done) / r if r > 0 and self.total > 0 else None
+
+    def update(self, done: float) -> None:
+        self.done = float(done)
+        now = time.perf_counter()
+        if now >= self._next:
+            self._next = now + self.every
+            self._show(now)
+
+    def _line(self, now: float) -> str:
+        pct = f" ({100.0 * self.done / self.total:.0f}%)" if self.total > 0 else ""
+        total = f"/{self.total:,.0f}" if self.total > 0 else ""
+        rate = self.rate() * self.rate_scale
+        eta = self.eta()
+        return (f"{self.what}: {self.done:,.0f}{total} {self.unit}{pct}, {rate:,.1f} {self.rate_name}/s, "
+                f"elapsed {_clock(now - self.t0)}" + (f", ETA {_clock(eta)}" if eta is not None else ""))
+
+    def _show(self, now: float) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, rate=f"{self.rate() * self.rate_scale:,.1f} {self.rate_name}/s")
+            return
+        print(self._line(now), file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        """The last line (or the bar completed)."""
+        if self._bar is not None:
+            self._show(time.perf_counter())
+            self._bar.stop()
+            return
+        if self.done > self.start_units and time.perf_counter() - self.t0 >= self.every:
+            self._show(time.perf_counter())
