@@ -19,6 +19,7 @@ from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
 from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.validate_data.kfp_component import validate_data
 from trainpipe.faces.kfp_face import accelerated
+from trainpipe import pods
 from trainpipe.images import RUN_AS
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
 
@@ -58,6 +59,13 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
             # only the secret's name and keys are compiled in; Kubernetes injects the values
             kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env=keys)
         kubernetes.set_timeout(task, profile.train_timeout_s if task is trained else profile.timeout_s)
+    # the training pod's ranks serve Prometheus metrics (the profile's metrics_port): the label the
+    # PodMonitor selects and the prometheus.io annotations (KFP cannot declare container ports)
+    labels, annotations = pods.metrics_metadata(profile.metrics_port)
+    for key, value in labels.items():
+        kubernetes.add_pod_label(trained, label_key=key, label_value=value)
+    for key, value in annotations.items():
+        kubernetes.add_pod_annotation(trained, annotation_key=key, annotation_value=value)
     for tol in profile.tolerations:
         kubernetes.add_toleration(trained, key=tol.key, operator=tol.operator, value=tol.value, effect=tol.effect)
     for pvc, path in sorted(profile.volumes.items()):
@@ -120,6 +128,7 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         max_restarts: int = 3,
         collective_timeout_s: int = 300,
         profile_steps: int = 0,
+        metrics_port: int = 0,
         checkpoint_every_steps: int = 50,
         keep_checkpoints: int = 2,
         serving_requirements: list = [],
@@ -140,7 +149,7 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
             task=task, label_column=label_column, backend=backend, horovod_binding=horovod_binding, precision=precision,
             nproc_per_node=nproc_per_node, nnodes=nnodes, cluster=cluster, device=device, dist_backend=dist_backend, epochs=epochs,
             max_steps=max_steps, batch_size=batch_size, test_fraction=test_fraction, seed=seed, max_restarts=max_restarts,
-            collective_timeout_s=collective_timeout_s, profile_steps=profile_steps, checkpoint_every_steps=checkpoint_every_steps,
+            collective_timeout_s=collective_timeout_s, profile_steps=profile_steps, metrics_port=metrics_port, checkpoint_every_steps=checkpoint_every_steps,
             keep_checkpoints=keep_checkpoints, serving_requirements=serving_requirements, tracking_uri=tracking_uri,
             experiment_name=experiment_name, run_id=run_id,
         )

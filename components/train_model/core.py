@@ -7,6 +7,7 @@ pyfunc model. No ML framework is imported here: only in the ranks.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -27,12 +28,14 @@ from trainpipe.components.train_model.spec import (
     TrainModelConfig,
     TrainModelResult,
 )
+from trainpipe import telemetry
 from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
+from trainpipe.profiles import metrics_port
 from trainpipe.resources import threads_per_rank
 from trainpipe.tabular import find_dataset
 from trainpipe.training import launch
@@ -185,11 +188,17 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     if tracking_thread is not None:
         tracking_thread.start()
     config_path = out / f".train_config.node{launch.node_rank(config)}.json"
+    if config.metrics_port is None:
+        config = config.model_copy(update={"metrics_port": metrics_port(runtime.hardware_profile)})
     atomic_write_json(config_path, config.model_dump(mode="json"))
+    env = rank_env(config)
+    env[telemetry.LABELS_ENV] = telemetry.training_labels(
+        lineage.orchestrator.run_id if lineage.orchestrator and lineage.orchestrator.run_id else f"local-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]}",
+        runtime.hardware_profile, config.train_function)
     t0 = time.perf_counter()
     try:
         abort = (lambda: tracking_thread.error is not None) if tracking_thread is not None else None
-        code = launch.launch(config, config_path, rank_env(config), out / ERRORS_DIR, abort=abort)
+        code = launch.launch(config, config_path, env, out / ERRORS_DIR, abort=abort)
     finally:
         config_path.unlink(missing_ok=True)
         shutil.rmtree(out / launch.RENDEZVOUS_DIR, ignore_errors=True)

@@ -73,9 +73,17 @@ def node_command(node_config: str, result_path: str) -> tuple[list[str], list[st
     return ["python", "-m", "trainpipe.components.train_model"], ["--config", node_config, "--result", result_path]
 
 
+def _pod_metadata(metrics_port: int) -> dict[str, Any]:
+    labels, annotations = pods.metrics_metadata(metrics_port)
+    meta: dict[str, Any] = {"labels": {**LABELS, **labels}}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
 def trainjob_manifest(
     name: str, cluster: ClusterJob, nnodes: int, nproc_per_node: int, node_config: str, result_path: str, profile: HardwareProfile, image: str,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, metrics_port: int = 0,
 ) -> dict[str, Any]:
     """A Kubeflow Trainer ``TrainJob`` on the ``torch-distributed`` runtime (or ``cluster.runtime``)."""
     _check_name(name)
@@ -107,7 +115,8 @@ def trainjob_manifest(
                 {
                     "manager": MANAGER,
                     "trainingRuntimeSpec": {
-                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": template}}}}]}}
+                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                            "metadata": _pod_metadata(metrics_port), "spec": template}}}}]}}
                     },
                 }
             ],
@@ -117,14 +126,14 @@ def trainjob_manifest(
 
 def pytorchjob_manifest(
     name: str, cluster: ClusterJob, nnodes: int, nproc_per_node: int, node_config: str, result_path: str,
-    profile: HardwareProfile, image: str, max_restarts: int, env: dict[str, str] | None = None,
+    profile: HardwareProfile, image: str, max_restarts: int, env: dict[str, str] | None = None, metrics_port: int = 0,
 ) -> dict[str, Any]:
     """A legacy Training Operator ``PyTorchJob`` (kubeflow.org/v1): one Master and ``nnodes - 1`` Workers."""
     _check_name(name)
     command, args = node_command(node_config, result_path)
     spec = pods.pod_spec(profile, profile.train, container_name="pytorch", image=image, command=command, args=args,  # the name the operator expects
                          env={"TRAINPIPE_JOB_ID": name, **(env or {})}, pvcs={cluster.shared_pvc: cluster.mount_path})
-    template = {"metadata": {"labels": dict(LABELS)}, "spec": spec}
+    template = {"metadata": _pod_metadata(metrics_port), "spec": spec}
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "OnFailure", "template": template}
@@ -158,6 +167,7 @@ def stage(config: TrainModelConfig, name: str) -> tuple[Path, TrainModelConfig]:
             "checkpoint_dir": None,
             "cluster": None,
             "node_rank": None,
+            "metrics_port": config.metrics_port if config.metrics_port is not None else get_profile(cluster.profile).metrics_port,
         }
     )
     atomic_write_json(workdir / "train.json", node.model_dump(mode="json", exclude={"cluster"}))
@@ -172,9 +182,10 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Pol
     if not image:
         raise InputError("cluster.image: set it (or TRAINPIPE_IMAGE) to the trainpipe image the nodes run")
     args = (name, cluster, config.nnodes, config.nproc_per_node, str(workdir / "train.json"), str(workdir / "result.json"), profile, image)
+    port = config.metrics_port if config.metrics_port is not None else profile.metrics_port
     if cluster.launcher == "pytorchjob":
-        return pytorchjob_manifest(*args, max_restarts=config.max_restarts, env=_job_env(policy))
-    return trainjob_manifest(*args, env=_job_env(policy))
+        return pytorchjob_manifest(*args, max_restarts=config.max_restarts, env=_job_env(policy), metrics_port=port)
+    return trainjob_manifest(*args, env=_job_env(policy), metrics_port=port)
 
 
 def _api() -> Any:

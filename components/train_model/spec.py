@@ -79,6 +79,11 @@ class TrainModelParams(StrictModel):
     profile_steps: int = Field(
         0, ge=0, le=10_000, description="trace this many steps with torch.profiler on rank 0 (after 4 warm-up steps); 0: off"
     )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65_535,
+        description="serve each rank's Prometheus metrics on this port + its local rank while it trains; "
+        "0: off (on a KFP face 0 is unset: turn it off in the profile); default: the hardware profile's",
+    )
     checkpoint_every_steps: int = Field(50, ge=0, le=10**9, description="also checkpoint every N steps (0: only at epoch ends)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     serving_requirements: list[str] = Field(

@@ -13,6 +13,24 @@ from typing import Any
 from trainpipe.images import RUN_AS
 
 
+#: The label the shipped PodMonitor selects (monitoring/podmonitor.yaml): a pod whose ranks serve metrics.
+METRICS_LABEL = "trainpipe.io/metrics"
+#: The main container of each kind of pod trainpipe's training runs in (KFP, Airflow's
+#: KubernetesPodOperator, a TrainJob node, a PyTorchJob replica): the one the PodMonitor scrapes.
+MAIN_CONTAINERS = ("main", "base", "node", "pytorch")
+
+
+def metrics_metadata(base: int) -> tuple[dict[str, str], dict[str, str]]:
+    """``(labels, annotations)`` of a training pod whose ranks serve metrics from port ``base``: the
+    label the PodMonitor selects, and the ``prometheus.io`` annotations it (or a Prometheus that
+    discovers pods by annotation) reads the port from. Local rank 0's endpoint answers for every
+    rank of its pod, so one target per pod covers them all, and no container port needs declaring
+    (a TrainJob's patch and a KFP task cannot declare one)."""
+    if not base:
+        return {}, {}
+    return {METRICS_LABEL: "true"}, {"prometheus.io/scrape": "true", "prometheus.io/port": str(base), "prometheus.io/path": "/metrics"}
+
+
 def pod_security() -> dict[str, Any]:
     """Pod Security Standard "restricted", pod part: non-root as trainpipe's user, RuntimeDefault seccomp."""
     return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}

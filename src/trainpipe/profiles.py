@@ -71,6 +71,10 @@ class HardwareProfile(StrictModel):
     volumes: dict[str, str] = Field(default_factory=dict, description="PVC name -> mount path on the training step (the shared volume of multi-node jobs)")
     timeout_s: int = Field(3600, ge=60, le=7 * 86_400, description="timeout of every step but training")
     train_timeout_s: int = Field(6 * 3600, ge=60, le=30 * 86_400, description="timeout of the training step")
+    metrics_port: int = Field(
+        9450, ge=0, le=65_535,
+        description="training ranks serve Prometheus metrics on this port + their local rank (the PodMonitor scrapes the pods' metrics-N ports); 0: off",
+    )
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 
@@ -94,6 +98,19 @@ PROFILES: dict[str, HardwareProfile] = {
         tolerations=[Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
     ),
 }
+
+
+def metrics_port(name_or_path: str) -> int:
+    """The port a training step's ranks serve metrics on under this profile; 0 (off) for a local
+    run, which has no profile, and for one that cannot be read (telemetry never fails a run)."""
+    if name_or_path in PROFILES or name_or_path.endswith((".yaml", ".yml", ".json")):
+        from trainpipe.contract.errors import InputError
+
+        try:
+            return get_profile(name_or_path).metrics_port
+        except (InputError, OSError):
+            return 0
+    return 0
 
 
 def get_profile(name_or_path: str) -> HardwareProfile:

@@ -158,6 +158,11 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
         policy = {e["name"]: e.get("value") for e in c.get("env", [])}["TRAINPIPE_POLICY"]  # the config's policy, on every pod
         assert json.loads(policy) == {"allowed_regions": ["me-central-1"], "require_encryption": True}
     assert pods["train_model"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    # the training pod's ranks serve metrics (the profile's metrics_port): the PodMonitor's label and port annotation
+    train_meta = pods["train_model"]["metadata"]
+    assert train_meta["labels"]["trainpipe.io/metrics"] == "true" and train_meta["annotations"]["prometheus.io/port"] == "9450"
+    assert "--metrics-port" in pods["train_model"]["spec"]["containers"][0]["args"]
+    assert "trainpipe.io/metrics" not in (pods["evaluate_model"]["metadata"].get("labels") or {})
     # one place (trainpipe.images) picks each task's image: GPU training, slim data steps, CPU for the rest
     images = {t: p["spec"]["containers"][0]["image"] for t, p in pods.items()}
     assert images == {"validate_data": "registry.example/team-a/trainpipe-data:0.1.0", "snapshot_dataset": "registry.example/team-a/trainpipe-data:0.1.0",

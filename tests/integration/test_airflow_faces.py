@@ -98,11 +98,13 @@ def _processes_naming(text: str) -> list[str]:
 def test_the_steps_log_reaches_the_task_log_while_it_runs(tmp_path, snapshot):
     settings = {"data": str(snapshot), "output_dir": str(tmp_path / "m"), "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
                 "nproc_per_node": 1, "epochs": 4, "batch_size": 64, "checkpoint_every_steps": 0}
-    out = _script("stream", {"settings": settings}, env={"AIRFLOW_HOME": str(tmp_path / "home")})
+    out = _script("stream", {"settings": settings}, env={"AIRFLOW_HOME": str(tmp_path / "home"), "TRAINPIPE_PROGRESS_EVERY_S": "0.1"})
     epochs = [s for s in out["seen"] if "train_model: epoch" in s["line"]]
     assert len(epochs) == 4, [s["line"] for s in out["seen"]][-20:]
     # each epoch's line was in the task log while the step was still running, not all at its end
     assert all(s["running"] for s in epochs)
+    progress = [s for s in out["seen"] if " batches (" in s["line"]]  # progress with rate and ETA, live too
+    assert progress and all(s["running"] and "samples/s" in s["line"] for s in progress), [s["line"] for s in out["seen"]][-20:]
     assert epochs[0]["t"] < epochs[-1]["t"] < out["end"]
     assert any(s["line"].startswith("trainpipe train_model: ok") for s in out["seen"])
 

@@ -66,7 +66,9 @@ class TrainpipeOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         cmd = component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
-        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow")
+        ti = context.get("ti")
+        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow",
+                   TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1))  # the Pushgateway's retries figure
         try:
             code, out, last = stream(cmd, env, lambda line: self.log.info("%s", line.rstrip("\n")), on_start=self._started,
                                      start_new_session=True)  # its own process group: on_kill ends all of it

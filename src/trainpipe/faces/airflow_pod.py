@@ -68,9 +68,18 @@ def kubernetes_task(
     command = component_command(
         component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
     )
+    kwargs["env_vars"] = {"TRAINPIPE_TRY_NUMBER": "{{ ti.try_number }}", **(kwargs.get("env_vars") or {})}
     if profile is not None:
+        metadata: dict[str, Any] = {}
+        if component == "train_model" and profile.metrics_port:  # its ranks serve metrics: the PodMonitor finds the pod
+            settings = {"metrics_port": profile.metrics_port, **settings}
+            base = int(settings["metrics_port"]) if str(settings["metrics_port"]).isdigit() else profile.metrics_port
+            labels, annotations = pods.metrics_metadata(base)
+            metadata = {"labels": labels, "annotations": annotations}
+            command = component_command(component, settings, orchestrator="airflow", run_id="{{ run_id }}",
+                                        result_path="/airflow/xcom/return.json", python="python")
         spec = pods.pod_spec(profile, resources or profile.default, container_name="base")
-        kwargs.setdefault("pod_template_dict", {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec})
+        kwargs.setdefault("pod_template_dict", {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
         kwargs.setdefault("image_pull_policy", profile.image_pull_policy)
     return TrainpipePodOperator(
         task_id=task_id,
