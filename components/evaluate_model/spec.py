@@ -134,6 +134,9 @@ class EvaluateModelResult(ComponentResult):
         return [{"action": "gate", "decision": {"passed": d.passed, "failures": d.failures, "thresholds": d.thresholds,
                                                 "metrics": d.metrics, "champion_version": champion, "beats_champion": d.beats_champion}}]
 
+    def figures(self) -> dict[str, float]:
+        return {"rows": float(self.n_test)}
+
     def summary(self) -> str:
         m = ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
         return f"{m} on {self.n_test} held-out rows; gate {'passed' if self.decision.passed else 'NOT passed'}"

@@ -12,7 +12,7 @@ from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.lineage import Lineage, SnapshotLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, file_digest, link_or_copy
+from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, link_or_copy
 from trainpipe.tabular import SUPPORTED_SUFFIXES, find_dataset
 
 _GIT_ID = ["-c", "user.name=trainpipe", "-c", "user.email=trainpipe@localhost", "-c", "commit.gpgsign=false"]
@@ -171,9 +171,9 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: Lineage, runtime: R
         if tracked and stale.name != src.name:
             raise InputError(f"dataset_name: {config.dataset_name!r} already tracks {stale.name!r}; use another dataset_name per dataset")
     if src.is_dir():  # a folder of Parquet files: DVC tracks the folder (one .dir hash)
-        if not target.is_dir() or dataset_digest(target) != dataset_digest(src):
+        if not target.is_dir() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(src, f"{NAME}: hashing the data"):
             copy_tree_atomic(src, target)
-    elif not target.exists() or file_digest(target) != file_digest(src):
+    elif not target.exists() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(src, f"{NAME}: hashing the data"):
         atomic_copy(src, target)
     try:
         (stage,) = repo.add(str(target))

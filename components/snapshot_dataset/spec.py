@@ -52,5 +52,8 @@ class SnapshotDatasetResult(ComponentResult):
     committed: bool = Field(description="whether this run made a new git commit")
     data_file: str = Field(description="the dataset (a file, or a folder of .parquet files) inside output_dir")
 
+    def figures(self) -> dict[str, float]:
+        return {"bytes": float(self.size)}
+
     def summary(self) -> str:
         return f"md5 {self.md5} at rev {self.rev[:12]} on {self.remote_url} ({self.pushed} pushed)"

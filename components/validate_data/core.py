@@ -156,6 +156,17 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
     return out
 
 
+def _progress(files: list[Path]) -> Any:
+    """Progress in rows over a folder of Parquet files (their footers give the total), or None for one file."""
+    if len(files) < 2:
+        return None
+    import pyarrow.parquet as pq
+
+    from trainpipe.telemetry import Progress
+
+    return Progress(NAME, sum(pq.ParquetFile(f).metadata.num_rows for f in files), "rows")
+
+
 def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime | None = None) -> ValidateDataResult:
     """Validate a dataset against a suite; copy it to the output only if it passes.
 
@@ -231,6 +242,7 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     distinct: dict[str, set[Any]] = {}
     n_columns = int(first_df.shape[1])
     df = first_df
+    progress = _progress(files)
     for i, _ in enumerate(files):
         if i:
             df = read_table(next(frames), "data")
@@ -245,6 +257,10 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
             if col in df.columns:
                 distinct.setdefault(col, set()).update(v.item() if hasattr(v, "item") else v for v in df[col].dropna().unique())
         del df
+        if progress is not None:
+            progress.update(rows)
+    if progress is not None:
+        progress.finish()
     outcomes = _aggregate(suite_doc, runs, rows, distinct, files)
 
     docs = out / DOCS_DIR

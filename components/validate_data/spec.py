@@ -90,5 +90,8 @@ class ValidateDataResult(ComponentResult):
     docs_index: str = Field(description="Data Docs index.html, relative to output_dir")
     docs_page: str = Field(description="this validation's Data Docs page, relative to output_dir")
 
+    def figures(self) -> dict[str, float]:
+        return {"rows": float(self.rows)}
+
     def summary(self) -> str:
         return f"suite {self.suite_name!r}: {self.successful}/{self.evaluated} expectations passed on {self.rows} rows"

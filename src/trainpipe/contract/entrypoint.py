@@ -137,11 +137,24 @@ def run(
     t0 = time.perf_counter()
     with _stdout_to_stderr() as result_out:
         code, payload, result = _run(name, model, core, ns, prefix)
+        _push(name, code, time.perf_counter() - t0, ns, payload, result)
         if code != EXIT_OK:
             return code
         print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {result.summary()}", file=sys.stderr)
         result_out.write(json.dumps(payload, sort_keys=True, default=str) + "\n")
     return EXIT_OK
+
+
+def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dict[str, Any], result: Any) -> None:
+    """The run's batch-job figures to the Pushgateway, when the platform set one (never fails the run)."""
+    from trainpipe import telemetry
+    from trainpipe.contract.runtime import PROFILE_ENV
+
+    if not os.environ.get(telemetry.PUSHGATEWAY_ENV):
+        return
+    run_id = ns.get("run_id") or ((payload.get("lineage") or {}).get("orchestrator") or {}).get("run_id")
+    telemetry.push_component(name, code, seconds, run_id, result.figures() if result is not None else {},
+                             os.environ.get(PROFILE_ENV) or "local")
 
 
 @contextlib.contextmanager

@@ -95,27 +95,39 @@ def atomic_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pa
     return dest
 
 
-def file_digest(path: str | os.PathLike[str], algorithm: str = "md5") -> str:
-    """Hex digest of a file's bytes (md5 by default, the hash DVC uses)."""
+def file_digest(path: str | os.PathLike[str], algorithm: str = "md5", progress: Any = None) -> str:
+    """Hex digest of a file's bytes (md5 by default, the hash DVC uses); ``progress`` (a
+    :class:`trainpipe.telemetry.Progress` in MB) advances as it reads."""
     h = hashlib.new(algorithm)
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            if progress is not None:
+                progress.update(progress.done + len(chunk) / 2**20)
             h.update(chunk)
     return h.hexdigest()
 
 
-def dataset_digest(path: str | os.PathLike[str]) -> str:
+def dataset_digest(path: str | os.PathLike[str], progress_for: str | None = None) -> str:
     """The content hash DVC gives a dataset: a file's md5, or a folder's ``.dir`` hash (the md5 of
     the sorted JSON list of its files' relative paths and md5s), so a validated folder's hash is
-    the one its snapshot records."""
+    the one its snapshot records. ``progress_for`` names who reports progress in the log while a
+    large dataset is read (a line every ``TRAINPIPE_PROGRESS_EVERY_S``; none for a quick one)."""
     p = Path(path)
+    files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
+    progress = None
+    if progress_for:
+        from trainpipe.telemetry import Progress
+
+        progress = Progress(progress_for, sum(f.stat().st_size for f in files) / 2**20, "MB")
     if p.is_file():
-        return file_digest(p)
-    entries = sorted(
-        ({"md5": file_digest(f), "relpath": f.relative_to(p).as_posix()} for f in p.rglob("*") if f.is_file()),
-        key=lambda e: e["relpath"],
-    )
-    return hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
+        digest = file_digest(p, progress=progress)
+    else:
+        entries = sorted(({"md5": file_digest(f, progress=progress), "relpath": f.relative_to(p).as_posix()} for f in files),
+                         key=lambda e: e["relpath"])
+        digest = hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
+    if progress is not None:
+        progress.finish()
+    return digest
 
 
 def copy_tree_atomic(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:

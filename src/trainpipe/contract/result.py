@@ -20,6 +20,11 @@ class ComponentResult(BaseModel):
         """One line for the log: what this step did."""
         raise NotImplementedError(f"{type(self).__name__} must say what the step did in summary()")
 
+    def figures(self) -> dict[str, float]:
+        """The batch-job figures pushed to the Pushgateway besides duration and exit code:
+        ``rows`` read or scored, ``bytes`` written or hashed, where the step knows them."""
+        return {}
+
     def audit_events(self) -> list[dict[str, Any]]:
         """Audit records besides the execution itself (a gate decision, an alias change)."""
         return []
