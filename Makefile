@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser demo test test-fast lint bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring demo test test-fast lint bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -42,10 +42,24 @@ horovod: $(HOROVOD_STAMP)
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; }
 
+# The telemetry tests start Prometheus and the Pushgateway by hand on free loopback ports (never as
+# system services): Debian's packages give the binaries. monitoring/podmonitor.yaml is validated
+# offline with the validators generated from prometheus-operator's CRDs (an npm package, installed
+# once outside the clone).
+NPM_PREFIX ?= $(HOME)/.cache/trainpipe/npm
+PODMONITOR_MODELS := $(NPM_PREFIX)/node_modules/@kubernetes-models/prometheus-operator/package.json
+
+$(PODMONITOR_MODELS):
+	npm install --silent --no-audit --no-fund --prefix $(NPM_PREFIX) @kubernetes-models/prometheus-operator@6.0.0
+
+monitoring: $(PODMONITOR_MODELS)
+	@command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null || { apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends prometheus prometheus-pushgateway; }
+
 demo: $(STAMP)
 	$(VENV)/bin/trainpipe demo --engine kfp-local
 
-test: $(STAMP) $(HOROVOD_STAMP) browser
+test: $(STAMP) $(HOROVOD_STAMP) browser monitoring
 	$(PY) -m pytest
 
 # Ratios against baselines measured in the same run; writes bench/results/<date>.json and prints

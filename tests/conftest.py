@@ -78,6 +78,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A free loopback port p with p + 1 free too (a 2-rank job serves metrics on both)."""
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two adjacent free ports")
+
+
 def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
     """Wait until ``url`` answers 200; raise with the tail of ``log`` if ``proc`` exits first, and
     kill it if ``timeout`` seconds pass."""

@@ -1,0 +1,254 @@
+"""Live telemetry against a real Prometheus and a real Pushgateway (Debian's binaries, started here
+on free loopback ports, stopped by PID): training ranks scraped every second while they train,
+the components' pushed figures, every query of the checked-in Grafana dashboards, and telemetry
+that never fails a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, _free_port, free_port_pair, run_component, wait_http
+
+pytestmark = pytest.mark.integration
+
+DASHBOARDS = sorted((REPO / "monitoring" / "grafana").glob("*.json"))
+#: What Grafana puts for $__rate_interval with a 1 s scrape interval (4 scrapes).
+RATE_INTERVAL = "4s"
+
+
+@dataclass
+class Monitoring:
+    prometheus: str
+    pushgateway: str
+    metrics_port: int
+
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+        with urllib.request.urlopen(f"{self.prometheus}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def query_range(self, promql: str, start: float, end: float) -> list[dict]:
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "1"}
+        with urllib.request.urlopen(f"{self.prometheus}/api/v1/query_range?{urllib.parse.urlencode(params)}", timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        params = urllib.parse.urlencode({"match[]": match})
+        with urllib.request.urlopen(f"{self.prometheus}/api/v1/label/{label}/values?{params}", timeout=10) as r:
+            return json.load(r)["data"]
+
+    def wait_for(self, promql: str, timeout: float = 20) -> list[dict]:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            found = self.query(promql)
+            if found:
+                return found
+            time.sleep(0.5)
+        raise AssertionError(f"no data for {promql} in {timeout:.0f} s")
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is not installed (make monitoring installs Debian's package)")
+        pytest.skip(f"{name} is not installed (make monitoring)")
+    return path
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def monitoring(tmp_path_factory):
+    """A Pushgateway and a Prometheus that scrapes it (honor_labels) and a training node's
+    endpoint every second; both started by hand on 127.0.0.1 and stopped by PID."""
+    root = tmp_path_factory.mktemp("monitoring")
+    pg_port, prom_port, metrics_port = _free_port(), _free_port(), free_port_pair()
+    pg = subprocess.Popen([_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{pg_port}"],
+                          stdout=open(root / "pushgateway.log", "w"), stderr=subprocess.STDOUT)
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "pushgateway", "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{pg_port}"]}]},
+            # rank 0's port alone, as the PodMonitor scrapes a pod: it answers for its node's ranks
+            {"job_name": "trainpipe-training", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
+        ],
+    }
+    (root / "prometheus.yml").write_text(yaml.safe_dump(config))
+    prom = subprocess.Popen([_binary("prometheus"), f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=open(root / "prometheus.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        wait_http(f"http://127.0.0.1:{pg_port}/-/ready", pg, root / "pushgateway.log", 60)
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom, root / "prometheus.log", 60)
+        yield Monitoring(f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{pg_port}", metrics_port)
+    finally:
+        _stop(prom)
+        _stop(pg)
+
+
+def _train_args(data: Path, out: Path, tracking: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "trainpipe.components.train_model", "--data", str(data), "--output-dir", str(out),
+            "--tracking-uri", tracking, "--label-column", "label", *extra]
+
+
+def test_two_gloo_ranks_are_scraped_while_they_train_and_the_final_step_reaches_prometheus(monitoring, tmp_path, digits_csv, mlflow_server):
+    run_id = "live-two-ranks"
+    env = {**os.environ, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1", "TRAINPIPE_PROGRESS_EVERY_S": "2"}
+    proc = subprocess.Popen(_train_args(digits_csv, tmp_path / "out", mlflow_server, "--nproc-per-node", "2", "--epochs", "40", "--batch-size", "32",
+                                        "--metrics-port", str(monitoring.metrics_port), "--run-id", run_id),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    live: list[dict] = []
+    try:
+        while proc.poll() is None and len(live) < 2:
+            rates = monitoring.query(f'sum by (rank) (rate(trainpipe_training_samples_total{{run_id="{run_id}"}}[3s]))')
+            live = [r for r in rates if float(r["value"][1]) > 0]
+            time.sleep(0.5)
+        assert proc.poll() is None, "training ended before Prometheus saw both ranks' samples/s"
+        assert sorted(r["metric"]["rank"] for r in live) == ["0", "1"]
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    last = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])
+    final = monitoring.query(f'last_over_time(trainpipe_training_global_step{{run_id="{run_id}"}}[5m])')
+    assert {r["metric"]["rank"]: float(r["value"][1]) for r in final} == {"0": last["step"], "1": last["step"]}
+    labels = final[0]["metric"]
+    assert labels["component"] == "train_model" and labels["model"] == "builtin:mlp" and labels["hardware_profile"] == "local" and labels["node"]
+    # the task log shows progress with rate and ETA at the set cadence, not per step
+    progress = [line for line in err.splitlines() if " batches (" in line]
+    assert progress and all("samples/s" in line and "elapsed" in line for line in progress), err[-2000:]
+    assert any("ETA" in line for line in progress)
+    steps = last["step"]
+    assert len(progress) < steps / 10
+
+
+def _run_pipeline(monitoring, tmp_path, data, tracking) -> None:
+    cfg = {
+        "data": str(data), "workspace": str(tmp_path / "ws"), "dataset_name": "digits", "model_name": "telemetry-digits",
+        "tracking_uri": tracking, "thresholds": {"accuracy": 0.9},
+        "train": {"nproc_per_node": 2, "epochs": 30, "batch_size": 32, "metrics_port": monitoring.metrics_port},
+    }
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(tmp_path / "pipeline.yaml"), "--engine", "kfp-local"],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _panels(dashboard: dict) -> list[dict]:
+    out = []
+    for panel in dashboard["panels"]:
+        out += [panel] if panel.get("targets") else []
+        out += [p for p in panel.get("panels", []) if p.get("targets")]
+    return out
+
+
+@pytest.mark.e2e
+def test_every_dashboard_query_returns_data_after_a_pipeline_run(monitoring, tmp_path, digits_csv, mlflow_server):
+    start = time.time()
+    _run_pipeline(monitoring, tmp_path, digits_csv, mlflow_server)
+    time.sleep(3)  # the Pushgateway's last push, scraped
+    end = time.time()
+    training_runs = set(monitoring.label_values("run_id", "trainpipe_training_info"))
+    pipeline_runs = set(monitoring.label_values("run_id", "trainpipe_component_duration_seconds"))
+    ours = [r for r in training_runs & pipeline_runs if not r.startswith(("live-", "local-"))]
+    assert len(ours) == 1, (training_runs, pipeline_runs)
+    run_id = ours[0]
+    pushed = {r["metric"]["component"] for r in monitoring.query(f'trainpipe_component_success{{run_id="{run_id}"}}')}
+    assert pushed == {"validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"}
+    assert len(DASHBOARDS) == 2
+    checked = 0
+    for path in DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        variable = next(v for v in dashboard["templating"]["list"] if v["name"] == "run_id")
+        metric = variable["query"]["query"].removeprefix("label_values(").split(",")[0]
+        assert run_id in monitoring.label_values("run_id", metric), path.name
+        for panel in _panels(dashboard):
+            for target in panel["targets"]:
+                promql = target["expr"].replace("$run_id", run_id).replace("$__rate_interval", RATE_INTERVAL)
+                series = monitoring.query_range(promql, start, end)
+                values = [float(v) for s in series for _, v in s["values"] if v not in ("NaN", "+Inf", "-Inf")]
+                if panel.get("description", "").startswith("CUDA only"):
+                    assert values == [], f"{path.name} / {panel['title']}: GPU figures on a machine without CUDA"
+                    continue  # NVML needs a GPU; the query is still valid PromQL (Prometheus answered success)
+                assert values, f"{path.name} / {panel['title']}: no data for {promql}"
+                checked += 1
+    assert checked >= 20
+
+
+def _pushed_groups(monitoring, component: str, run_id: str) -> list[dict]:
+    with urllib.request.urlopen(f"{monitoring.pushgateway}/api/v1/metrics", timeout=10) as r:
+        groups = json.load(r)["data"]
+    return [g for g in groups if g["labels"].get("component") == component and g["labels"].get("run_id") == run_id]
+
+
+def test_a_component_pushes_once_per_run_id_and_reruns_replace(monitoring, tmp_path, digits_csv):
+    env = {"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway}
+    for attempt in (1, 2):
+        out = tmp_path / f"v{attempt}"
+        proc = run_component("validate_data", "--data", str(digits_csv), "--output-dir", str(out), "--label-column", "label",
+                             "--run-id", "rerun-1", env={**env, "TRAINPIPE_TRY_NUMBER": str(attempt)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(_pushed_groups(monitoring, "validate_data", "rerun-1")) == 1
+    bad = run_component("validate_data", "--data", str(tmp_path / "missing.csv"), "--output-dir", str(tmp_path / "bad"), "--run-id", "rerun-2", env=env)
+    assert bad.returncode == 2
+    series = monitoring.wait_for('trainpipe_component_exit_code{component="validate_data", run_id="rerun-2"}')
+    assert float(series[0]["value"][1]) == 2
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        retries = monitoring.query('trainpipe_component_retries{component="validate_data", run_id="rerun-1"}')
+        if retries and float(retries[0]["value"][1]) == 1:
+            break
+        time.sleep(0.5)
+    assert len(retries) == 1 and float(retries[0]["value"][1]) == 1, retries  # the second try replaced the first
+    rows = monitoring.query('trainpipe_component_rows{component="validate_data", run_id="rerun-1"}')
+    assert [float(r["value"][1]) for r in rows] == [1797.0]
+    assert {r["metric"]["job"] for r in rows} == {"trainpipe"}
+
+
+def test_a_taken_port_and_a_pushgateway_that_is_down_are_one_warning_each(tmp_path, digits_csv, mlflow_server):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    down = f"http://pusher:s3cret-token@127.0.0.1:{_free_port()}"
+    try:
+        proc = subprocess.run(_train_args(digits_csv, tmp_path / "out", mlflow_server, "--nproc-per-node", "1", "--epochs", "1",
+                                          "--metrics-port", str(port)),
+                              capture_output=True, text=True, timeout=600, check=False,
+                              env={**os.environ, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1", "TRAINPIPE_PUSHGATEWAY": down})
+    finally:
+        taken.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if "telemetry: warning" in line]
+    assert len(warnings) == 2, warnings
+    assert any(f"metrics_port: cannot serve rank 0's metrics on 127.0.0.1:{port}" in w for w in warnings)
+    assert any("TRAINPIPE_PUSHGATEWAY: cannot push train_model's figures to http://127.0.0.1:" in w for w in warnings)
+    assert "s3cret" not in proc.stderr and "Traceback" not in proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (tmp_path / "out" / "model.safetensors").is_file() and result["global_steps"] > 0
