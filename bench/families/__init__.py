@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from bench.common import Bench
-from bench.families import backends, data, footprint, gpu, orchestration, parse, team, training
+from bench.families import backends, data, footprint, gpu, orchestration, parse, team, telemetry, training
 
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "training": training.run,
     "team": team.run,
+    "telemetry": telemetry.run,
     "other_backends": backends.run,
     "orchestration": orchestration.run,
     "validate": data.validate,

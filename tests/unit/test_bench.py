@@ -41,7 +41,7 @@ def test_ratio_is_the_median_of_the_pairs_ratios(bench):
 def test_unknown_benchmark_is_a_one_line_usage_error():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--only", "training,nope"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].endswith("--only: unknown benchmark 'nope' (known: training, team, other_backends, orchestration, "
+    assert proc.stderr.strip().splitlines()[-1].endswith("--only: unknown benchmark 'nope' (known: training, team, telemetry, other_backends, orchestration, "
                                                          "validate, snapshot, dag_parse, compile, rss, gpu)")
 
 
