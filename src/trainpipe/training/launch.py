@@ -13,8 +13,9 @@ A launcher is a function from the settings to the commands and environments of t
 processes, plus who restarts them; another scheduler (Slurm's ``srun``) is one more entry in
 :data:`LAUNCHERS`. While the ranks run, a rank that reports a permanent error (bad data, a
 wrong training function, an exception in the team's code) stops the group at once: restarting
-cannot fix it. Every process started here dies with the launcher (``PR_SET_PDEATHSIG``), and a
-SIGTERM to the launcher stops the group first.
+cannot fix it. Every process started here dies with the launcher (``PR_SET_PDEATHSIG``, set by the
+process itself once it runs: no Python runs between fork and exec, which is not safe while the
+launcher has threads), and a SIGTERM to the launcher stops the group first.
 """
 
 from __future__ import annotations
@@ -193,15 +194,29 @@ LAUNCHERS: dict[str, Callable[[Any, Path, dict[str, str]], Plan]] = {
 }
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the launcher dies, however it dies (Linux)."""
-    try:
-        import ctypes
+#: Set for each process the launcher starts: the process checks it is still this parent's child
+#: once it has asked to die with it (the parent may have died in between).
+PARENT_ENV = "TRAINPIPE_PARENT_PID"
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    os.setsid()
+#: ``python -c GUARD cmd...``: die with the launcher, then become ``cmd`` (torchrun, horovodrun:
+#: launchers that are not trainpipe's worker, which sets the same thing itself).
+GUARD = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, 9)\n"
+    f"if os.getppid() != int(os.environ.pop('{PARENT_ENV}', os.getppid())): os._exit(1)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+def _dies_with_launcher(cmd: list[str]) -> list[str]:
+    """The command as started: the worker guards itself; any other program through :data:`GUARD`.
+
+    Not ``preexec_fn``: that runs Python in the child between fork and exec, which can deadlock
+    while the launcher has other threads (the relays of the group it just stopped), and Popen
+    then waits for that child forever. CI saw a restarted group hang that way with no output."""
+    if cmd[1:3] == ["-m", WORKER]:
+        return cmd
+    return [sys.executable, "-c", GUARD, *cmd]
 
 
 def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
@@ -219,6 +234,8 @@ def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
 
 
 def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM each process's group, SIGKILL what is left after ``grace`` seconds; returns only
+    when every process has exited (the process itself is killed too, whatever its group)."""
     for p in procs:
         if p.poll() is None:
             try:
@@ -230,10 +247,11 @@ def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for kill in (lambda: os.killpg(p.pid, signal.SIGKILL), p.kill):
+                try:
+                    kill()
+                except ProcessLookupError:
+                    pass
             p.wait()
 
 
@@ -292,7 +310,8 @@ def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = No
             if attempt:
                 print(f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint", file=sys.stderr)
             extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
-            procs[:] = [subprocess.Popen(cmd, env={**os.environ, **env, **extra, "TRAINPIPE_ATTEMPT": str(attempt)}, preexec_fn=_die_with_parent,
+            parent = {"TRAINPIPE_ATTEMPT": str(attempt), PARENT_ENV: str(os.getpid())}
+            procs[:] = [subprocess.Popen(_dies_with_launcher(cmd), env={**os.environ, **env, **extra, **parent}, start_new_session=True,
                                          stderr=subprocess.PIPE) for cmd, env, extra in zip(plan.commands, plan.envs, extras)]
             for p in procs:
                 relay.follow(p)

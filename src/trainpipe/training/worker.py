@@ -101,7 +101,7 @@ def run(settings: Any) -> None:
         ctx.write_telemetry()
         # no rank leaves before rank 0 has written the model: across nodes, the node that reports it
         # may not be the one whose rank wrote it, and it reads the model once its own ranks are gone
-        ctx._barrier()
+        ctx._last_barrier()
         finished = True
     finally:
         if metrics is not None:
@@ -113,7 +113,11 @@ def run(settings: Any) -> None:
 
 def _die_with_parent() -> None:
     """A rank dies with the process that started it (torchrun's agent, horovodrun, the launcher):
-    a killed task leaves no rank behind."""
+    a killed task leaves no rank behind. Set here, not between fork and exec in the launcher (not
+    safe while it has threads); a rank whose launcher died before this leaves at once."""
+    from trainpipe.training.launch import PARENT_ENV
+
+    expected = os.environ.pop(PARENT_ENV, None)
     try:
         import ctypes
         import signal
@@ -121,6 +125,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if expected is not None and os.getppid() != int(expected):
+        os._exit(1)
 
 
 def main(config_path: str) -> int:
