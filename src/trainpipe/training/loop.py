@@ -284,6 +284,10 @@ class BaseContext:
     def _barrier(self) -> None:
         self._all_reduce_sum([0.0])
 
+    def _last_barrier(self) -> None:
+        """The barrier before the ranks leave: none leaves before rank 0 has written the model."""
+        self._barrier()
+
     def _trainer_state(self) -> dict[str, Any]:
         return {"global_step": self.global_step, "batches_done": self.batches_done, "epoch": self.epoch,
                 "carried": self._carried, "history": self.history, "world_size": self.world_size}

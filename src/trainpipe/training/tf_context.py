@@ -107,6 +107,18 @@ class TFContext(BaseContext):
             isinstance(exc, tf.errors.InternalError) and "ollective" in str(exc)
         )
 
+    def _last_barrier(self) -> None:
+        """TF's collectives pull: a worker that has its sum may leave while a peer's last pull from
+        it is still in flight, and that peer's barrier fails with 'Socket closed' (CI saw it, in
+        the barrier after the training ended). The leaver had its sum, so every worker had reached
+        the barrier and rank 0 had written the model: the run is whole. A peer that crashed
+        instead exits non-zero, and its launcher restarts or fails the group on that."""
+        try:
+            self._barrier()
+        except (tf.errors.UnavailableError, tf.errors.CancelledError):
+            if self.world_size == 1:
+                raise
+
     # --- reductions -----------------------------------------------------------------------------
 
     def _local(self, value: Any) -> list[Any]:
