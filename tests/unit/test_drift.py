@@ -1,0 +1,83 @@
+"""trainpipe.drift on bundled data: what moved is named per column, what did not stays quiet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_digits, load_wine
+
+from trainpipe.contract.errors import InputError
+from trainpipe.drift import compare
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[pd.DataFrame, pd.DataFrame]:
+    frame = load_digits(as_frame=True).frame.rename(columns={"target": "label"})
+    order = np.random.default_rng(0).permutation(len(frame))
+    return frame.iloc[order[:900]], frame.iloc[order[900:]]
+
+
+@pytest.fixture(scope="module")
+def wine() -> tuple[pd.DataFrame, pd.DataFrame]:
+    frame = load_wine(as_frame=True).frame.rename(columns={"target": "label"})
+    frame["region"] = np.where(frame["alcohol"] > 13, "north", "south")
+    order = np.random.default_rng(0).permutation(len(frame))
+    return frame.iloc[order[:89]], frame.iloc[order[89:]].copy()
+
+
+def test_an_unchanged_resample_does_not_drift(digits, wine):
+    for ref, cur in (digits, wine):
+        result = compare(ref, cur, label="label")
+        assert result.drifted_columns == [] and not result.dataset_drift
+        assert {c.method for c in result.columns} <= {"ks", "chisquare"}  # small samples: the tests decide
+
+
+def test_a_shifted_and_a_scaled_feature_are_named(digits):
+    ref, cur = digits
+    moved = cur.assign(pixel_2_3=cur["pixel_2_3"] + 4, pixel_3_3=cur["pixel_3_3"] * 1.8)
+    result = compare(ref, moved, label="label")
+    assert result.drifted_columns == ["pixel_2_3", "pixel_3_3"]
+    assert not result.dataset_drift  # 2 of 65 columns: under the default share of 0.5
+    assert compare(ref, moved, label="label", drift_share=0.03).dataset_drift
+
+
+def test_a_new_category_and_a_changed_label_balance_are_named(digits, wine):
+    ref, cur = wine
+    cur.loc[cur.index[:30], "region"] = "east"
+    assert compare(ref, cur, label="label").drifted_columns == ["region"]
+    ref, cur = digits
+    label = [c for c in compare(ref, cur[cur["label"] < 3], label="label").columns if c.is_label][0]
+    assert label.drifted and label.kind == "categorical" and label.method == "chisquare"
+
+
+def test_large_samples_use_the_distances_sampled_with_a_stated_seed():
+    rng = np.random.default_rng(1)
+    ref = pd.DataFrame(rng.normal(size=(30_000, 3)), columns=["a", "b", "c"]).assign(k=rng.choice(["x", "y"], 30_000))
+    cur = ref.assign(b=ref["b"] * 1.5)
+    one = compare(ref, cur, sample_size=5_000, seed=7)
+    assert one.sampled and one.drifted_columns == ["b"]
+    assert {c.column: c.method for c in one.columns} == {"a": "wasserstein", "b": "wasserstein", "c": "wasserstein", "k": "jensenshannon"}
+    assert all(c.reference_rows == 5_000 for c in one.columns)
+    assert one.to_dict() == compare(ref, cur, sample_size=5_000, seed=7).to_dict()  # reproducible
+    psi = compare(ref, cur, methods={"b": "psi"}, thresholds={"a": 0.5})
+    assert [c.method for c in psi.columns if c.column == "b"] == ["psi"] and psi.drifted_columns == ["b"]
+
+
+@pytest.mark.parametrize(("ref_cols", "cur", "message"), [
+    (["a", "b"], pd.DataFrame({"a": [1.0]}), "current: has no column 'b' (the schemas differ)"),
+    (["a"], pd.DataFrame({"a": [1.0], "z": [2.0]}), "current: column 'z' is not in the reference"),
+    (["a"], pd.DataFrame({"a": ["x"]}), "current: column 'a' is categorical but numeric in the reference"),
+    (["a"], pd.DataFrame({"a": []}, dtype=float), "current: has no rows to compare"),
+])
+def test_bad_input_is_one_line_naming_the_column(ref_cols, cur, message):
+    ref = pd.DataFrame({c: [1.0, 2.0, 3.0] for c in ref_cols})
+    with pytest.raises(InputError) as err:
+        compare(ref, cur)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(InputError, match="methods.a: 'median' is not one of"):
+        compare(ref, ref, methods={"a": "median"})
+    with pytest.raises(InputError, match="methods.a: chisquare compares categorical columns"):
+        compare(ref, ref, methods={"a": "chisquare"})
