@@ -344,11 +344,12 @@ class TrainingMetrics:
 
 
 def push_component(name: str, exit_code: int, seconds: float, run_id: str | None, figures: dict[str, float],
-                   hardware_profile: str, url: str | None = None) -> bool:
+                   hardware_profile: str, url: str | None = None, series: list[tuple[str, str, dict[str, str], float]] | None = None) -> bool:
     """Push one component run's figures to the Pushgateway (``TRAINPIPE_PUSHGATEWAY``), if one is set.
 
     Grouped by job ``trainpipe``, the component and the run id, and pushed with PUT: a rerun or a
-    retry of the same run replaces the figures. Returns whether they were pushed.
+    retry of the same run replaces the figures. ``series`` are the step's own figures
+    (``(metric, help, labels, value)``, :meth:`ComponentResult.series`). Returns whether they were pushed.
     """
     url = url or os.environ.get(PUSHGATEWAY_ENV)
     if not url:
@@ -376,6 +377,11 @@ def push_component(name: str, exit_code: int, seconds: float, run_id: str | None
     put("trainpipe_component_rows", "rows the component read or scored", figures.get("rows"))
     put("trainpipe_component_bytes", "bytes the component wrote or hashed", figures.get("bytes"))
     put("trainpipe_component_last_run_timestamp_seconds", "when the run ended (unix time)", time.time())
+    gauges: dict[str, Any] = {}
+    for metric, doc, extra, value in series or []:
+        keys = sorted({**labels, **extra})
+        gauge = gauges.get(metric) or gauges.setdefault(metric, Gauge(metric, doc, keys, registry=registry))
+        gauge.labels(**{k: _label(v) for k, v in {**labels, **extra}.items()}).set(float(value))
     try:
         push_to_gateway(url, job=PUSH_JOB, registry=registry, timeout=3,
                         grouping_key={"component": name, "run_id": _label(run_id) or "manual"})

@@ -154,7 +154,7 @@ def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dic
         return
     run_id = ns.get("run_id") or ((payload.get("lineage") or {}).get("orchestrator") or {}).get("run_id")
     telemetry.push_component(name, code, seconds, run_id, result.figures() if result is not None else {},
-                             os.environ.get(PROFILE_ENV) or "local")
+                             os.environ.get(PROFILE_ENV) or "local", series=result.series() if result is not None else [])
 
 
 @contextlib.contextmanager

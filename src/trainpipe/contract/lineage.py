@@ -107,6 +107,18 @@ class RegistrationLineage(Section):
     champion_moved: bool | None = None
 
 
+class DriftLineage(Section):
+    """detect_drift's comparison of this data with the champion's training data."""
+
+    dataset_drift: bool
+    share_drifted: float
+    drifted_columns: list[str]
+    retrain: bool
+    reference: str = Field(description="lineage, explicit or none")
+    champion_version: str | None = None
+    reference_md5: str | None = None
+
+
 class CodeLineage(Section):
     trainpipe: str
     git_commit: str
@@ -129,6 +141,7 @@ class Lineage(BaseModel):
     profile: ProfileLineage | None = None
     evaluation: EvaluationLineage | None = None
     registration: RegistrationLineage | None = None
+    drift: DriftLineage | None = None
     code: CodeLineage | None = None
     orchestrator: OrchestratorLineage | None = None
     image: str | None = None

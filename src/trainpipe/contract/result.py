@@ -25,6 +25,12 @@ class ComponentResult(BaseModel):
         ``rows`` read or scored, ``bytes`` written or hashed, where the step knows them."""
         return {}
 
+    def series(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """Figures of the step's own, pushed beside the batch-job figures: ``(metric, help,
+        labels, value)`` each (detect_drift's share and per-column statistics). Labels name data,
+        never a secret."""
+        return []
+
     def audit_events(self) -> list[dict[str, Any]]:
         """Audit records besides the execution itself (a gate decision, an alias change)."""
         return []
