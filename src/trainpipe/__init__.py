@@ -13,6 +13,7 @@ COMPONENTS = (
     "profile_training",
     "evaluate_model",
     "register_model",
+    "detect_drift",
 )
 
 __all__ = ["COMPONENTS", "__version__"]

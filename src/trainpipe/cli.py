@@ -47,7 +47,7 @@ for _name in COMPONENTS:
 CONFIG_ENV = "TRAINPIPE_CONFIG"
 #: Where a config is looked for when none is named: the current folder, then the demo's.
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
-STEP_LINE = re.compile(r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model)(?::| \S+:).*)")
+STEP_LINE = re.compile(r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model|detect_drift)(?::| \S+:).*)")
 
 
 def default_config(config: Path | None, required: bool = True) -> Path | None:

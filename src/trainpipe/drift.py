@@ -90,7 +90,8 @@ def _kind(series: "pd.Series", categorical: set[str]) -> str:
     return "numeric"
 
 
-def _sample(df: "pd.DataFrame", size: int, seed: int) -> "pd.DataFrame":
+def sample(df: "pd.DataFrame", size: int, seed: int) -> "pd.DataFrame":
+    """At most ``size`` rows of ``df``, drawn without replacement with ``seed`` (all of it when smaller)."""
     if len(df) <= size:
         return df
     return df.sample(n=size, random_state=seed, replace=False)
@@ -163,7 +164,7 @@ def compare(reference: "pd.DataFrame", current: "pd.DataFrame", *, columns: list
         if method not in METHODS:
             raise InputError(f"methods.{col}: {method!r} is not one of {', '.join(METHODS)}")
     sampled = len(reference) > sample_size or len(current) > sample_size
-    ref, cur = _sample(reference[names], sample_size, seed), _sample(current[names], sample_size, seed + 1)
+    ref, cur = sample(reference[names], sample_size, seed), sample(current[names], sample_size, seed + 1)
     out = []
     for col in names:
         kind = _kind(reference[col], cat)

@@ -18,7 +18,7 @@ from trainpipe.pipelines.compile import validate_pipeline_yaml
 pytestmark = pytest.mark.contract
 
 GOLDEN = REPO / "pipelines" / "golden"
-COMPONENTS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model")
+COMPONENTS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model", "detect_drift")
 
 
 def _env() -> dict:
@@ -38,9 +38,17 @@ def test_compiled_pipeline_matches_the_golden_file_and_the_spec(tmp_path, profil
     validate_pipeline_yaml(golden)
 
 
+def _tasks(spec: dict) -> dict:
+    """Every task of a compiled pipeline, those inside conditions too."""
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for comp in spec["components"].values():
+        tasks.update(comp.get("dag", {}).get("tasks", {}))
+    return tasks
+
+
 def test_the_spec_validator_rejects_what_kfp_would(tmp_path):
     docs = list(yaml.safe_load_all((GOLDEN / "pipeline-cpu.yaml").read_text()))
-    docs[0]["root"]["dag"]["tasks"]["train-model"]["retryPolicy"]["maxRetries"] = 3
+    _tasks(docs[0])["train-model"]["retryPolicy"]["maxRetries"] = 3
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump_all(docs))
     with pytest.raises(InputError, match="not a valid KFP pipeline spec"):
@@ -48,14 +56,18 @@ def test_the_spec_validator_rejects_what_kfp_would(tmp_path):
 
 
 def test_caching_keys_include_the_dvc_content_hash():
-    tasks = next(yaml.safe_load_all((GOLDEN / "pipeline-cpu.yaml").read_text()))["root"]["dag"]["tasks"]
-    # validate and snapshot read data that can change behind one URI: never cached
-    for name in ("validate-data", "snapshot-dataset"):
+    tasks = _tasks(next(yaml.safe_load_all((GOLDEN / "pipeline-cpu.yaml").read_text())))
+    # validate and snapshot read data that can change behind one URI, detect_drift the champion,
+    # which moves between runs: never cached
+    for name in ("validate-data", "snapshot-dataset", "detect-drift"):
         assert not tasks[name]["cachingOptions"].get("enableCache"), name
     # every later data-consuming task takes the snapshot's md5 as a parameter: part of its cache key
+    for name in ("detect-drift", "train-model", "evaluate-model"):
+        md5 = tasks[name]["inputs"]["parameters"]["dataset_md5"]
+        # inside a condition, the snapshot's output reaches the task through the condition's channel
+        assert md5 in ({"taskOutputParameter": {"outputParameterKey": "md5", "producerTask": "snapshot-dataset"}},
+                       {"componentInputParameter": "pipelinechannel--snapshot-dataset-md5"}), name
     for name in ("train-model", "evaluate-model"):
-        md5 = tasks[name]["inputs"]["parameters"]["dataset_md5"]["taskOutputParameter"]
-        assert md5 == {"outputParameterKey": "md5", "producerTask": "snapshot-dataset"}
         assert tasks[name]["cachingOptions"]["enableCache"] is True
     retry = tasks["train-model"]["retryPolicy"]
     assert retry["backoffMaxDuration"] == "600s" and retry["backoffFactor"] == 2.0

@@ -231,6 +231,22 @@ def test_a_component_pushes_once_per_run_id_and_reruns_replace(monitoring, tmp_p
     assert {r["metric"]["job"] for r in rows} == {"trainpipe"}
 
 
+def test_detect_drift_pushes_its_decision_and_each_columns_statistic(monitoring, tmp_path, digits_csv):
+    import pandas as pd
+
+    frame = pd.read_csv(digits_csv)
+    frame.assign(pixel_2_3=frame["pixel_2_3"] + 4).to_csv(tmp_path / "moved.csv", index=False)
+    proc = run_component("detect_drift", "--data", str(tmp_path / "moved.csv"), "--reference", str(digits_csv), "--output-dir", str(tmp_path / "d"),
+                         "--drift-share", "0.01", "--run-id", "drift-1", env={"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    share = monitoring.wait_for('trainpipe_drift_share{component="detect_drift", run_id="drift-1"}')
+    assert float(share[0]["value"][1]) == pytest.approx(1 / 65)
+    assert float(monitoring.query('trainpipe_drift_retrain{run_id="drift-1"}')[0]["value"][1]) == 1
+    drifted = monitoring.query('trainpipe_drift_column_drifted{run_id="drift-1"} == 1')
+    assert [(d["metric"]["column"], d["metric"]["method"]) for d in drifted] == [("pixel_2_3", "wasserstein")]
+    assert len(monitoring.query('trainpipe_drift_column_statistic{run_id="drift-1"}')) == 65
+
+
 def test_a_taken_port_and_a_pushgateway_that_is_down_are_one_warning_each(tmp_path, digits_csv, mlflow_server):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

@@ -81,3 +81,30 @@ def test_bad_input_is_one_line_naming_the_column(ref_cols, cur, message):
         compare(ref, ref, methods={"a": "median"})
     with pytest.raises(InputError, match="methods.a: chisquare compares categorical columns"):
         compare(ref, ref, methods={"a": "chisquare"})
+
+
+def test_the_component_decides_and_writes_its_result_and_report(tmp_path, digits):
+    """detect_drift's core on an explicit reference: the decision, its reasons, what it writes."""
+    import json
+
+    from trainpipe.components.detect_drift.core import detect_drift
+    from trainpipe.components.detect_drift.spec import DetectDriftConfig
+    from trainpipe.contract.lineage import Lineage
+
+    ref, cur = digits
+    ref.to_csv(tmp_path / "ref.csv", index=False)
+    cur.assign(pixel_2_3=cur["pixel_2_3"] + 4).to_csv(tmp_path / "cur.csv", index=False)
+    base = {"data": str(tmp_path / "cur.csv"), "reference": str(tmp_path / "ref.csv")}
+    held = detect_drift(DetectDriftConfig(**base, output_dir=str(tmp_path / "a")), Lineage())
+    assert held.retrain is False and held.drifted_columns == ["pixel_2_3"] and held.reference.source == "explicit"
+    assert held.reasons == ["no drift: 1 of 65 columns drifted (pixel_2_3), share 0.015 < 0.5"]
+    assert held.lineage.drift.retrain is False and held.lineage.drift.drifted_columns == ["pixel_2_3"]
+    always = detect_drift(DetectDriftConfig(**base, output_dir=str(tmp_path / "b"), retrain_on="always"), Lineage())
+    assert always.retrain is True and always.reasons[0] == "retrain_on is always: retrain whatever the figures"
+    assert always.drifted_columns == ["pixel_2_3"]  # still measured
+    share = detect_drift(DetectDriftConfig(**base, output_dir=str(tmp_path / "c"), drift_share=0.01), Lineage())
+    assert share.retrain is True and share.reasons[0].startswith("data drifted: 1 of 65 columns (pixel_2_3), share 0.015 >= 0.01")
+    written = json.loads((tmp_path / "c" / "drift.json").read_text())
+    assert written["retrain"] is True and len(written["columns"]) == 65
+    assert "<h1>Drift: retrain</h1>" in (tmp_path / "c" / "report.html").read_text()
+    assert [s[0] for s in share.series()[:3]] == ["trainpipe_drift_dataset_drift", "trainpipe_drift_share", "trainpipe_drift_retrain"]

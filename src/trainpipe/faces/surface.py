@@ -31,6 +31,7 @@ ARTIFACTS: dict[str, dict[str, str]] = {
     "profile_training": {"model": "model", "data": "data", "output_dir": "profile"},
     "evaluate_model": {"model": "model", "data": "data", "output_dir": "decision"},
     "register_model": {"model": "model", "decision": "decision", "profile": "profile", "output_dir": "registration"},
+    "detect_drift": {"data": "data", "reference": "reference", "output_dir": "drift"},
 }
 #: A step's setting that the pipeline (and the DAG) names otherwise: (component, its field) -> the
 #: pipeline's setting. Every other step setting that shares a pipeline setting's name takes it.
@@ -38,6 +39,7 @@ RENAMED: dict[tuple[str, str], str] = {
     ("snapshot_dataset", "repo_dir"): "dvc_repo_dir",
     ("snapshot_dataset", "remote_url"): "dvc_remote_url",
     ("evaluate_model", "champion_alias"): "alias",  # the gate compares with the model serving under the pipeline's alias
+    ("detect_drift", "champion_alias"): "alias",  # drift is measured against the data of the model serving under it
 }
 #: A step's setting that shares a pipeline setting's name but is not that setting: it keeps its own value.
 NOT_FROM_PIPELINE: dict[tuple[str, str], str] = {

@@ -1,0 +1,1 @@
+"""detect_drift: a trainpipe component."""

@@ -1,0 +1,346 @@
+"""detect_drift: the work. pandas, scipy, matplotlib, dvc and mlflow are imported inside the functions.
+
+The reference is the data that trained the current champion: its registered version's lineage
+names the DVC snapshot (md5, git revision, path, remote), fetched here into an empty cache, so the
+bytes come from the remote and match what training read. An explicit ``reference`` wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trainpipe.components.detect_drift.spec import (
+    NAME,
+    REPORT_FILE,
+    RESULT_FILE,
+    ColumnResult,
+    DetectDriftConfig,
+    DetectDriftResult,
+    ReferenceInfo,
+)
+from trainpipe.contract.errors import InputError, ServiceUnavailable
+from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.lineage import DriftLineage, Lineage
+from trainpipe.contract.runtime import Runtime
+
+#: The report draws the drifted columns first, then the most moved, up to this many charts.
+MAX_CHARTS = 24
+
+
+def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
+    """The lineage's DVC snapshot (a file or a folder), fetched from its remote into an empty cache.
+
+    Raises:
+        InputError: the record is incomplete, or its git repository, revision or path is not there
+            (exit 2: a retry cannot fix it).
+        ServiceUnavailable: the remote cannot serve the bytes (exit 75: retried).
+    """
+    missing = [k for k in ("md5", "rev", "path", "repo", "remote") if not snap.get(k)]
+    if missing:
+        raise InputError(f"model_name: the champion's lineage has no complete DVC snapshot record (no {', '.join(missing)}); give reference")
+    from dvc.api import DVCFileSystem
+
+    where = f"snapshot {snap['path']}@{str(snap['rev'])[:10]}"
+    cache = dest / ".cache"
+    config = {"cache": {"dir": str(cache)}, "core": {"remote": "lineage"}, "remote": {"lineage": {"url": snap["remote"]}}}
+    try:
+        fs = DVCFileSystem(snap["repo"], rev=snap["rev"], config=config)
+        found = fs.exists(snap["path"])
+    except Exception as exc:
+        raise InputError(f"model_name: {where} in {snap['repo']}: {_first(exc)}") from None
+    if not found:
+        raise InputError(f"model_name: {where} is not in {snap['repo']} at that revision")
+    target = dest / Path(snap["path"]).name
+    try:
+        fs.get(snap["path"], str(target), recursive=True)
+    except Exception as exc:
+        raise ServiceUnavailable(f"reference: {where} cannot be fetched from {snap['remote']}: {_first(exc)}") from None
+    if target.is_file():
+        digest = hashlib.md5()
+        with target.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != snap["md5"]:
+            raise InputError(f"reference: {where} fetched from {snap['remote']} has md5 {digest.hexdigest()}, the lineage recorded {snap['md5']}")
+    return target
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:300] if text else type(exc).__name__
+
+
+def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[Any, dict[str, Any]] | None:
+    """The champion's version and lineage; None when the model has no such alias yet."""
+    if not config.model_name:
+        return None
+    from trainpipe import lineage_report, registry, tracking
+
+    client = tracking.connect(config.tracking_uri, runtime.policy)
+    version = registry.alias_version(client, config.model_name, config.champion_alias)
+    if version is None:
+        return None
+    try:
+        _, record = lineage_report.fetch(f"models:/{config.model_name}/{version.version}", config.tracking_uri)
+    except InputError:
+        raise InputError(f"model_name: champion version {version.version} of {config.model_name!r} has no trainpipe lineage to name "
+                         "the data it was trained on; give reference") from None
+    return version, record
+
+
+def _champion_model(config: DetectDriftConfig, version: Any, runtime: Runtime) -> tuple[Any, str | None]:
+    """The champion's model (weights only) to score both sides with, or why it is not used."""
+    from trainpipe import registry, tracking
+    from trainpipe.components.evaluate_model.core import load_artifact
+
+    client = tracking.connect(config.tracking_uri, runtime.policy)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            weights = registry.download_weights(client, version, tmp)
+            return load_artifact(weights, runtime, "champion"), None
+        except (ValueError, InputError) as exc:
+            return None, f"the champion's predictions were not compared: {exc}"
+        except Exception as exc:  # noqa: BLE001 (an artifact store hiccup costs the prediction check only)
+            return None, f"the champion's predictions were not compared: {tracking.first_line(exc)}"
+
+
+def _predictions(model: Any, ref: Any, cur: Any, config: DetectDriftConfig) -> ColumnResult | None:
+    import numpy as np
+    import pandas as pd
+
+    from trainpipe.drift import compare
+
+    cols = model.feature_columns
+    if any(c not in ref.columns or c not in cur.columns for c in cols):
+        return None
+    sides = []
+    for df in (ref, cur):
+        x = df[cols].to_numpy(dtype=np.float32)
+        if model.task == "classification":
+            index = model.predict_proba(x).argmax(axis=1)
+            names = np.asarray([str(c) for c in model.classes], dtype=object)[index] if model.classes else index.astype(str)
+            sides.append(pd.DataFrame({"prediction": names}))
+        else:
+            sides.append(pd.DataFrame({"prediction": np.asarray(model.predict_values(x), dtype=np.float64)}))
+    got = compare(sides[0], sides[1], sample_size=config.sample_size, seed=config.seed).columns[0]
+    return ColumnResult(**{**got.__dict__, "column": "prediction"})
+
+
+def _charts(ref: Any, cur: Any, columns: list[ColumnResult]) -> list[tuple[str, str]]:
+    """One chart per column (drifted first, then by how far they moved): histograms of both sides
+    for a number, bars of each category's share for a category."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from trainpipe.components.evaluate_model.core import _png
+
+    def moved(c: ColumnResult) -> float:
+        return (1.0 - c.statistic) if c.method in ("ks", "chisquare") else c.statistic
+
+    order = sorted(columns, key=lambda c: (not c.drifted, -moved(c)))[:MAX_CHARTS]
+    out = []
+    for c in order:
+        fig, ax = plt.subplots(figsize=(4, 2.6))
+        r, k = ref[c.column].dropna(), cur[c.column].dropna()
+        if c.kind == "numeric":
+            both = np.concatenate([r.to_numpy(dtype=float), k.to_numpy(dtype=float)])
+            bins = np.histogram_bin_edges(both, bins=30)
+            ax.hist(r, bins=bins, alpha=0.55, density=True, label="reference")
+            ax.hist(k, bins=bins, alpha=0.55, density=True, label="current")
+        else:
+            rs, ks = r.astype(str).value_counts(normalize=True), k.astype(str).value_counts(normalize=True)
+            keys = sorted(set(rs.index) | set(ks.index))[:30]
+            x = np.arange(len(keys))
+            ax.bar(x - 0.2, [rs.get(v, 0) for v in keys], 0.4, label="reference")
+            ax.bar(x + 0.2, [ks.get(v, 0) for v in keys], 0.4, label="current")
+            ax.set_xticks(x, keys, rotation=45, fontsize=7)
+        ax.set_title(f"{c.column}: {c.method} {c.statistic:.3g}{' DRIFT' if c.drifted else ''}", fontsize=9)
+        ax.legend(fontsize="x-small")
+        out.append((c.column, _png(fig)))
+    return out
+
+
+def _report(result: DetectDriftResult, images: list[tuple[str, str]]) -> str:
+    rows = "".join(
+        f"<tr class='{'drifted' if c.drifted else 'stable'}'><th>{html.escape(c.column)}</th><td>{c.kind}</td><td>{c.method}</td>"
+        f"<td>{c.statistic:.4g}</td><td>{c.threshold:.4g}</td><td>{'drift' if c.drifted else 'no'}</td></tr>"
+        for c in result.columns + ([result.prediction] if result.prediction else [])
+    )
+    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.reasons)
+    ref = result.reference
+    figs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in images)
+    sample = f"sampled to {result.sample_size} rows a side with seed {result.seed}" if result.sampled else "every row compared"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe drift</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}tr.drifted{background:#fdd}figure{display:inline-block}</style>"
+        f"</head><body><h1>Drift: {'retrain' if result.retrain else 'no retrain'}</h1><ul id='reasons'>{reasons}</ul>"
+        f"<p id='reference'>reference: {html.escape(ref.source)} {html.escape(ref.path or '')} ({ref.rows} rows"
+        f"{', champion version ' + html.escape(ref.model_version) if ref.model_version else ''}); current: {result.current_rows} rows; {sample}</p>"
+        f"<h2>Columns ({len(result.drifted_columns)} of {len(result.columns)} drifted, share {result.share_drifted:.3f}, "
+        f"threshold {result.drift_share:.3f})</h2><table id='columns'><tr><th>column</th><th>kind</th><th>method</th><th>statistic</th>"
+        f"<th>threshold</th><th>drift</th></tr>{rows}</table><h2>Distributions</h2>{figs}</body></html>\n"
+    )
+
+
+def _log_to_mlflow(config: DetectDriftConfig, result: DetectDriftResult, out: Path, runtime: Runtime) -> None:
+    from trainpipe import tracking
+
+    client = tracking.connect(config.tracking_uri, runtime.policy)
+    experiment = tracking.ensure_experiment(client, config.drift_experiment, config.tracking_uri or "")
+    tags = {"trainpipe.component": NAME, "trainpipe.reference": result.reference.source}
+    if config.model_name:
+        tags["trainpipe.model_name"] = config.model_name
+    if result.reference.model_version:
+        tags["trainpipe.champion_version"] = result.reference.model_version
+    run = client.create_run(experiment, run_name="detect-drift", tags=tags)
+    from mlflow.entities import Metric, Param
+
+    now = int(time.time() * 1000)
+    metrics = [Metric("share_drifted", result.share_drifted, now, 0), Metric("dataset_drift", float(result.dataset_drift), now, 0),
+               Metric("retrain", float(result.retrain), now, 0)]
+    metrics += [Metric(f"drift.{_metric_name(c.column)}", c.statistic, now, 0) for c in result.columns[:900]]
+    params = [Param("drift_share", str(config.drift_share)), Param("sample_size", str(config.sample_size)), Param("seed", str(config.seed))]
+    client.log_batch(run.info.run_id, metrics=metrics, params=params)
+    client.log_artifact(run.info.run_id, str(out / RESULT_FILE), "drift")
+    client.log_artifact(run.info.run_id, str(out / REPORT_FILE), "drift")
+    client.set_terminated(run.info.run_id)
+
+
+def _metric_name(column: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", column)[:200]
+
+
+def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime | None = None) -> DetectDriftResult:
+    """Compare the new snapshot with the champion's training data; decide whether to retrain.
+
+    Args:
+        config: Settings and paths.
+        lineage: The new snapshot's lineage; ``drift`` is added.
+        runtime: The platform's settings (the team packages whose model code may be imported, the
+            policy MLflow is reached under).
+
+    Returns:
+        Per column and for the data set: the statistic, its threshold and whether it drifted; the
+        champion's prediction drift; whether to retrain and why (also ``drift.json``, ``report.html``).
+
+    Raises:
+        InputError: the schemas differ, a side has no rows, the champion's lineage names no snapshot,
+            or a setting names a column the data lacks.
+        ServiceUnavailable: MLflow or the snapshot's DVC remote cannot be reached (retry).
+    """
+    from trainpipe import drift
+    from trainpipe.tabular import read_table
+
+    runtime = runtime or Runtime()
+    if not config.reference and not config.model_name:
+        raise InputError("reference: give the reference data, or model_name to compare with its champion's training snapshot")
+    out = Path(config.output_dir)
+    current = read_table(config.data, "data")
+    found = champion(config, runtime)
+    version, record = found if found is not None else (None, {})
+    age = (time.time() - float(version.creation_timestamp) / 1000.0) / 86_400.0 if version is not None else None
+    with tempfile.TemporaryDirectory() as tmp:
+        if config.reference:
+            info = ReferenceInfo(source="explicit", path=config.reference)
+            reference = read_table(config.reference, "reference")
+        elif version is not None:
+            snap = record.get("snapshot") or {}
+            if not snap:
+                raise InputError(f"model_name: version {version.version} of {config.model_name!r} has a lineage without a DVC snapshot; give reference")
+            path = fetch_snapshot(snap, Path(tmp))
+            info = ReferenceInfo(source="lineage", path=f"{snap['path']}@{str(snap['rev'])[:10]}", snapshot=snap)
+            reference = read_table(path, "reference")
+        else:
+            reference, info = None, ReferenceInfo(source="none")
+    if version is not None:
+        info.model_version, info.champion_age_days = str(version.version), round(age or 0.0, 4)
+    label = config.label_column if reference is not None and config.label_column in reference.columns else None
+    if reference is None:
+        return _finish(config, lineage, out, runtime, current, None, None, info, None,
+                       f"no champion of {config.model_name!r} under alias {config.champion_alias!r}: nothing to compare with")
+    info.rows = len(reference)
+    for col in list(config.categorical_columns) + list(config.column_methods) + list(config.column_thresholds):
+        if col not in reference.columns:
+            raise InputError(f"categorical_columns/column_methods/column_thresholds: {col!r} is not a column of the reference")
+    result = drift.compare(reference, current, label=label, categorical=config.categorical_columns, drift_share=config.drift_share,
+                           methods=config.column_methods, thresholds=config.column_thresholds, sample_size=config.sample_size, seed=config.seed)
+    prediction = None
+    notes: list[str] = []
+    if version is not None:
+        model, why = _champion_model(config, version, runtime)
+        if model is not None:
+            ref_s, cur_s = drift.sample(reference, config.sample_size, config.seed), drift.sample(current, config.sample_size, config.seed + 1)
+            prediction = _predictions(model, ref_s, cur_s, config)
+        elif why:
+            notes.append(why)
+    return _finish(config, lineage, out, runtime, current, reference, result, info, prediction, None, notes)
+
+
+def _finish(config: DetectDriftConfig, lineage: Lineage, out: Path, runtime: Runtime, current: Any, reference: Any, result: Any,
+            info: ReferenceInfo, prediction: ColumnResult | None, nothing: str | None, notes: list[str] | None = None) -> DetectDriftResult:
+    reasons: list[str] = []
+    retrain = False
+    if nothing is not None:
+        retrain = True
+        reasons.append(f"{nothing}: retrain")
+    else:
+        drifted = result.drifted_columns
+        shown = ", ".join(drifted[:8]) + (" …" if len(drifted) > 8 else "")
+        if result.dataset_drift:
+            retrain = True
+            reasons.append(f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share {result.share_drifted:.3f} >= {config.drift_share}")
+        if prediction is not None and prediction.drifted:
+            text = f"the champion's predictions drifted ({prediction.method} {prediction.statistic:.4g}, threshold {prediction.threshold:.4g})"
+            if config.prediction_drift_retrains:
+                retrain = True
+            reasons.append(text + ("" if config.prediction_drift_retrains else "; prediction_drift_retrains is off"))
+    age = info.champion_age_days
+    if config.max_champion_age_days is not None and age is not None and age > config.max_champion_age_days:
+        retrain = True
+        reasons.insert(0, f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days {config.max_champion_age_days:g})")
+    if config.retrain_on == "always" and not retrain:
+        retrain = True
+        reasons.insert(0, "retrain_on is always: retrain whatever the figures")
+    if not retrain:
+        drifted = result.drifted_columns
+        reasons.insert(0, f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
+                          f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < {config.drift_share}")
+    reasons += notes or []
+    cols = [ColumnResult(**c.__dict__) for c in result.columns] if result is not None else []
+    res = DetectDriftResult(
+        dataset_drift=bool(result.dataset_drift) if result is not None else False,
+        share_drifted=float(result.share_drifted) if result is not None else 0.0, drift_share=config.drift_share,
+        drifted_columns=result.drifted_columns if result is not None else [], columns=cols, prediction=prediction, reference=info,
+        current_rows=len(current), sampled=bool(result.sampled) if result is not None else False, sample_size=config.sample_size,
+        seed=config.seed, retrain=retrain, reasons=reasons,
+    )
+    images = _charts(drift_sample(reference, config, 0), drift_sample(current, config, 1), cols) if reference is not None else []
+    atomic_write_json(out / RESULT_FILE, res.model_dump(mode="json", exclude={"lineage"}))
+    atomic_write_text(out / REPORT_FILE, _report(res, images))
+    if config.model_name or config.tracking_uri:
+        _log_to_mlflow(config, res, out, runtime)
+    snap = info.snapshot or {}
+    res.lineage = Lineage.of(lineage).with_(drift=DriftLineage(
+        dataset_drift=res.dataset_drift, share_drifted=round(res.share_drifted, 6), drifted_columns=res.drifted_columns,
+        retrain=retrain, reference=info.source, champion_version=info.model_version, reference_md5=snap.get("md5"),
+    ))
+    return res
+
+
+def drift_sample(df: Any, config: DetectDriftConfig, side: int) -> Any:
+    from trainpipe.drift import sample
+
+    return sample(df, min(config.sample_size, 20_000), config.seed + side)
+
+
+__all__ = ["NAME", "detect_drift", "fetch_snapshot"]
