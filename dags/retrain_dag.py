@@ -1,9 +1,13 @@
 """trainpipe retraining DAG (Airflow 3): data-aware, no clock.
 
 Scheduled on the dataset's Asset, which snapshot_dataset updates with the DVC content hash
-in the event's extra. When the newest event says the snapshot committed new data, it trains,
-profiles, evaluates against the champion and registers on that snapshot; an event for
-unchanged data (same hash) is skipped at the first task.
+in the event's extra. When the newest event says the snapshot committed new data, detect_drift
+compares it with the data that trained the champion (found through the champion's lineage and
+fetched from its DVC remote); only when the data drifted, the champion is older than
+``max_champion_age_days`` or there is none, it trains, profiles, evaluates against the champion
+and registers on that snapshot. An event for unchanged data (same hash) is skipped at the first
+task; a snapshot without drift at ``retrain``, which logs why in one line (the audit log holds
+detect_drift's decision).
 
 Same settings (``TRAINPIPE_CONFIG``) and modes (``TRAINPIPE_AIRFLOW_MODE``) as training_dag.
 """
@@ -14,14 +18,14 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.faces.airflow_dag import DEFAULT_ARGS, GATE_KEYS, RUN_DIR, DagSettings, GateOperator, dataset_asset, model_steps, new_snapshot
+from trainpipe.faces.airflow_dag import DEFAULT_ARGS, GATE_KEYS, RUN_DIR, DagSettings, GateOperator, dataset_asset, drift_steps, model_steps, new_snapshot
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
 
 with DAG(
     dag_id="trainpipe_retrain_on_new_data",
-    description="Retrain when the dataset's snapshot has a new content hash.",
+    description="Retrain when a new snapshot of the dataset drifted from the champion's training data.",
     schedule=[dataset_asset(CONFIG.dataset_name)],
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -29,7 +33,7 @@ with DAG(
     default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", *GATE_KEYS, "train"),
+    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", *GATE_KEYS, "drift_share", "max_champion_age_days", "train"),
 ) as dag:
     changed = GateOperator(
         task_id="new_snapshot",
@@ -37,5 +41,9 @@ with DAG(
         retries=0,
         doc_md="Continue only when the triggering asset event carries a new content hash; returns the snapshot directory.",
     )
-    train, _ = model_steps(SETTINGS.step, snapshot_dir="{{ ti.xcom_pull(task_ids='new_snapshot') }}", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump())
-    changed >> train
+    snapshot_dir = "{{ ti.xcom_pull(task_ids='new_snapshot') }}"
+    # retrain_on is not a param here: this DAG always decides on drift (detect_drift's own default)
+    detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, retrain_on=None)
+    train, _ = model_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump())
+    changed >> detect
+    decide >> train

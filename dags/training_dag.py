@@ -1,7 +1,9 @@
 """trainpipe reference training DAG (Airflow 3).
 
-validate_data → snapshot_dataset → train_model → profile_training, evaluate_model
-→ gate (skips register_model unless the decision passed) → register_model.
+validate_data → snapshot_dataset → detect_drift → retrain (skips the rest unless detect_drift
+says to retrain: always with ``retrain_on: always``, the default) → train_model →
+profile_training, evaluate_model → gate (skips register_model unless the decision passed) →
+register_model.
 
 Settings come from the pipeline config named by ``TRAINPIPE_CONFIG`` (read once at
 parse time: a small YAML file, no database or connection lookups) and can be
@@ -18,7 +20,7 @@ from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.faces.airflow_dag import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, model_steps
+from trainpipe.faces.airflow_dag import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, drift_steps, model_steps
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -26,7 +28,7 @@ step = SETTINGS.step
 
 with DAG(
     dag_id="trainpipe_training",
-    description="Validate, snapshot, train, profile, evaluate and register a model.",
+    description="Validate, snapshot, check drift, train, profile, evaluate and register a model.",
     schedule=CONFIG.schedule,
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -56,5 +58,7 @@ with DAG(
         },
         outlets=[dataset_asset(CONFIG.dataset_name)],  # the asset event carries the DVC hash: retrain_dag listens
     )
+    detect, decide = drift_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR)
     train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump())
-    validate >> snapshot >> train
+    validate >> snapshot >> detect
+    decide >> train

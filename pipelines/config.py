@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, create_model, model_validator
 
+from trainpipe.components.detect_drift.spec import DetectDriftParams
 from trainpipe.components.evaluate_model.spec import EvaluateModelParams
 from trainpipe.components.register_model.spec import RegisterModelParams
 from trainpipe.components.snapshot_dataset.spec import SnapshotDatasetParams
@@ -42,6 +43,8 @@ FROM_SPECS: dict[str, tuple[Any, str]] = {
     "max_regression": (EvaluateModelParams, "max_regression"),
     "metric_functions": (EvaluateModelParams, "metric_functions"),
     "lower_is_better": (EvaluateModelParams, "lower_is_better"),
+    "drift_share": (DetectDriftParams, "drift_share"),
+    "max_champion_age_days": (DetectDriftParams, "max_champion_age_days"),
 }
 
 
@@ -88,6 +91,9 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     dvc_remote_url: str | None = Field(None, description="snapshot_dataset's remote_url (default: <workspace>/dvc-remote)")
     train: TrainSettings = Field(default_factory=TrainSettings)
     profile: str = "cpu"
+    retrain_on: Literal["always", "drift"] = Field(
+        "always", description="always: every run trains; drift: only when detect_drift finds drift against the champion's training data, "
+        "the champion is older than max_champion_age_days, or there is none (the retraining DAG always decides on drift)")
     policy: Policy | None = Field(
         None, description="data residency, TLS, encryption and audit rules (default: TRAINPIPE_POLICY); every step gets it"
     )
@@ -165,7 +171,8 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
             kinds = {typing.get_origin(a) or a for a in (typing.get_args(annotation) or (annotation,))}
             return next((UNSET[t] for t in (dict, list, int, float, str) if t in kinds), {})
 
-        out: dict[str, Any] = {"data": self.data, "dvc_repo_dir": self.dvc_repo_dir, "dvc_remote_url": self.dvc_remote_url}
+        out: dict[str, Any] = {"data": self.data, "dvc_repo_dir": self.dvc_repo_dir, "dvc_remote_url": self.dvc_remote_url,
+                               "retrain_on": self.retrain_on}
         for name in FROM_SPECS:
             out[name] = kfp(getattr(self, name), type(self).model_fields[name].annotation)
         for name, field in TrainSettings.model_fields.items():

@@ -12,6 +12,7 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import Dataset
 
+from trainpipe.components.detect_drift.kfp_component import detect_drift
 from trainpipe.components.evaluate_model.kfp_component import evaluate_model
 from trainpipe.components.profile_training.kfp_component import profile_training
 from trainpipe.components.register_model.kfp_component import register_model
@@ -92,7 +93,7 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
     policy_json = to_env(policy) if policy is not None else "{}"
     with_profile = "profile_training" in include
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, train, profile, evaluate and register a model.", pipeline_root=pipeline_root)
+    @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, check drift, train, profile, evaluate and register a model.", pipeline_root=pipeline_root)
     def training_pipeline(
         data: str,
         dvc_repo_dir: str,
@@ -109,6 +110,9 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         max_regression: dict = {},
         metric_functions: dict = {},
         lower_is_better: list = [],
+        retrain_on: str = "always",
+        drift_share: float = 0.5,
+        max_champion_age_days: float = 0.0,
         train_function: str = "builtin:mlp",
         train_config: dict = {},
         task: str = "classification",
@@ -144,37 +148,45 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         # key includes the content hash and new data never hits a stale cache.
         snap = snapshot_dataset(data=validated.outputs["validated"], repo_dir=dvc_repo_dir, remote_url=dvc_remote_url,
                                 dataset_name=dataset_name, run_id=run_id)
-        trained = train_op(
-            data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], train_function=train_function, train_config=train_config,
-            task=task, label_column=label_column, backend=backend, horovod_binding=horovod_binding, precision=precision,
-            nproc_per_node=nproc_per_node, nnodes=nnodes, cluster=cluster, device=device, dist_backend=dist_backend, epochs=epochs,
-            max_steps=max_steps, batch_size=batch_size, test_fraction=test_fraction, seed=seed, max_restarts=max_restarts,
-            collective_timeout_s=collective_timeout_s, profile_steps=profile_steps, metrics_port=metrics_port, checkpoint_every_steps=checkpoint_every_steps,
-            keep_checkpoints=keep_checkpoints, serving_requirements=serving_requirements, tracking_uri=tracking_uri,
-            experiment_name=experiment_name, run_id=run_id,
-        )
-        profiled = profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id) if with_profile else None
-        evaluated = evaluate_model(
-            model=trained.outputs["model"], data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], label_column=label_column,
-            thresholds=thresholds, model_name=model_name, champion_alias=alias, tracking_uri=tracking_uri,
-            min_improvement=min_improvement, max_regression=max_regression, metric_functions=metric_functions,
-            lower_is_better=lower_is_better, run_id=run_id,
-        )
-        with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
-            extra = {"profile": profiled.outputs["profile"]} if profiled is not None else {}
-            registered = register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name=model_name,
-                                        alias=alias, tracking_uri=tracking_uri, run_id=run_id, **extra)
-            _configure(registered, profile.default, profile, caching=False)
+        # the data against the champion's own training data; the steps after it run when it says
+        # so (retrain_on: always, or drift found, the champion too old, or none yet)
+        drifted = detect_drift(data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], label_column=label_column, model_name=model_name,
+                               champion_alias=alias, tracking_uri=tracking_uri, drift_share=drift_share, seed=seed,
+                               max_champion_age_days=max_champion_age_days, retrain_on=retrain_on, run_id=run_id)
+        with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
+            trained = train_op(
+                data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], train_function=train_function, train_config=train_config,
+                task=task, label_column=label_column, backend=backend, horovod_binding=horovod_binding, precision=precision,
+                nproc_per_node=nproc_per_node, nnodes=nnodes, cluster=cluster, device=device, dist_backend=dist_backend, epochs=epochs,
+                max_steps=max_steps, batch_size=batch_size, test_fraction=test_fraction, seed=seed, max_restarts=max_restarts,
+                collective_timeout_s=collective_timeout_s, profile_steps=profile_steps, metrics_port=metrics_port, checkpoint_every_steps=checkpoint_every_steps,
+                keep_checkpoints=keep_checkpoints, serving_requirements=serving_requirements, tracking_uri=tracking_uri,
+                experiment_name=experiment_name, run_id=run_id,
+            )
+            profiled = profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id) if with_profile else None
+            evaluated = evaluate_model(
+                model=trained.outputs["model"], data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], label_column=label_column,
+                thresholds=thresholds, model_name=model_name, champion_alias=alias, tracking_uri=tracking_uri,
+                min_improvement=min_improvement, max_regression=max_regression, metric_functions=metric_functions,
+                lower_is_better=lower_is_better, run_id=run_id,
+            )
+            with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
+                extra = {"profile": profiled.outputs["profile"]} if profiled is not None else {}
+                registered = register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name=model_name,
+                                            alias=alias, tracking_uri=tracking_uri, run_id=run_id, **extra)
+                _configure(registered, profile.default, profile, caching=False)
         steps = [t for t in (profiled, evaluated) if t is not None]
         for task_ in steps:
             _configure(task_, profile.default, profile)
-        for task_ in (validated, snap):
+        # detect_drift reads the champion, which moves between runs: its result is not a function of its inputs
+        for task_ in (validated, snap, drifted):
             _configure(task_, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
         if trusted_code:
-            evaluated.set_env_variable(name="TRAINPIPE_TRUSTED_MODEL_CODE", value=trusted_code)
-        every = [validated, snap, trained, *steps, registered]
+            for task_ in (evaluated, drifted):  # both rebuild the team's model (the challenger, the champion)
+                task_.set_env_variable(name="TRAINPIPE_TRUSTED_MODEL_CODE", value=trusted_code)
+        every = [validated, snap, drifted, trained, *steps, registered]
         _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":
             for task_ in every:

@@ -28,7 +28,10 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
     """Where everything is, as a few lines for a person."""
     lines = []
     reg = results.get("register_model")
-    if reg and reg.get("registered"):
+    drift = results.get("detect_drift")
+    if drift and not drift.get("retrain"):
+        lines.append(f"registered model : none (not retrained: {drift['reasons'][0]})")
+    elif reg and reg.get("registered"):
         lines.append(f"registered model : {reg['model_name']} version {reg['version']} alias @{reg['alias']} ({'new' if reg['created'] else 'existing version, nothing duplicated'})")
     elif reg:
         lines.append(f"registered model : none ({reg.get('reason')})")
@@ -43,6 +46,9 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
     if "snapshot_dataset" in results:
         s = results["snapshot_dataset"]
         lines.append(f"DVC snapshot     : md5 {s['md5']} rev {s['rev'][:12]} remote {s['remote_url']}")
+    if drift:
+        lines.append(f"drift report     : {Path(drift['_path']) / 'report.html'} ({len(drift['drifted_columns'])} of {len(drift['columns'])} columns drifted; "
+                     f"{'retrain' if drift['retrain'] else 'no retrain'})")
     if "validate_data" in results:
         v = results["validate_data"]
         lines.append(f"validation report: {Path(v['_path']) / v['docs_index']}")

@@ -79,7 +79,7 @@ def test_every_task_has_retry_and_resources(compiled):
     for t in spec["components"].values():
         tasks.update(t.get("dag", {}).get("tasks", {}))
     component_tasks = {n: t for n, t in tasks.items() if not n.startswith(("importer", "condition"))}
-    assert set(component_tasks) == {"validate-data", "snapshot-dataset", "train-model", "profile-training", "evaluate-model", "register-model"}
+    assert set(component_tasks) == {"validate-data", "snapshot-dataset", "detect-drift", "train-model", "profile-training", "evaluate-model", "register-model"}
     for name, task in component_tasks.items():
         policy = task.get("retryPolicy")
         assert policy and policy["maxRetryCount"] >= 1 and policy["backoffFactor"] == 2, name
@@ -90,11 +90,15 @@ def test_every_task_has_retry_and_resources(compiled):
         assert "pip install" not in " ".join(exe["container"]["command"]), name
 
 
-def test_gate_is_a_condition(compiled):
+def test_drift_and_the_gate_are_conditions(compiled):
+    """detect_drift's output decides whether the model steps run; inside, the gate decides registration."""
     spec = compiled["cpu"][0]
-    cond = spec["root"]["dag"]["tasks"]["condition-1"]
-    assert "evaluate-model" in cond["triggerPolicy"]["condition"]
-    assert "register-model" in spec["components"]["comp-condition-1"]["dag"]["tasks"]
+    retrain = spec["root"]["dag"]["tasks"]["condition-1"]
+    assert "detect-drift" in retrain["triggerPolicy"]["condition"] and "detect-drift" in retrain["dependentTasks"]
+    inner = spec["components"]["comp-condition-1"]["dag"]["tasks"]
+    assert {"train-model", "evaluate-model", "profile-training", "condition-2"} <= set(inner)
+    assert "evaluate-model" in inner["condition-2"]["triggerPolicy"]["condition"]
+    assert "register-model" in spec["components"]["comp-condition-2"]["dag"]["tasks"]
 
 
 def test_gpu_profile_requests_gpus_for_training_only(compiled):
@@ -133,13 +137,13 @@ def test_dagbag_loads_without_errors_and_every_task_has_retries_and_timeout(tmp_
         "print(ids)\n"
         "for t in dag.tasks:\n"
         "    assert t.execution_timeout is not None, t.task_id\n"
-        "    if t.task_id not in ('validate_data', 'gate'):\n"
+        "    if t.task_id not in ('validate_data', 'gate', 'retrain'):\n"
         "        assert t.retries >= 1 and t.retry_exponential_backoff, t.task_id\n"
         "assert dag.doc_md\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "register_model" in proc.stdout and "gate" in proc.stdout
+    assert "register_model" in proc.stdout and "gate" in proc.stdout and "detect_drift" in proc.stdout
 
 
 def test_kubernetes_mode_builds_pod_operators(tmp_path):

@@ -38,7 +38,7 @@ print("parsed", dag.dag_id, len(dag.tasks))
 for t in dag.tasks:
     assert t.doc_md, f"{{t.task_id}} has no doc_md"
     assert t.execution_timeout is not None, f"{{t.task_id}} has no execution_timeout"
-    if t.task_id not in ("validate_data", "gate", "new_snapshot"):
+    if t.task_id not in ("validate_data", "gate", "new_snapshot", "retrain"):  # conditions on XComs: a retry reads the same
         assert t.retries >= 1 and t.retry_exponential_backoff and t.max_retry_delay is not None, t.task_id
 assert dag.doc_md and dag.max_active_runs == 1 and dag.catchup is False
 print("ok")
@@ -82,7 +82,7 @@ mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 out = {{}}
 for t in mod.dag.tasks:
-    if t.task_id == "gate":
+    if t.task_id in ("gate", "retrain"):
         continue
     pod = ApiClient().sanitize_for_serialization(t.build_pod_request_obj())
     out[t.task_id] = pod
@@ -143,7 +143,7 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     pods = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(pods) == {"validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"}
+    assert set(pods) == {"validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model"}
     for task_id, pod in pods.items():
         validate_pod(pod["spec"], pod["metadata"])
         spec = pod["spec"]
@@ -167,7 +167,8 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
     images = {t: p["spec"]["containers"][0]["image"] for t, p in pods.items()}
     assert images == {"validate_data": "registry.example/team-a/trainpipe-data:0.1.0", "snapshot_dataset": "registry.example/team-a/trainpipe-data:0.1.0",
                       "train_model": "registry.example/team-a/trainpipe-gpu:0.1.0", "profile_training": "registry.example/team-a/trainpipe-cpu:0.1.0",
-                      "evaluate_model": "registry.example/team-a/trainpipe-cpu:0.1.0", "register_model": "registry.example/team-a/trainpipe-cpu:0.1.0"}
+                      "evaluate_model": "registry.example/team-a/trainpipe-cpu:0.1.0", "register_model": "registry.example/team-a/trainpipe-cpu:0.1.0",
+                      "detect_drift": "registry.example/team-a/trainpipe-cpu:0.1.0"}
     assert "nvidia.com/gpu" not in pods["evaluate_model"]["spec"]["containers"][0]["resources"]["limits"]
 
 

@@ -32,7 +32,7 @@ def test_compiled_pipeline_carries_the_policy_to_every_task_and_its_root(tmp_pat
     spec = next(yaml.safe_load_all(out.read_text()))
     assert spec["defaultPipelineRoot"] == "s3://uae-pipelines/runs"
     executors = [ex for ex in spec["deploymentSpec"]["executors"].values() if "container" in ex]  # the importer has none
-    assert len(executors) == 6
+    assert len(executors) == 7  # the seven steps
     for ex in executors:
         env = {e["name"]: e["value"] for e in ex["container"].get("env", [])}
         assert json.loads(env["TRAINPIPE_POLICY"])["allowed_regions"] == ["me-central-1"]

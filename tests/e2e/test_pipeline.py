@@ -35,7 +35,7 @@ def _run(config, engine, tmp_path):
     return subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine], capture_output=True, text=True, env=env, timeout=900, check=False)
 
 
-STEPS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model")
+STEPS = ("validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model")
 
 
 def _terminal(proc) -> list[str]:
@@ -46,10 +46,13 @@ def _terminal(proc) -> list[str]:
 def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits_csv, mlflow_server):
     import mlflow
 
-    config = _config(tmp_path, digits_csv, mlflow_server)
+    # retrain_on drift with no champion yet: nothing to compare with, so it trains (the dsl.If branch runs)
+    config = _config(tmp_path, digits_csv, mlflow_server, retrain_on="drift")
     first = _run(config, "kfp-local", tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
     assert "registered model : e2e-digits version 1 alias @champion (new)" in first.stdout
+    assert "0 of 0 columns drifted; retrain" in first.stdout
+    config = _config(tmp_path, digits_csv, mlflow_server)  # retrain_on always (the default): trains again
     second = _run(config, "kfp-local", tmp_path)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "version 1 alias @champion (existing version" in second.stdout
@@ -80,6 +83,15 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
                              capture_output=True, text=True, env=env, timeout=300, check=False)
     assert lineage.returncode == 0, lineage.stderr[-2000:]
     assert f"DVC md5 {md5}" in lineage.stdout and "verify     OK" in lineage.stdout
+    # retrain_on drift, the same data: detect_drift compares it with the champion's training data
+    # (fetched through its lineage) and the dsl.If branch of the model steps does not run
+    third = _run(_config(tmp_path, digits_csv, mlflow_server, retrain_on="drift"), "kfp-local", tmp_path)
+    assert third.returncode == 0, third.stderr[-4000:]
+    assert "registered model : none (not retrained: no drift: 0 of 65 columns drifted" in third.stdout, third.stdout
+    shown = _terminal(third)
+    assert any(line.strip().startswith("trainpipe detect_drift: ok in ") for line in shown)
+    assert not any("trainpipe train_model" in line for line in shown), shown
+    assert len(client.search_model_versions("name = 'e2e-digits'")) == 1
 
 
 @pytest.mark.parametrize(("corruption", "engine"), [("na_in_a_feature", "kfp-local"), ("missing_label_column", "airflow-local")])
@@ -129,6 +141,16 @@ def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
     assert len(rows) == 1 and rows[0][0] == "trainpipe://datasets/digits"
     extra = json.loads(rows[0][1])
     assert extra["md5"] == tags["lineage.snapshot.md5"] and extra["changed"] is True and extra["snapshot_dir"].endswith("/snapshot_dataset")
+    # retrain_on drift, the same data: the retrain task skips the model steps and says why in one line
+    again = _run(_config(tmp_path, digits_csv, mlflow_server, model_name="e2e-airflow", retrain_on="drift"), "airflow-local", tmp_path)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert "registered model : none (not retrained: no drift: 0 of 65 columns drifted" in again.stdout
+    run_id = db.execute("select run_id from dag_run order by id desc limit 1").fetchone()[0]
+    states = dict(db.execute("select task_id, state from task_instance where run_id = ?", (run_id,)).fetchall())
+    assert states["detect_drift"] == "success" and states["retrain"] == "success", states
+    assert {states[t] for t in ("train_model", "profile_training", "evaluate_model", "gate", "register_model")} == {"skipped"}, states
+    log = Path(next(line for line in _terminal(again) if line.startswith("full log")).split(":", 1)[1].strip()).read_text()
+    assert "trainpipe: not retraining: no drift: 0 of 65 columns drifted" in log
 
 
 def test_airflow_gate_not_passed_skips_register(tmp_path, digits_csv, mlflow_server):
@@ -161,3 +183,21 @@ def test_retrain_dag_runs_only_for_a_new_hash():
     assert new_snapshot(triggering_asset_events=events({"md5": "a", "changed": True, "snapshot_dir": "/runs/1/snapshot_dataset"})) == "/runs/1/snapshot_dataset"
     assert new_snapshot(triggering_asset_events=events({"md5": "a", "changed": False, "snapshot_dir": "/runs/2/snapshot_dataset"})) is False
     assert new_snapshot(triggering_asset_events={}) is False
+
+
+def test_the_retrain_task_follows_detect_drifts_decision_and_says_why(capsys):
+    from types import SimpleNamespace
+
+    from trainpipe.faces.airflow_dag import drift_says_retrain
+
+    def ti(result):
+        return SimpleNamespace(xcom_pull=lambda task_ids: result if task_ids == "detect_drift" else None)
+
+    assert drift_says_retrain(ti=ti({"retrain": True, "reasons": ["data drifted: 2 of 65 columns (a, b), share 0.031 >= 0.02"]})) is True
+    assert drift_says_retrain(ti=ti({"retrain": False, "reasons": ["no drift: 0 of 65 columns drifted, share 0.000 < 0.5"]})) is False
+    assert drift_says_retrain(ti=ti(None)) is False  # no decision: nothing is retrained on a guess
+    assert capsys.readouterr().out.splitlines() == [
+        "trainpipe: retraining: data drifted: 2 of 65 columns (a, b), share 0.031 >= 0.02",
+        "trainpipe: not retraining: no drift: 0 of 65 columns drifted, share 0.000 < 0.5",
+        "trainpipe: not retraining: detect_drift returned no decision",
+    ]

@@ -1,7 +1,9 @@
 """The training DAG on a real Airflow 3 deployment: api-server, scheduler and dag-processor
 processes, PostgreSQL as the metadata database, LocalExecutor. The run is triggered through
-the REST API as a user would, with the MLflow tracking server down at first: train_model exits
-75 (transient), Airflow retries it with backoff, the server comes up, and the run succeeds.
+the REST API as a user would, with the MLflow tracking server down at first: detect_drift (the
+first step that reads MLflow) exits 75 (transient), Airflow retries it with backoff, the server
+comes up, and the run succeeds. Then the retraining DAG, on asset events posted through the API:
+a new snapshot of the same data does not retrain (the retrain task says why), a drifted one does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tests.conftest import REPO, _free_port, _start_mlflow, fresh_postgres_db, p
 pytestmark = pytest.mark.integration
 
 DAG_ID = "trainpipe_training"
+RETRAIN_ID = "trainpipe_retrain_on_new_data"
 
 
 class Api:
@@ -61,6 +64,24 @@ def _wait(what: str, check, timeout: float, procs: dict, logs: Path, every: floa
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{tails}")
 
 
+def _drifted_snapshot(tmp_path: Path, digits_csv: Path, ws: Path) -> str:
+    """A snapshot of the digits with two features moved, in the workspace's DVC repo and remote
+    (as the training DAG's snapshot_dataset would make it): what the retraining DAG is told about."""
+    import pandas as pd
+
+    from tests.conftest import result_of, run_component
+
+    frame = pd.read_csv(digits_csv)
+    frame["pixel_2_3"] = frame["pixel_2_3"] + 4
+    frame["pixel_3_4"] = frame["pixel_3_4"] * 1.8
+    (tmp_path / "moved").mkdir()
+    frame.to_csv(tmp_path / "moved" / "digits.csv", index=False)  # a new version of the same file of the dataset
+    result_of(run_component("validate_data", "--data", str(tmp_path / "moved" / "digits.csv"), "--output-dir", str(tmp_path / "moved-v")))
+    result_of(run_component("snapshot_dataset", "--data", str(tmp_path / "moved-v"), "--repo-dir", str(ws / "dvc-repo"), "--remote-url",
+                            str(ws / "dvc-remote"), "--dataset-name", "digits", "--output-dir", str(tmp_path / "moved-s")))
+    return str(tmp_path / "moved-s")
+
+
 @pytest.fixture
 def postgres_db():
     """A fresh PostgreSQL database for Airflow's metadata, dropped afterwards."""
@@ -81,6 +102,7 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         "data": str(digits_csv), "workspace": str(tmp_path / "ws"), "dataset_name": "digits",
         "model_name": "scheduler-digits", "tracking_uri": tracking_uri, "thresholds": {"accuracy": 0.85},
         "train": {"nproc_per_node": 1, "epochs": 3, "batch_size": 64}, "schedule": None,
+        "drift_share": 0.02,  # the data set drifted when 2 of its 65 columns did
     }))
     password = secrets.token_urlsafe(12)
     (home / "passwords.json").write_text(json.dumps({"ci": password}))
@@ -144,11 +166,11 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {}})
         run_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
 
-        def train_state():
-            ti = api.call("GET", f"{run_path}/taskInstances/train_model")
+        def drift_state():
+            ti = api.call("GET", f"{run_path}/taskInstances/detect_drift")
             return ti if ti["state"] in ("up_for_retry", "failed", "success") else None
 
-        ti = _wait("train_model's first attempt", train_state, 420, procs, logs)
+        ti = _wait("detect_drift's first attempt", drift_state, 420, procs, logs)
         assert ti["state"] == "up_for_retry", ti  # exit 75: transient, retried; never failed for good
         mlflow_gen = _start_mlflow(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}", port=mlflow_port)
         assert next(mlflow_gen) == tracking_uri
@@ -160,15 +182,55 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         assert _wait("the DAG run to finish", finished, 900, procs, logs, every=5) == "success", api.call("GET", f"{run_path}/taskInstances")
         tis = {t["task_id"]: t for t in api.call("GET", f"{run_path}/taskInstances")["task_instances"]}
         assert {k: v["state"] for k, v in tis.items()} == dict.fromkeys(
-            ["validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "gate", "register_model"], "success")
-        assert tis["train_model"]["try_number"] >= 2 and tis["validate_data"]["try_number"] == 1
-        tries = api.call("GET", f"{run_path}/taskInstances/train_model/tries")["task_instances"]
+            ["validate_data", "snapshot_dataset", "detect_drift", "retrain", "train_model", "profile_training", "evaluate_model", "gate",
+             "register_model"], "success")
+        assert tis["detect_drift"]["try_number"] >= 2 and tis["validate_data"]["try_number"] == 1
+        tries = api.call("GET", f"{run_path}/taskInstances/detect_drift/tries")["task_instances"]
         states = [t["state"] for t in sorted(tries, key=lambda t: t["try_number"])]
         assert states[0] == "failed" and states[-1] == "success", states  # the history of a retried task
         xcom = api.call("GET", f"{run_path}/taskInstances/register_model/xcomEntries/return_value")
         result = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
         assert result["model_name"] == "scheduler-digits" and str(result["version"]) == "1"
         assert result["lineage"]["orchestrator"] == {"name": "airflow", "run_id": run["dag_run_id"]}
+
+        # the retraining DAG, on new snapshots: the same data again, then a drifted copy
+        ws = tmp_path / "ws"
+        runs = sorted((ws / "airflow-runs").iterdir())
+        same = str(runs[-1] / "snapshot_dataset")
+        moved = _drifted_snapshot(tmp_path, digits_csv, ws)
+        asset = api.call("GET", "/api/v2/assets?uri_pattern=trainpipe%3A%2F%2Fdatasets%2Fdigits")["assets"][0]
+        api.call("PATCH", f"/api/v2/dags/{RETRAIN_ID}", {"is_paused": False})
+
+        def retrain_run(snapshot: str) -> dict:
+            before = {r["dag_run_id"] for r in api.call("GET", f"/api/v2/dags/{RETRAIN_ID}/dagRuns")["dag_runs"]}
+            api.call("POST", "/api/v2/assets/events", {"asset_id": asset["id"], "extra": {"changed": True, "snapshot_dir": snapshot, "md5": "new"}})
+
+            def started():
+                new = [r for r in api.call("GET", f"/api/v2/dags/{RETRAIN_ID}/dagRuns")["dag_runs"] if r["dag_run_id"] not in before]
+                return new[0] if new else None
+
+            path = f"/api/v2/dags/{RETRAIN_ID}/dagRuns/{_wait('a retraining run', started, 120, procs, logs)['dag_run_id']}"
+
+            def done():
+                state = api.call("GET", path)["state"]
+                return state if state in ("success", "failed") else None
+
+            assert _wait("the retraining run to finish", done, 600, procs, logs, every=3) == "success", api.call("GET", f"{path}/taskInstances")
+            return {t["task_id"]: t for t in api.call("GET", f"{path}/taskInstances")["task_instances"]} | {"_path": path}
+
+        quiet = retrain_run(same)
+        states = {k: v["state"] for k, v in quiet.items() if k != "_path"}
+        assert states["retrain"] == "success" and states["detect_drift"] == "success", states
+        assert {quiet[t]["state"] for t in ("train_model", "evaluate_model", "register_model")} == {"skipped"}
+        log = api.call("GET", f"{quiet['_path']}/taskInstances/retrain/logs/1?full_content=true")
+        assert "trainpipe: not retraining: no drift: 0 of 65 columns drifted" in json.dumps(log), log
+        drifted = retrain_run(moved)
+        states = {k: v["state"] for k, v in drifted.items() if k != "_path"}
+        assert states["retrain"] == "success" and states["train_model"] == "success", states
+        assert drifted["evaluate_model"]["state"] == "success"
+        xcom = api.call("GET", f"{drifted['_path']}/taskInstances/detect_drift/xcomEntries/return_value")
+        decision = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+        assert decision["retrain"] and decision["drifted_columns"] == ["pixel_2_3", "pixel_3_4"], decision["reasons"]
     finally:
         for proc in procs.values():
             if proc.poll() is None:

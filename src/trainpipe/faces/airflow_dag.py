@@ -105,6 +105,43 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
     return train, register
 
 
+def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str, retrain_on: str | None = "{{ params.retrain_on }}") -> tuple[Any, Any]:
+    """detect_drift on a snapshot, then the gate that lets the model steps run only when it says
+    to retrain. ``retrain_on`` None leaves detect_drift's own (drift). Returns both tasks."""
+    from trainpipe.components.detect_drift.airflow_task import DetectDriftOperator
+
+    detect = step(
+        DetectDriftOperator,
+        "detect_drift",
+        {
+            "data": snapshot_dir,
+            "output_dir": f"{run_dir}/detect_drift",
+            "label_column": "{{ params.label_column }}",
+            "model_name": "{{ params.model_name }}",
+            "champion_alias": "{{ params.alias }}",  # drift against the data of the model that serves under the pipeline's alias
+            "tracking_uri": "{{ params.tracking_uri }}",
+            "drift_share": "{{ params.drift_share | tojson }}",
+            "max_champion_age_days": "{{ params.max_champion_age_days | tojson }}",
+            "seed": "{{ params.train.seed | tojson }}",
+            **({"retrain_on": retrain_on} if retrain_on else {}),
+        },
+    )
+    decide = GateOperator(task_id="retrain", condition=drift_says_retrain, retries=0,
+                          doc_md="Continue only when detect_drift decided to retrain; a skip logs why in one line.")
+    detect >> decide
+    return detect, decide
+
+
+def drift_says_retrain(ti: Any = None, **_: Any) -> bool:
+    """Gate condition: detect_drift's decision. The reason goes into the task log as one line (the
+    audit log has detect_drift's own record of it)."""
+    result = ti.xcom_pull(task_ids="detect_drift") or {}
+    retrain = bool(result.get("retrain"))
+    reason = (result.get("reasons") or ["detect_drift returned no decision"])[0]
+    print(f"trainpipe: {'retraining' if retrain else 'not retraining'}: {reason}", flush=True)  # the task log
+    return retrain
+
+
 def dataset_asset(dataset_name: str) -> Any:
     """The Airflow Asset a dataset's snapshots update (snapshot_dataset emits it with the DVC hash)."""
     from airflow.sdk import Asset
@@ -195,5 +232,6 @@ class DagSettings:
             "dataset_name": c.dataset_name, "dvc_repo_dir": c.dvc_repo_dir, "dvc_remote_url": c.dvc_remote_url,
             "tracking_uri": c.tracking_uri, "experiment_name": c.experiment_name, "model_name": c.model_name, "alias": c.alias,
             **{k: getattr(c, k) for k in GATE_KEYS}, "train": c.train.model_dump(mode="json"),
+            "retrain_on": c.retrain_on, "drift_share": c.drift_share, "max_champion_age_days": c.max_champion_age_days,
         }
         return {k: values[k] for k in keys} if keys else values
