@@ -67,9 +67,15 @@ def test_an_unchanged_resample_does_not_retrain_and_the_reference_came_through_t
 
 
 def test_moved_features_and_a_changed_label_balance_are_named_and_retrain(champion, mlflow_server):
-    r = result_of(_drift(champion, "moved.csv", "d-moved", mlflow_server, "--drift-share", "0.02"))
+    audit = champion / "audit.jsonl"
+    r = result_of(_drift(champion, "moved.csv", "d-moved", mlflow_server, "--drift-share", "0.02", env={"TRAINPIPE_AUDIT_LOG": str(audit)}))
     assert r["drifted_columns"] == ["pixel_2_3", "pixel_3_4"] and r["retrain"] is True
     assert r["reasons"][0].startswith("data drifted: 2 of 65 columns (pixel_2_3, pixel_3_4)")
+    # the decision is in the audit log, beside the execution
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    check = [x for x in records if x["action"] == "drift_check"]
+    assert len(check) == 1 and check[0]["component"] == "detect_drift" and check[0]["decision"]["retrain"] is True
+    assert check[0]["decision"]["drifted_columns"] == ["pixel_2_3", "pixel_3_4"] and check[0]["decision"]["champion_version"] == "1"
     three = result_of(_drift(champion, "three-classes.csv", "d-three", mlflow_server, "--prediction-drift-retrains", "true"))
     label = [c for c in three["columns"] if c["is_label"]][0]
     assert label["column"] == "label" and label["drifted"] and three["prediction"]["drifted"]
@@ -93,7 +99,7 @@ def test_the_report_renders_in_headless_chromium_with_a_chart_per_drifted_column
     page = render(champion / "d-moved" / "report.html")
     assert page["errors"] == [] and page["title"] == "trainpipe drift"
     alts = [i["alt"] for i in page["images"]]
-    assert sorted(alts[:2]) == ["pixel_2_3", "pixel_3_4"] and len(alts) == 24  # drifted first, then the most moved
+    assert sorted(alts[:2]) == ["pixel_2_3", "pixel_3_4"] and len(alts) == 65  # one a column, drifted first, then the most moved
     assert all(i["width"] > 100 and i["height"] > 100 for i in page["images"])
     assert "Drift: retrain" in page["text"] and "champion version 1" in page["text"]
 

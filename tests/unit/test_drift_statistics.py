@@ -108,3 +108,21 @@ def test_the_component_decides_and_writes_its_result_and_report(tmp_path, digits
     assert written["retrain"] is True and len(written["columns"]) == 65
     assert "<h1>Drift: retrain</h1>" in (tmp_path / "c" / "report.html").read_text()
     assert [s[0] for s in share.series()[:3]] == ["trainpipe_drift_dataset_drift", "trainpipe_drift_share", "trainpipe_drift_retrain"]
+    # the new snapshot may be a folder of Parquet files
+    folder = tmp_path / "cur-parquet"
+    folder.mkdir()
+    moved = cur.assign(pixel_2_3=cur["pixel_2_3"] + 4)
+    moved.iloc[:400].to_parquet(folder / "part-0.parquet")
+    moved.iloc[400:].to_parquet(folder / "part-1.parquet")
+    parts = detect_drift(DetectDriftConfig(data=str(folder), reference=str(tmp_path / "ref.csv"), output_dir=str(tmp_path / "d")), Lineage())
+    assert parts.current_rows == len(cur) and parts.drifted_columns == ["pixel_2_3"]
+
+
+def test_a_lineage_that_names_no_complete_snapshot_is_one_line(tmp_path):
+    from trainpipe.components.detect_drift.core import fetch_snapshot
+
+    with pytest.raises(InputError) as err:
+        fetch_snapshot({"md5": "abc", "path": "data/digits.csv"}, tmp_path)
+    assert str(err.value) == "model_name: the champion's lineage has no complete DVC snapshot record (no rev, repo, remote); give reference"
+    with pytest.raises(InputError, match=r"model_name: snapshot data/x.csv@0000000000 is not in .* at that revision"):
+        fetch_snapshot({"md5": "a", "rev": "0" * 40, "path": "data/x.csv", "repo": str(tmp_path / "no-repo"), "remote": str(tmp_path)}, tmp_path)
