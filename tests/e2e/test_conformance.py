@@ -36,6 +36,7 @@ VOLATILE = {
                          "peak_rss_mb", "cpu_utilization", "rank_skew", "recommendations", "collective_ms_per_step"},
     "evaluate_model": set(),
     "register_model": set(),
+    "detect_drift": set(),
 }
 
 
@@ -62,7 +63,7 @@ def _run_engine(config: Path, engine: str) -> dict[str, dict]:
 
 
 def _run_bare(config: Path) -> dict[str, dict]:
-    """The six entrypoints by hand, with the settings the pipeline passes."""
+    """The seven entrypoints by hand, with the settings the pipeline passes."""
     from trainpipe.pipelines.config import load_pipeline_config
 
     c = load_pipeline_config(config)
@@ -79,6 +80,8 @@ def _run_bare(config: Path) -> dict[str, dict]:
                               **{k: getattr(c.train, k) for k in ("task", "batch_size", "test_fraction", "seed")}),
         "snapshot_dataset": step("snapshot_dataset", data=str(out / "validate_data"), repo_dir=c.dvc_repo_dir,
                                  remote_url=c.dvc_remote_url, dataset_name=c.dataset_name),
+        "detect_drift": step("detect_drift", data=str(out / "snapshot_dataset"), label_column=c.label_column, model_name=c.model_name,
+                             champion_alias=c.alias, drift_share=c.drift_share, seed=c.train.seed, retrain_on=c.retrain_on, **track),
         "train_model": step("train_model", data=str(out / "snapshot_dataset"), label_column=c.label_column,
                             experiment_name=c.experiment_name, **track, **c.train.model_dump(mode="json", exclude_none=True)),
         "profile_training": step("profile_training", model=str(out / "train_model"), **track),

@@ -157,14 +157,15 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:].decode(errors="replace")
     # the run really used the credentials: a version is registered on the auth server
     assert b"secrets-check" in run.stdout and (ws / "audit" / "audit.jsonl").is_file()
-    # the audit trail of the run: six executions, the gate and the aliases, chained and intact
+    # the audit trail of the run: seven executions, the drift check, the gate and the aliases, chained and intact
     from trainpipe.contract import audit
 
     log = ws / "audit" / "audit.jsonl"
     assert audit.verify(log)["records"] >= 8
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(r["component"] for r in records if r["action"] == "execute") == sorted(
-        ["validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"])
+        ["validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model"])
+    assert [r["decision"]["retrain"] for r in records if r["action"] == "drift_check"] == [True]
     assert all(r["status"] == "ok" and r["run"]["orchestrator"] == "airflow" for r in records if r["action"] == "execute")
     assert [r["decision"]["passed"] for r in records if r["action"] == "gate"] == [True]
     assert sorted(r["decision"]["alias"] for r in records if r["action"] == "alias") == ["challenger", "champion"]

@@ -180,7 +180,7 @@ def test_every_dashboard_query_returns_data_after_a_pipeline_run(monitoring, tmp
     assert len(ours) == 1, (training_runs, pipeline_runs)
     run_id = ours[0]
     pushed = {r["metric"]["component"] for r in monitoring.query(f'trainpipe_component_success{{run_id="{run_id}"}}')}
-    assert pushed == {"validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"}
+    assert pushed == {"validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model"}
     assert len(DASHBOARDS) == 2
     checked = 0
     for path in DASHBOARDS:
