@@ -14,6 +14,7 @@ COMPONENTS = (
     "evaluate_model",
     "register_model",
     "detect_drift",
+    "optimize_model",
 )
 
 __all__ = ["COMPONENTS", "__version__"]

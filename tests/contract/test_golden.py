@@ -18,7 +18,8 @@ from trainpipe.pipelines.compile import validate_pipeline_yaml
 pytestmark = pytest.mark.contract
 
 GOLDEN = REPO / "pipelines" / "golden"
-COMPONENTS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model", "detect_drift")
+COMPONENTS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model", "detect_drift",
+              "optimize_model")
 
 
 def _env() -> dict:

@@ -71,7 +71,13 @@ def _is_plain_string(annotation: Any) -> bool:
     return annotation in (str, Path) or origin is typing.Literal
 
 
+def _optional(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
 def _parse_value(raw: str, annotation: Any) -> Any:
+    if raw == "null" and _optional(annotation):  # an unset setting, as templating engines emit None with tojson
+        return None
     if _is_plain_string(annotation):
         if len(raw) >= 2 and raw[0] == raw[-1] == '"':
             try:  # a JSON-quoted string, as templating engines emit with tojson

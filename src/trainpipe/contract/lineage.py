@@ -119,6 +119,21 @@ class DriftLineage(Section):
     reference_md5: str | None = None
 
 
+class OptimizationLineage(Section):
+    """optimize_model's variant handed on (None: none was within its metric drop), and the version register_model made of it."""
+
+    variant: str | None = None
+    metric: str
+    fp32_metric: float
+    metric_value: float | None = None
+    speedup_b256: float | None = None
+    size_ratio: float | None = None
+    onnx_sha256: str | None = None
+    exporter: str | None = None
+    model_name: str | None = None
+    version: str | None = None
+
+
 class CodeLineage(Section):
     trainpipe: str
     git_commit: str
@@ -142,6 +157,7 @@ class Lineage(BaseModel):
     evaluation: EvaluationLineage | None = None
     registration: RegistrationLineage | None = None
     drift: DriftLineage | None = None
+    optimization: OptimizationLineage | None = None
     code: CodeLineage | None = None
     orchestrator: OrchestratorLineage | None = None
     image: str | None = None
