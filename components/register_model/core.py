@@ -139,6 +139,7 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
         for name in aliases_set:
             client.set_registered_model_alias(config.model_name, name, version)
         aliases = sorted(client.get_model_version(config.model_name, version).aliases)
+        optimized = register_optimized(client, config, lineage, version, aliases_set, snapshot.md5, training) if config.optimized else None
     except (InputError, ServiceUnavailable):
         raise
     except Exception as exc:
@@ -146,6 +147,8 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
     alias = config.alias if config.alias in aliases else (config.challenger_alias if config.challenger_alias in aliases else None)
     uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
     lineage = lineage.with_(registration=RegistrationLineage(model_name=config.model_name, version=version, aliases=aliases, champion_moved=move))
+    if optimized is not None and lineage.optimization is not None:
+        lineage = lineage.with_(optimization=lineage.optimization.model_copy(update={"model_name": optimized[0], "version": optimized[1]}))
     out = Path(config.output_dir)
     atomic_write_json(out / LINEAGE_FILE, lineage.to_dict())
     atomic_write_text(out / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
@@ -160,8 +163,53 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
         aliases_set=aliases_set,
         model_uri=uri,
         reason=("gate passed; " if created else "identical model and data already registered; ") + why,
+        optimized_version=optimized[1] if optimized else None,
+        optimized_model_uri=f"models:/{optimized[0]}/{optimized[1]}" if optimized else None,
         lineage=lineage,
     )
+
+
+def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineage, parent_version: str, aliases_set: list[str], md5: str,
+                       training: Any) -> tuple[str, str] | None:
+    """Register optimize_model's accepted variant as a version of ``optimized_model_name`` (an MLflow
+    pyfunc on onnxruntime), tagged with its parent version, with the aliases this run set on the parent;
+    the parent version is tagged with it. Idempotent like the parent. None when no variant was accepted.
+
+    Raises:
+        InputError: the optimized artifact is incomplete, changed since optimize_model wrote it, or was
+            made from another model.
+    """
+    import mlflow
+
+    from trainpipe.components.optimize_model.spec import MODEL_DIR, ONNX_FILE, RESULT_FILE
+    from trainpipe.serving import package
+
+    record = read_json(Path(config.optimized) / RESULT_FILE)
+    if not record.get("selected"):
+        return None
+    folder = Path(config.optimized) / MODEL_DIR
+    meta = read_json(folder / MODEL_META)
+    sha = file_digest(folder / ONNX_FILE, "sha256")
+    if sha != record.get("model_sha256"):
+        raise InputError("optimized: model.onnx does not match the hash optimize_model recorded (the artifact was changed)")
+    if (meta.get("parent") or {}).get("model_sha256") != training.model_sha256:
+        raise InputError("optimized: it was made from another model than the one being registered")
+    name = config.optimized_model_name or f"{config.model_name}-onnx"
+    existing = find_existing(client, name, sha, md5)
+    if existing is not None:
+        version = str(existing.version)
+    else:
+        uri = package.log_onnx_model(training.mlflow_run_id, folder)
+        tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
+        tags.update({HASH_TAG: sha, DATA_TAG: md5, registry.RUN_TAG: training.mlflow_run_id, registry.PARENT_TAG: f"{config.model_name}/{parent_version}",
+                     "trainpipe.variant": str(meta["variant"])})
+        version = str(mlflow.register_model(uri, name, tags=tags).version)
+        client.update_model_version(name, version, description=f"{meta['variant']} of {config.model_name} version {parent_version} "
+                                    f"(optimize_model; figures in the lineage tags)")
+    for alias in aliases_set:
+        client.set_registered_model_alias(name, alias, version)
+    client.set_model_version_tag(config.model_name, parent_version, registry.OPTIMIZED_TAG, f"{name}/{version}")
+    return name, version
 
 
 def _create_version(

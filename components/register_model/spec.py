@@ -33,6 +33,9 @@ class RegisterModelParams(StrictModel):
         description="the model card's intended-use statement",
     )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    optimized_model_name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
+        description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: <model_name>-onnx)")
 
 
 class RegisterModelConfig(RegisterModelParams):
@@ -41,6 +44,8 @@ class RegisterModelConfig(RegisterModelParams):
     model: str = Field(..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT)
     decision: str = Field(..., min_length=1, description="the gate decision (evaluate_model's output)", json_schema_extra=INPUT)
     profile: str | None = Field(None, description="the profile (profile_training's output), for the lineage", json_schema_extra=INPUT)
+    optimized: str | None = Field(None, description="optimize_model's output: its accepted variant is registered beside the model, with "
+                                  "the same aliases", json_schema_extra=INPUT)
     output_dir: str = Field(..., min_length=1, description="where the registration record goes", json_schema_extra=OUTPUT)
 
 
@@ -57,17 +62,25 @@ class RegisterModelResult(ComponentResult):
     champion_moved: bool = False
     aliases_set: list[str] = Field(default_factory=list, description="aliases this run pointed at the version")
     reason: str
+    optimized_version: str | None = Field(None, description="the version of optimized_model_name made (or found) from optimize_model's variant")
+    optimized_model_uri: str | None = None
 
     def audit_events(self) -> list[dict[str, Any]]:
         """Each alias this run set, as a record of the audit trail."""
         if not self.registered:
             return []
-        return [
+        events = [
             {"action": "alias", "decision": {"model_name": self.model_name, "version": self.version, "alias": a, "new_version": self.created}}
             for a in self.aliases_set
         ]
+        if self.optimized_version is not None:
+            opt = self.lineage.optimization
+            events += [{"action": "alias", "decision": {"model_name": opt.model_name if opt else None, "version": self.optimized_version,
+                                                        "alias": a, "parent_version": self.version}} for a in self.aliases_set]
+        return events
 
     def summary(self) -> str:
         if not self.registered:
             return f"not registered: {self.reason}"
-        return f"{self.model_uri} (version {self.version}, {'new' if self.created else 'existing'})"
+        line = f"{self.model_uri} (version {self.version}, {'new' if self.created else 'existing'})"
+        return line + (f"; optimized {self.optimized_model_uri}" if self.optimized_model_uri else "")

@@ -16,6 +16,9 @@ from typing import Any
 HASH_TAG = "trainpipe.model_sha256"
 DATA_TAG = "trainpipe.dataset_md5"
 RUN_TAG = "trainpipe.training_run_id"
+#: On an optimized version: ``<model>/<version>`` it was made from; on that version: the optimized one.
+PARENT_TAG = "trainpipe.parent_version"
+OPTIMIZED_TAG = "trainpipe.optimized_version"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
 

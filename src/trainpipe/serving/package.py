@@ -21,6 +21,7 @@ from trainpipe.serving import loader
 
 HERE = Path(__file__).resolve().parent
 PYFUNC_FILE = HERE / "pyfunc_model.py"
+ONNX_PYFUNC_FILE = HERE / "onnx_pyfunc.py"
 #: Files of this package copied into every model as the code path ``trainpipe_pyfunc``.
 SHIPPED = ("loader.py", "nets.py")
 INPUT_EXAMPLE_FILE = "input_example.json"
@@ -91,40 +92,63 @@ def log_model(run_id: str, model_dir: str | Path, extra_requirements: list[str] 
     Returns:
         The logged model's URI, ``models:/<model id>``.
     """
+    model_dir = Path(model_dir)
+    meta = loader.read_meta(model_dir)
+    return _log_pyfunc(run_id, model_dir, (loader.WEIGHTS_FILE, loader.META_FILE), PYFUNC_FILE, meta, requirements(meta, extra_requirements),
+                       name=ARTIFACT_PATH, model_type=f"trainpipe-{meta['task']}", tags={"trainpipe.builder": str(meta["builder"])},
+                       metadata={"trainpipe": {"builder": meta["builder"], "task": meta["task"]}})
+
+
+def log_onnx_model(run_id: str, model_dir: str | Path) -> str:
+    """Log an optimized model (optimize_model's ``model/``: ``model.onnx`` + ``model.json``) as an MLflow
+    pyfunc model of the training run; it loads with MLflow + onnxruntime, numpy and pandas alone.
+
+    Returns:
+        The logged model's URI, ``models:/<model id>``.
+    """
+    import json
+
+    model_dir = Path(model_dir)
+    meta = json.loads((model_dir / loader.META_FILE).read_text(encoding="utf-8"))
+    return _log_pyfunc(run_id, model_dir, ("model.onnx", loader.META_FILE), ONNX_PYFUNC_FILE, {}, list(meta["requirements"]),
+                       name=f"{ARTIFACT_PATH}-{meta['variant']}", model_type=f"trainpipe-onnx-{meta['task']}",
+                       tags={"trainpipe.variant": str(meta["variant"])},
+                       metadata={"trainpipe": {"variant": meta["variant"], "task": meta["task"], "parent": meta.get("parent")}})
+
+
+def _log_pyfunc(run_id: str, model_dir: Path, files: tuple[str, ...], python_model: Path, meta: dict[str, Any], pip_requirements: list[str],
+                *, name: str, model_type: str, tags: dict[str, str], metadata: dict[str, Any]) -> str:
     import mlflow.pyfunc
     import pandas as pd
     from mlflow import MlflowClient
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models import Model
 
-    model_dir = Path(model_dir)
-    meta = loader.read_meta(model_dir)
     example_in = pd.read_json(model_dir / INPUT_EXAMPLE_FILE, orient="split")
     example_out = pd.read_json(model_dir / OUTPUT_EXAMPLE_FILE, orient="split")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a task log is not a terminal
     client = MlflowClient()
     run = client.get_run(run_id)
-    logged = client.create_logged_model(run.info.experiment_id, name=ARTIFACT_PATH, source_run_id=run_id, model_type=f"trainpipe-{meta['task']}",
-                                        tags={"trainpipe.builder": str(meta["builder"])})
+    logged = client.create_logged_model(run.info.experiment_id, name=name, source_run_id=run_id, model_type=model_type, tags=tags)
     try:
         with tempfile.TemporaryDirectory(prefix="trainpipe-pyfunc-") as tmp:
             weights = Path(tmp) / "stage" / WEIGHTS_DIR  # pyfunc keeps an artifact folder under its own name
             weights.mkdir(parents=True)
-            for name in (loader.WEIGHTS_FILE, loader.META_FILE):
-                shutil.copyfile(model_dir / name, weights / name)
+            for file in files:
+                shutil.copyfile(model_dir / file, weights / file)
             code = stage_code(meta, Path(tmp) / "code")
             with warnings.catch_warnings(), _pins_are_this_environments():
                 warnings.filterwarnings("ignore", message=".*Inferred schema contains integer column")  # class labels are integers
                 warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
                 mlflow.pyfunc.save_model(
                     Path(tmp) / "model",
-                    python_model=str(PYFUNC_FILE),
+                    python_model=str(python_model),
                     artifacts={"model": str(weights)},
                     code_paths=code,
                     signature=signature(example_in, example_out),
                     input_example=example_in,
-                    pip_requirements=requirements(meta, extra_requirements),
-                    metadata={"trainpipe": {"builder": meta["builder"], "task": meta["task"]}},
+                    pip_requirements=pip_requirements,
+                    metadata=metadata,
                     mlflow_model=Model(artifact_path=logged.artifact_location, run_id=run_id, model_id=logged.model_id),
                 )
             client.log_model_artifacts(logged.model_id, str(Path(tmp) / "model"))
