@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser monitoring demo test test-fast lint bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring demo demo-smb test test-fast lint bench compile golden component training-function lock images push clean
 
 all: test
 

@@ -33,7 +33,7 @@ with DAG(
     default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", *GATE_KEYS, "drift_share", "max_champion_age_days", "train"),
+    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", *GATE_KEYS, "drift_share", "max_champion_age_days", "train", "optimize"),
 ) as dag:
     changed = GateOperator(
         task_id="new_snapshot",
@@ -44,6 +44,7 @@ with DAG(
     snapshot_dir = "{{ ti.xcom_pull(task_ids='new_snapshot') }}"
     # retrain_on is not a param here: this DAG always decides on drift (detect_drift's own default)
     detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, retrain_on=None)
-    train, _ = model_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump())
+    train, _ = model_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
+                           optimize_keys=CONFIG.optimize.settings() if CONFIG.optimizes() else None)
     changed >> detect
     decide >> train

@@ -2,8 +2,8 @@
 
 validate_data → snapshot_dataset → detect_drift → retrain (skips the rest unless detect_drift
 says to retrain: always with ``retrain_on: always``, the default) → train_model →
-profile_training, evaluate_model → gate (skips register_model unless the decision passed) →
-register_model.
+profile_training, evaluate_model → gate (skips the rest unless the decision passed) →
+optimize_model (with ``optimize.enabled`` or the cpu-smb profile) → register_model.
 
 Settings come from the pipeline config named by ``TRAINPIPE_CONFIG`` (read once at
 parse time: a small YAML file, no database or connection lookups) and can be
@@ -59,6 +59,7 @@ with DAG(
         outlets=[dataset_asset(CONFIG.dataset_name)],  # the asset event carries the DVC hash: retrain_dag listens
     )
     detect, decide = drift_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR)
-    train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump())
+    train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
+                           optimize_keys=CONFIG.optimize.settings() if CONFIG.optimizes() else None)
     validate >> snapshot >> detect
     decide >> train

@@ -19,6 +19,7 @@ from pydantic import Field, create_model, model_validator
 
 from trainpipe.components.detect_drift.spec import DetectDriftParams
 from trainpipe.components.evaluate_model.spec import EvaluateModelParams
+from trainpipe.components.optimize_model.spec import OptimizeModelParams
 from trainpipe.components.register_model.spec import RegisterModelParams
 from trainpipe.components.snapshot_dataset.spec import SnapshotDatasetParams
 from trainpipe.components.train_model.spec import TrainModelParams
@@ -29,6 +30,8 @@ from trainpipe.contract.policy import Policy
 #: train_model settings that are not in ``train:``: the pipeline sets them once for every step
 #: (label_column, tracking_uri, experiment_name) or a multi-node launcher sets them per node.
 NOT_IN_TRAIN = ("label_column", "tracking_uri", "experiment_name", "node_rank", "rdzv_endpoint")
+#: optimize_model settings that are not in ``optimize:``: the pipeline's own (the label, the split's seed).
+OPTIMIZE_FROM_PIPELINE = ("label_column", "seed")
 #: Pipeline settings taken from a component's spec, by (component, its field).
 FROM_SPECS: dict[str, tuple[Any, str]] = {
     "label_column": (TrainModelParams, "label_column"),
@@ -77,6 +80,23 @@ class TrainSettings(_TrainBase):  # type: ignore[misc, valid-type]
         return self
 
 
+_OptimizeBase = create_model(  # type: ignore[call-overload]
+    "_OptimizeBase", __base__=StrictModel, **_fields(OptimizeModelParams, [n for n in OptimizeModelParams.model_fields if n not in OPTIMIZE_FROM_PIPELINE])
+)
+
+
+class OptimizeSettings(_OptimizeBase):  # type: ignore[misc, valid-type]
+    """optimize_model's settings in a pipeline (all but :data:`OPTIMIZE_FROM_PIPELINE`), and whether it runs."""
+
+    enabled: bool | None = Field(
+        None, description="run optimize_model between the gate and register_model (its accepted variant is registered beside the model); "
+        "unset: the hardware profile decides (cpu-smb: on, cpu and gpu: off)")
+
+    def settings(self) -> dict[str, Any]:
+        """The step's settings (JSON values), without the switch."""
+        return self.model_dump(mode="json", exclude={"enabled"})
+
+
 _SpecBase = create_model(  # type: ignore[call-overload]
     "_SpecBase", __base__=StrictModel, **{name: (src.model_fields[f].annotation, src.model_fields[f]) for name, (src, f) in FROM_SPECS.items()}
 )
@@ -90,7 +110,8 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     dvc_repo_dir: str | None = Field(None, description="snapshot_dataset's repo_dir (default: <workspace>/dvc-repo)")
     dvc_remote_url: str | None = Field(None, description="snapshot_dataset's remote_url (default: <workspace>/dvc-remote)")
     train: TrainSettings = Field(default_factory=TrainSettings)
-    profile: str = "cpu"
+    optimize: OptimizeSettings = Field(default_factory=OptimizeSettings)
+    profile: str = Field("cpu", description="hardware profile: cpu, cpu-smb (optimizes models for CPU serving), gpu, or a YAML file")
     retrain_on: Literal["always", "drift"] = Field(
         "always", description="always: every run trains; drift: only when detect_drift finds drift against the champion's training data, "
         "the champion is older than max_champion_age_days, or there is none (the retraining DAG always decides on drift)")
@@ -126,6 +147,19 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
                 "tracking_uri": tracking,
             }
         )
+
+    def optimizes(self, profile: str | None = None) -> bool:
+        """Whether the pipeline runs optimize_model: ``optimize.enabled``, else the hardware profile's
+        (``profile``, default the config's) ``optimize``."""
+        if self.optimize.enabled is not None:
+            return self.optimize.enabled
+        from trainpipe.profiles import get_profile
+
+        return get_profile(profile or self.profile).optimize
+
+    def optimize_settings(self, profile: str | None = None) -> dict[str, Any] | None:
+        """optimize_model's settings when the pipeline runs it (see :meth:`optimizes`), else None."""
+        return self.optimize.settings() if self.optimizes(profile) else None
 
     def trusted_code(self) -> str:
         """The package of the config's training function: the steps that rebuild its model may import it."""
@@ -182,7 +216,7 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
 
 #: Settings of the pipeline config the KFP pipeline does not take as parameters (they shape the
 #: compiled pipeline or the local run instead).
-NOT_PIPELINE_PARAMETERS = ("workspace", "profile", "policy", "schedule", "train")
+NOT_PIPELINE_PARAMETERS = ("workspace", "profile", "policy", "schedule", "train", "optimize")
 
 
 def load_pipeline_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:

@@ -1,6 +1,7 @@
 """The reference training pipeline (KFP v2), composed from the six KFP faces.
 
-validate → snapshot → train → (profile ∥ evaluate) → if the gate passed: register.
+validate → snapshot → detect drift → if retraining: train → (profile ∥ evaluate) → if the gate passed:
+(optimize →) register.
 Every task has a retry policy with exponential backoff, a timeout, and the
 resources of one hardware profile. Importing this module loads kfp only.
 """
@@ -14,6 +15,7 @@ from kfp.dsl import Dataset
 
 from trainpipe.components.detect_drift.kfp_component import detect_drift
 from trainpipe.components.evaluate_model.kfp_component import evaluate_model
+from trainpipe.components.optimize_model.kfp_component import optimize_model
 from trainpipe.components.profile_training.kfp_component import profile_training
 from trainpipe.components.register_model.kfp_component import register_model
 from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
@@ -74,7 +76,7 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
 
 
 def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: str | None = None, trusted_code: str = "",
-                   include: tuple[str, ...] = ("profile_training",)) -> Any:
+                   include: tuple[str, ...] = ("profile_training",), optimize: dict[str, Any] | None = None) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
     Args:
@@ -86,6 +88,8 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
             (``TRAINPIPE_TRUSTED_MODEL_CODE`` on evaluate_model).
         include: The optional steps to run (``profile_training``; without it, register_model
             records no profile).
+        optimize: optimize_model's settings: with them, it runs between the gate and register_model,
+            which registers its accepted variant beside the model (``<model_name>-onnx``).
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
     from trainpipe.contract.policy import ENV as POLICY_ENV, to_env
@@ -172,10 +176,16 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
             )
             with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
                 extra = {"profile": profiled.outputs["profile"]} if profiled is not None else {}
+                optimized = None
+                if optimize is not None:  # an unset setting (None) is left to the face's own default
+                    optimized = optimize_model(model=trained.outputs["model"], data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"],
+                                               label_column=label_column, seed=seed, run_id=run_id,
+                                               **{k: v for k, v in optimize.items() if v is not None})
+                    extra["optimized"] = optimized.outputs["optimized"]
                 registered = register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name=model_name,
                                             alias=alias, tracking_uri=tracking_uri, run_id=run_id, **extra)
                 _configure(registered, profile.default, profile, caching=False)
-        steps = [t for t in (profiled, evaluated) if t is not None]
+        steps = [t for t in (profiled, evaluated, optimized) if t is not None]
         for task_ in steps:
             _configure(task_, profile.default, profile)
         # detect_drift reads the champion, which moves between runs: its result is not a function of its inputs
@@ -184,7 +194,7 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
         if trusted_code:
-            for task_ in (evaluated, drifted):  # both rebuild the team's model (the challenger, the champion)
+            for task_ in (t for t in (evaluated, drifted, optimized) if t is not None):  # they rebuild the team's model
                 task_.set_env_variable(name="TRAINPIPE_TRUSTED_MODEL_CODE", value=trusted_code)
         every = [validated, snap, drifted, trained, *steps, registered]
         _kubernetes_settings(profile, trained, every)

@@ -47,7 +47,7 @@ for _name in COMPONENTS:
 CONFIG_ENV = "TRAINPIPE_CONFIG"
 #: Where a config is looked for when none is named: the current folder, then the demo's.
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
-STEP_LINE = re.compile(r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model|detect_drift)(?::| \S+:).*)")
+STEP_LINE = re.compile(r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model|detect_drift|optimize_model)(?::| \S+:).*)")
 
 
 def default_config(config: Path | None, required: bool = True) -> Path | None:
@@ -174,7 +174,7 @@ def run(
 @app.command(name="compile")
 def compile_cmd(
     output: Path = typer.Option(Path("pipeline.yaml"), "--output", "-o", help="where to write the IR YAML"),
-    profile: str = typer.Option(None, help="hardware profile: cpu, gpu, or a YAML file (default: the config's, else cpu)"),
+    profile: str = typer.Option(None, help="hardware profile: cpu, cpu-smb, gpu, or a YAML file (default: the config's, else cpu)"),
     policy: Path = typer.Option(None, help="policy YAML put on every task (default: the config's, else TRAINPIPE_POLICY)"),
     pipeline_root: str = typer.Option(None, help="where KFP keeps the run's artifacts, checked against the policy"),
     config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, if any)"),
@@ -188,8 +188,9 @@ def compile_cmd(
         path = default_config(config, required=False)
         cfg = load_pipeline_config(path) if path else None
         rules = load_policy(str(policy)) if policy else (cfg.effective_policy() if cfg else None)
-        out = compile_pipeline(output, profile or (cfg.profile if cfg else "cpu"), policy=rules, pipeline_root=pipeline_root,
-                               trusted_code=cfg.trusted_code() if cfg else "")
+        hw = profile or (cfg.profile if cfg else "cpu")
+        out = compile_pipeline(output, hw, policy=rules, pipeline_root=pipeline_root, trusted_code=cfg.trusted_code() if cfg else "",
+                               optimize=(cfg.optimize_settings(hw) or False) if cfg else None)
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(str(out))
@@ -374,11 +375,12 @@ def audit_verify(
 def demo(
     workspace: Path = typer.Option(Path(".trainpipe/demo"), help="where the demo keeps its data and state"),
     engine: str = typer.Option("kfp-local", help="kfp-local or airflow-local"),
+    profile: str = typer.Option("cpu", help="hardware profile: cpu, or cpu-smb (the model is also optimized for CPU serving: ONNX, int8, pruned)"),
 ) -> None:
     """Write scikit-learn's digits as raw CSV and run the reference pipeline on it."""
     from trainpipe.demo import write_demo_config
 
-    config = write_demo_config(workspace)
+    config = write_demo_config(workspace, profile=profile)
     typer.echo(f"trainpipe: demo config {config}", err=True)
     run(config=config, engine=engine)
 

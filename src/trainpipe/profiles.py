@@ -75,6 +75,9 @@ class HardwareProfile(StrictModel):
         9450, ge=0, le=65_535,
         description="training ranks serve Prometheus metrics on this port + their local rank (the PodMonitor scrapes the pods' metrics-N ports); 0: off",
     )
+    optimize: bool = Field(
+        False, description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its config's "
+        "optimize.enabled says otherwise")
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 
@@ -83,6 +86,13 @@ PROFILES: dict[str, HardwareProfile] = {
     "cpu": HardwareProfile(
         name="cpu",
         train=Resources(cpu_request="2", cpu_limit="4", memory_request="4G", memory_limit="8G"),
+    ),
+    # a small business's CPU server: no accelerator, modest requests, and every model optimized for CPU serving
+    "cpu-smb": HardwareProfile(
+        name="cpu-smb",
+        default=Resources(cpu_request="250m", cpu_limit="1", memory_request="512M", memory_limit="2G"),
+        train=Resources(cpu_request="1", cpu_limit="2", memory_request="2G", memory_limit="4G"),
+        optimize=True,
     ),
     "gpu": HardwareProfile(
         name="gpu",

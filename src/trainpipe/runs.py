@@ -49,6 +49,11 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
     if drift:
         lines.append(f"drift report     : {Path(drift['_path']) / 'report.html'} ({len(drift['drifted_columns'])} of {len(drift['columns'])} columns drifted; "
                      f"{'retrain' if drift['retrain'] else 'no retrain'})")
+    if "optimize_model" in results:
+        o = results["optimize_model"]
+        lines.append(f"optimization     : {Path(o['_path']) / 'report.html'} ({o['selected'] or 'no variant accepted'})")
+    if reg and reg.get("optimized_model_uri"):
+        lines.append(f"optimized model  : {reg['optimized_model_uri']} (loads with MLflow + onnxruntime)")
     if "validate_data" in results:
         v = results["validate_data"]
         lines.append(f"validation report: {Path(v['_path']) / v['docs_index']}")

@@ -66,7 +66,7 @@ def compiled(tmp_path_factory):
     from trainpipe.pipelines.compile import compile_pipeline
 
     out = {}
-    for profile in ("cpu", "gpu"):
+    for profile in ("cpu", "gpu", "cpu-smb"):
         path = compile_pipeline(tmp_path_factory.mktemp(profile) / "p.yaml", profile)
         out[profile] = list(yaml.safe_load_all(path.read_text()))
     return out
@@ -99,6 +99,38 @@ def test_drift_and_the_gate_are_conditions(compiled):
     assert {"train-model", "evaluate-model", "profile-training", "condition-2"} <= set(inner)
     assert "evaluate-model" in inner["condition-2"]["triggerPolicy"]["condition"]
     assert "register-model" in spec["components"]["comp-condition-2"]["dag"]["tasks"]
+
+
+def test_the_cpu_smb_profile_optimizes_between_the_gate_and_register(compiled, tmp_path):
+    """optimize_model runs only when the gate passed, and register_model takes its variant; the cpu
+    profile (the demo's) has neither; a config's optimize.enabled overrides the profile."""
+    spec = compiled["cpu-smb"][0]
+    validate_pipeline_yaml_dict(compiled["cpu-smb"], tmp_path)
+    gated = spec["components"]["comp-condition-2"]["dag"]["tasks"]
+    assert set(gated) == {"optimize-model", "register-model"}
+    register = gated["register-model"]
+    assert register["dependentTasks"] == ["optimize-model"]
+    assert register["inputs"]["artifacts"]["optimized"] == {"taskOutputArtifact": {"outputArtifactKey": "optimized", "producerTask": "optimize-model"}}
+    optimize = gated["optimize-model"]["inputs"]["parameters"]
+    assert optimize["seed"] == {"componentInputParameter": "pipelinechannel--seed"}
+    assert optimize["max_metric_drop"]["runtimeValue"]["constant"] == 0.005
+    res = spec["deploymentSpec"]["executors"]["exec-optimize-model"]["container"]["resources"]
+    assert res["cpuLimit"] == 1 and res["memoryLimit"] == 2  # the small server's step resources
+    assert "optimize-model" not in yaml.safe_dump(compiled["cpu"])
+    from trainpipe.pipelines.config import PipelineConfig
+
+    off = PipelineConfig(data="d.csv", profile="cpu-smb", optimize={"enabled": False})
+    on = PipelineConfig(data="d.csv", optimize={"enabled": True, "variants": ["int8_static"]})
+    assert off.optimize_settings() is None and on.optimize_settings()["variants"] == ["int8_static"]
+    assert PipelineConfig(data="d.csv", profile="cpu-smb").optimizes() and not PipelineConfig(data="d.csv").optimizes()
+
+
+def validate_pipeline_yaml_dict(docs: list, tmp_path) -> None:
+    from trainpipe.pipelines.compile import validate_pipeline_yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    validate_pipeline_yaml(path)
 
 
 def test_gpu_profile_requests_gpus_for_training_only(compiled):

@@ -78,7 +78,8 @@ def compiled(tmp_path_factory):
 
     from trainpipe.pipelines.compile import compile_pipeline
 
-    path = compile_pipeline(tmp_path_factory.mktemp("ir") / "pipeline.yaml", "cpu")
+    # cpu-smb: every step, optimize_model too
+    path = compile_pipeline(tmp_path_factory.mktemp("ir") / "pipeline.yaml", "cpu-smb")
     return next(yaml.safe_load_all(path.read_text()))
 
 
@@ -148,16 +149,18 @@ print(json.dumps({"params": {k: m.dag.params[k] for k in m.dag.params}, "tasks":
 @pytest.mark.parametrize("mode", ["local", "kubernetes"])
 @pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py"])
 def test_every_dag_param_reaches_every_step_that_takes_it(tmp_path, mode, dag_file):
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_AIRFLOW_MODE": mode}
+    (tmp_path / "pipeline.yaml").write_text("data: d.csv\noptimize: {enabled: true}\n")  # every step, optimize_model too
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_AIRFLOW_MODE": mode,
+           "TRAINPIPE_CONFIG": str(tmp_path / "pipeline.yaml")}
     proc = subprocess.run([sys.executable, "-c", DUMP_DAG, str(REPO / "dags" / dag_file)], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dag = json.loads(proc.stdout.strip().splitlines()[-1])
-    params, train = set(dag["params"]), set(dag["params"]["train"])
+    params, train, optimize = set(dag["params"]), set(dag["params"]["train"]), set(dag["params"]["optimize"])
     from trainpipe.pipelines.config import NOT_PIPELINE_PARAMETERS, PipelineConfig
 
     # the DAG's params are the pipeline config's settings (train nested, as in the config file);
     # the retraining DAG starts from a snapshot and takes those of the steps after it
-    settings = set(PipelineConfig.model_fields) - set(NOT_PIPELINE_PARAMETERS) | {"workspace", "train"}
+    settings = set(PipelineConfig.model_fields) - set(NOT_PIPELINE_PARAMETERS) | {"workspace", "train", "optimize"}
     assert params == settings if dag_file == "training_dag.py" else params <= settings
     seen = set()
     for task_id, task in dag["tasks"].items():
@@ -174,4 +177,8 @@ def test_every_dag_param_reaches_every_step_that_takes_it(tmp_path, mode, dag_fi
                 assert settings.get(name, "").replace(" | tojson", "") == "{{ params.%s }}" % wanted, f"{task_id}.{name}: {settings.get(name)!r}"
             elif component == "train_model" and name in train:
                 assert settings.get(name) == "{{ params.train.%s | tojson }}" % name, f"{task_id}.{name}: {settings.get(name)!r}"
-    assert seen >= {"train_model", "evaluate_model", "register_model"}
+            elif component == "optimize_model" and name in optimize:
+                assert settings.get(name) == "{{ params.optimize.%s | tojson }}" % name, f"{task_id}.{name}: {settings.get(name)!r}"
+            elif component == "optimize_model" and name == "seed":  # the pipeline's seed (train.seed)
+                assert settings.get(name) == "{{ params.train.seed | tojson }}", f"{task_id}.{name}: {settings.get(name)!r}"
+    assert seen >= {"train_model", "evaluate_model", "optimize_model", "register_model"}

@@ -44,8 +44,9 @@ def write_parquet_dir(
     return path
 
 
-def write_demo_config(workspace: str | Path) -> Path:
-    """Write the demo's data and config under ``workspace``; returns the config path."""
+def write_demo_config(workspace: str | Path, profile: str = "cpu") -> Path:
+    """Write the demo's data and config under ``workspace``; returns the config path. ``profile``
+    cpu-smb also optimizes the model for CPU serving (optimize_model) and registers that variant."""
     ws = Path(workspace).resolve()
     data = write_digits(ws / "raw" / "digits.csv")
     config = ws / "pipeline.yaml"
@@ -56,6 +57,7 @@ def write_demo_config(workspace: str | Path) -> Path:
         "label_column: label\n"
         f"workspace: {ws}\n"
         "dataset_name: digits\n"
+        f"profile: {profile}\n"
         "suite: builtin:default\n"
         "model_name: trainpipe-digits\n"
         "thresholds: {accuracy: 0.9, f1_macro: 0.9}\n"

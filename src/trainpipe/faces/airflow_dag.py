@@ -40,12 +40,15 @@ def component_task(
 GATE_KEYS = ("thresholds", "min_improvement", "max_regression", "metric_functions", "lower_is_better")
 
 
-def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, include: tuple[str, ...] = ("profile_training",)) -> tuple[Any, Any]:
-    """train → (profile ∥ evaluate) → gate → register on a snapshot, as both DAGs run them.
+def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, include: tuple[str, ...] = ("profile_training",),
+                optimize_keys: Any = None) -> tuple[Any, Any]:
+    """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them.
 
     ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
     ``snapshot_dir`` may be a template; ``include`` names the optional steps (without
-    profile_training, register_model records no profile). Returns the first and the last task.
+    profile_training, register_model records no profile); ``optimize_keys`` (optimize_model's
+    settings, from ``params.optimize``) puts optimize_model after the gate, and register_model
+    registers its variant beside the model. Returns the first and the last task.
     """
     from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
     from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
@@ -85,6 +88,22 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
         },
     )
     gate = GateOperator(task_id="gate", condition=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")
+    optimize = None
+    if optimize_keys is not None:
+        from trainpipe.components.optimize_model.airflow_task import OptimizeModelOperator
+
+        optimize = step(
+            OptimizeModelOperator,
+            "optimize_model",
+            {
+                "model": f"{run_dir}/train_model",
+                "data": snapshot_dir,
+                "output_dir": f"{run_dir}/optimize_model",
+                "label_column": "{{ params.label_column }}",
+                "seed": "{{ params.train.seed | tojson }}",
+                **{k: "{{ params.optimize.%s | tojson }}" % k for k in optimize_keys},
+            },
+        )
     register = step(
         RegisterModelOperator,
         "register_model",
@@ -92,6 +111,7 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
             "model": f"{run_dir}/train_model",
             "decision": f"{run_dir}/evaluate_model",
             **({"profile": f"{run_dir}/profile_training"} if profile is not None else {}),
+            **({"optimized": f"{run_dir}/optimize_model"} if optimize is not None else {}),
             "output_dir": f"{run_dir}/register_model",
             "model_name": "{{ params.model_name }}",
             "alias": "{{ params.alias }}",
@@ -99,7 +119,10 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
         },
     )
     train >> [t for t in (profile, evaluate) if t is not None]
-    evaluate >> gate >> register
+    if optimize is not None:
+        evaluate >> gate >> optimize >> register
+    else:
+        evaluate >> gate >> register
     if profile is not None:
         profile >> register
     return train, register
@@ -216,7 +239,7 @@ class DagSettings:
             from trainpipe.contract.policy import ENV, to_env
 
             env[ENV] = to_env(self.config.policy)
-        if task_id == "evaluate_model" and self.config.trusted_code():  # it rebuilds the team's model from its code
+        if task_id in ("evaluate_model", "optimize_model") and self.config.trusted_code():  # they rebuild the team's model from its code
             env["TRAINPIPE_TRUSTED_MODEL_CODE"] = self.config.trusted_code()
         if env:
             key = "env_vars" if self.mode == "kubernetes" else "env"
@@ -233,5 +256,6 @@ class DagSettings:
             "tracking_uri": c.tracking_uri, "experiment_name": c.experiment_name, "model_name": c.model_name, "alias": c.alias,
             **{k: getattr(c, k) for k in GATE_KEYS}, "train": c.train.model_dump(mode="json"),
             "retrain_on": c.retrain_on, "drift_share": c.drift_share, "max_champion_age_days": c.max_champion_age_days,
+            "optimize": c.optimize.settings(),
         }
         return {k: values[k] for k in keys} if keys else values

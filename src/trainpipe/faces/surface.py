@@ -30,8 +30,9 @@ ARTIFACTS: dict[str, dict[str, str]] = {
     "train_model": {"data": "data", "output_dir": "model"},
     "profile_training": {"model": "model", "data": "data", "output_dir": "profile"},
     "evaluate_model": {"model": "model", "data": "data", "output_dir": "decision"},
-    "register_model": {"model": "model", "decision": "decision", "profile": "profile", "output_dir": "registration"},
+    "register_model": {"model": "model", "decision": "decision", "profile": "profile", "optimized": "optimized", "output_dir": "registration"},
     "detect_drift": {"data": "data", "reference": "reference", "output_dir": "drift"},
+    "optimize_model": {"model": "model", "data": "data", "calibration_data": "calibration_data", "output_dir": "optimized"},
 }
 #: A step's setting that the pipeline (and the DAG) names otherwise: (component, its field) -> the
 #: pipeline's setting. Every other step setting that shares a pipeline setting's name takes it.
