@@ -46,11 +46,13 @@ def _terminal(proc) -> list[str]:
 def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits_csv, mlflow_server):
     import mlflow
 
-    # retrain_on drift with no champion yet: nothing to compare with, so it trains (the dsl.If branch runs)
-    config = _config(tmp_path, digits_csv, mlflow_server, retrain_on="drift")
+    # retrain_on drift with no champion yet: nothing to compare with, so it trains (the dsl.If branch
+    # runs); the cpu-smb profile optimizes the model for CPU and registers that variant beside it
+    config = _config(tmp_path, digits_csv, mlflow_server, retrain_on="drift", profile="cpu-smb")
     first = _run(config, "kfp-local", tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
     assert "registered model : e2e-digits version 1 alias @champion (new)" in first.stdout
+    assert "optimized model  : models:/e2e-digits-onnx/1 (loads with MLflow + onnxruntime)" in first.stdout, first.stdout
     assert "0 of 0 columns drifted; retrain" in first.stdout
     config = _config(tmp_path, digits_csv, mlflow_server)  # retrain_on always (the default): trains again
     second = _run(config, "kfp-local", tmp_path)
@@ -72,9 +74,12 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     # the terminal shows each step's one result line and the summary; the engine's own output (KFP's
     # executor JSON, a few thousand lines) is in the log file the summary names
     shown = _terminal(first)
-    assert len(shown) <= 20, "\n".join(shown)
-    for step in STEPS:
+    assert len(shown) <= 24, "\n".join(shown)
+    for step in (*STEPS, "optimize_model"):
         assert sum(1 for line in shown if line.strip().startswith(f"trainpipe {step}: ok in ")) == 1, (step, shown)
+    optimized = client.get_model_version_by_alias("e2e-digits-onnx", "champion")
+    assert optimized.tags["trainpipe.parent_version"] == "e2e-digits/1" and optimized.tags["lineage.orchestrator.name"] == "kfp"
+    assert tags["trainpipe.optimized_version"] == "e2e-digits-onnx/1"
     log = Path(next(line for line in shown if line.startswith("full log")).split(":", 1)[1].strip())
     assert log.is_file() and len(log.read_text().splitlines()) > 10 * len(shown) and "trainpipe register_model: ok" in log.read_text()
     # every command takes the config `trainpipe run` took (./pipeline.yaml here): no --tracking-uri needed
@@ -126,10 +131,12 @@ def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_ser
 def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
     import mlflow
 
-    config = _config(tmp_path, digits_csv, mlflow_server, model_name="e2e-airflow")
+    config = _config(tmp_path, digits_csv, mlflow_server, model_name="e2e-airflow", optimize={"enabled": True, "variants": ["int8_dynamic", "int8_static"],
+                                                                                            "max_metric_drop": 0.02})
     proc = _run(config, "airflow-local", tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "registered model : e2e-airflow version 1 alias @champion (new)" in proc.stdout
+    assert "optimized model  : models:/e2e-airflow-onnx/1 (loads with MLflow + onnxruntime)" in proc.stdout, proc.stdout
     tags = mlflow.MlflowClient(mlflow_server).get_model_version_by_alias("e2e-airflow", "champion").tags
     assert tags["lineage.orchestrator.name"] == "airflow" and tags["lineage.orchestrator.run_id"].startswith("manual__")
     # snapshot_dataset updated the dataset's Asset with the DVC hash: what retrain_dag listens to

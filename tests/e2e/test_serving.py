@@ -2,7 +2,8 @@
 fresh virtualenv where trainpipe is not installed (only the requirements the model declares), takes
 a DataFrame of raw feature columns, and is served by ``mlflow models serve --env-manager local``.
 
-Regression runs end to end on scikit-learn's bundled diabetes data through ``trainpipe run``;
+Regression runs end to end on scikit-learn's bundled diabetes data through ``trainpipe run``, with
+optimize_model on: its ONNX variant is registered beside the model and loads there too;
 the team's classifier (tests/fixtures/teampkg) goes through the six entrypoints, and its code
 travels with the model (the fresh environment has no teampkg on its path).
 """
@@ -46,11 +47,13 @@ def registered(tmp_path_factory, diabetes_csv, digits_csv, mlflow_server):
         "model_name": "diabetes", "tracking_uri": mlflow_server, "thresholds": {"r2": 0.25}, "max_regression": {"rmse": 0.0},
         "train": {"task": "regression", "train_config": {"hidden_units": [32], "learning_rate": 0.01}, "nproc_per_node": 1,
                   "epochs": 40, "batch_size": 32},
+        "optimize": {"enabled": True, "max_metric_drop": 0.01, "latency_runs": 50},
     }))
     run = subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config)], capture_output=True, text=True,
                          timeout=900, check=False)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     assert "registered model : diabetes version 1 alias @champion (new)" in run.stdout
+    assert "optimized model  : models:/diabetes-onnx/1 (loads with MLflow + onnxruntime)" in run.stdout, run.stdout
     # the team's model, by hand: its package is on the path of the steps that train and evaluate it
     snap = make_snapshot(root / "team", digits_csv, "label")
     result_of(run_component("train_model", "--data", str(snap), "--output-dir", str(root / "team" / "m"), "--tracking-uri", mlflow_server,
@@ -73,11 +76,13 @@ def fresh_env(tmp_path_factory, registered, mlflow_server) -> Path:
     # models:/ URIs resolve through the registry URI, which download_artifacts does not take from
     # tracking_uri=; mlflow.set_registry_uri would also export it to every later subprocess
     with _env(MLFLOW_REGISTRY_URI=mlflow_server):
-        reqs = Path(mlflow.artifacts.download_artifacts(artifact_uri="models:/diabetes@champion/requirements.txt",
-                                                        tracking_uri=mlflow_server, dst_path=str(tmp_path_factory.mktemp("reqs"))))
+        reqs = [Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}@champion/requirements.txt",
+                                                         tracking_uri=mlflow_server, dst_path=str(tmp_path_factory.mktemp("reqs"))))
+                for name in ("diabetes", "diabetes-onnx")]
+    assert "onnxruntime==1.32.0" in reqs[1].read_text() and "torch" not in reqs[1].read_text()  # the ONNX variant needs no torch
     venv = tmp_path_factory.mktemp("fresh") / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(reqs)], capture_output=True, text=True,
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(reqs[0]), "-r", str(reqs[1])], capture_output=True, text=True,
                          timeout=1200, check=False)
     assert pip.returncode == 0, pip.stderr[-3000:]
     return venv
@@ -133,7 +138,9 @@ def test_registered_models_load_by_alias_without_trainpipe_and_predict_as_trainp
         "import mlflow, pandas as pd, json\n"
         "r = mlflow.pyfunc.load_model('models:/diabetes@champion').predict(pd.read_csv('diabetes.csv'))\n"
         "t = mlflow.pyfunc.load_model('models:/team-digits@champion').predict(pd.read_csv('digits.csv'))\n"
-        "print(json.dumps({'regression': r['prediction'].tolist(), 'team': t['prediction'].tolist(), 'columns': list(t.columns)}))\n"
+        "o = mlflow.pyfunc.load_model('models:/diabetes-onnx@champion').predict(pd.read_csv('diabetes.csv'))\n"
+        "print(json.dumps({'regression': r['prediction'].tolist(), 'team': t['prediction'].tolist(), 'columns': list(t.columns),\n"
+        "                  'onnx': o['prediction'].tolist(), 'onnx_columns': list(o.columns)}))\n"
     )
     proc = _in_fresh_env(fresh_env, code, mlflow_server, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -141,6 +148,9 @@ def test_registered_models_load_by_alias_without_trainpipe_and_predict_as_trainp
     regression_dir = next(registered["regression_ws"].rglob("train-model/model"))
     mine = loader.load(regression_dir).predict_frame(rows)["prediction"].to_numpy()
     assert max(abs(a - b) for a, b in zip(out["regression"], mine)) < 1e-4
+    # the optimized variant (whichever was fastest within 0.01 of r2): the same frame, close predictions
+    std = float(pd.read_csv(diabetes_csv)["target"].std())
+    assert out["onnx_columns"] == ["prediction"] and sum(abs(a - b) for a, b in zip(out["onnx"], mine)) / len(mine) < 0.05 * std
     monkeypatch.syspath_prepend(TEAM["PYTHONPATH"])  # trainpipe's own load, here, imports the team's code from its package
     team = loader.load(registered["team_model"], trusted=lambda m: m == "teampkg.models").predict_frame(digits)
     assert out["team"] == team["prediction"].tolist()
