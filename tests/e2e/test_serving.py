@@ -119,6 +119,15 @@ def test_regression_is_scored_gated_and_registered_with_its_charts(registered, m
     assert all(t in report for t in ("Predicted against actual", "Residuals against predicted", "id='residuals'"))
     version = mlflow.MlflowClient(mlflow_server).get_model_version_by_alias("diabetes", "champion")
     assert version.tags["lineage.evaluation.task"] == "regression" and version.tags["lineage.training.task"] == "regression"
+    # optimize_model on the regression task: r2 on the same held-out rows evaluate_model scored, every
+    # variant gated on its drop, the ONNX export within its tolerance of torch
+    optimized = json.loads(next(registered["regression_ws"].rglob("optimize-model/optimized/optimization.json")).read_text())
+    v = {x["name"]: x for x in optimized["variants"]}
+    assert optimized["metric"] == "r2" and list(v) == ["fp32", "onnx", "int8_dynamic", "int8_static", "pruned"]
+    assert v["fp32"]["metric"] == pytest.approx(metrics["metrics"]["r2"], abs=1e-9) and optimized["n_test"] == metrics["n_test"]
+    assert v["onnx"]["max_abs_diff"] <= 1e-3 and v["onnx"]["accepted"]
+    assert all(x["accepted"] == (x["metric_drop"] <= 0.01) for n, x in v.items() if n != "fp32")
+    assert set(v["fp32"]["metrics"]) == {"r2", "rmse", "mae"} and optimized["selected"] in v
 
 
 def test_registered_models_load_by_alias_without_trainpipe_and_predict_as_trainpipe_does(fresh_env, registered, mlflow_server, diabetes_csv, digits_csv, tmp_path,

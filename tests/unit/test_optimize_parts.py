@@ -82,3 +82,8 @@ def test_the_choice_is_among_accepted_variants_only_and_the_chart_draws_each():
     assert svg.count('class="point"') == 4 and 'data-variant="int8_dynamic"' in svg and "#c33" in svg  # rejected: red
     page = report(result)
     assert page.count("<tr data-variant=") == 4 and "selected int8_static" in page
+    # what the Pushgateway gets: per variant, labelled by it
+    series = {(name, labels["variant"]): value for name, _, labels, value in result.series()}
+    assert series[("trainpipe_optimize_throughput_rows_per_second", "int8_static")] == 400.0
+    assert series[("trainpipe_optimize_accepted", "int8_dynamic")] == 0.0 and series[("trainpipe_optimize_latency_p50_seconds", "onnx")] == 0.0005
+    assert result.summary().startswith("int8_static: accuracy 0.8990")
