@@ -46,6 +46,8 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
         raise InputError(f"model_name: the champion's lineage has no complete DVC snapshot record (no {', '.join(missing)}); give reference")
     from dvc.api import DVCFileSystem
 
+    from trainpipe.tracking import first_line
+
     where = f"snapshot {snap['path']}@{str(snap['rev'])[:10]}"
     cache = dest / ".cache"
     config = {"cache": {"dir": str(cache)}, "core": {"remote": "lineage"}, "remote": {"lineage": {"url": snap["remote"]}}}
@@ -53,14 +55,14 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
         fs = DVCFileSystem(snap["repo"], rev=snap["rev"], config=config)
         found = fs.exists(snap["path"])
     except Exception as exc:
-        raise InputError(f"model_name: {where} in {snap['repo']}: {_first(exc)}") from None
+        raise InputError(f"model_name: {where} in {snap['repo']}: {first_line(exc)}") from None
     if not found:
         raise InputError(f"model_name: {where} is not in {snap['repo']} at that revision")
     target = dest / Path(snap["path"]).name
     try:
         fs.get(snap["path"], str(target), recursive=True)
     except Exception as exc:
-        raise ServiceUnavailable(f"reference: {where} cannot be fetched from {snap['remote']}: {_first(exc)}") from None
+        raise ServiceUnavailable(f"reference: {where} cannot be fetched from {snap['remote']}: {first_line(exc)}") from None
     if target.is_file():
         digest = hashlib.md5()
         with target.open("rb") as fh:
@@ -69,11 +71,6 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
         if digest.hexdigest() != snap["md5"]:
             raise InputError(f"reference: {where} fetched from {snap['remote']} has md5 {digest.hexdigest()}, the lineage recorded {snap['md5']}")
     return target
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines() or [type(exc).__name__])[0][:300] if text else type(exc).__name__
 
 
 def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[Any, dict[str, Any]] | None:
@@ -97,17 +94,9 @@ def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[Any, dict[str
 def _champion_model(config: DetectDriftConfig, version: Any, runtime: Runtime) -> tuple[Any, str | None]:
     """The champion's model (weights only) to score both sides with, or why it is not used."""
     from trainpipe import registry, tracking
-    from trainpipe.components.evaluate_model.core import load_artifact
 
-    client = tracking.connect(config.tracking_uri, runtime.policy)
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            weights = registry.download_weights(client, version, tmp)
-            return load_artifact(weights, runtime, "champion"), None
-        except (ValueError, InputError) as exc:
-            return None, f"the champion's predictions were not compared: {exc}"
-        except Exception as exc:  # noqa: BLE001 (an artifact store hiccup costs the prediction check only)
-            return None, f"the champion's predictions were not compared: {tracking.first_line(exc)}"
+    model, why = registry.version_model(tracking.connect(config.tracking_uri, runtime.policy), version, runtime)
+    return model, None if model is not None else f"the champion's predictions were not compared: {why}"
 
 
 def _predictions(model: Any, ref: Any, cur: Any, config: DetectDriftConfig) -> ColumnResult | None:

@@ -6,7 +6,6 @@ import base64
 import html
 import io
 import math
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,8 @@ from trainpipe.components.evaluate_model.spec import (
 from trainpipe.contract.errors import GateFailed, InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 from trainpipe.contract.lineage import EvaluationLineage, Lineage
-from trainpipe.contract.runtime import TRUSTED_CODE_ENV, Runtime
+from trainpipe.contract.runtime import Runtime
+from trainpipe.serving.package import load_artifact
 
 
 def _bad(value: Any) -> bool:
@@ -264,22 +264,6 @@ def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
     )
 
 
-def load_artifact(model_dir: str | Path, runtime: Runtime, field: str = "model") -> Any:
-    """A model artifact loaded weights-only; a team's model code is imported only when the platform
-    trusts its package (``runtime.trusted_code``, from ``TRAINPIPE_TRUSTED_MODEL_CODE``).
-
-    Raises:
-        InputError: the artifact is incomplete or foreign, its code untrusted, its weights unfit.
-    """
-    from trainpipe.serving import loader
-
-    try:
-        return loader.load(model_dir, trusted=runtime.trusts)
-    except loader.ModelError as exc:
-        hint = f"; a platform that trusts it lists its module in {TRUSTED_CODE_ENV}" if "not trusted here" in str(exc) else ""
-        raise InputError(f"{field}: {exc}{hint}") from None
-
-
 def held_out_rows(data: str, model: Any, label_column: str) -> tuple[Any, Any, int]:
     """The held-out rows of a dataset (the rows train_model never saw), chunk by chunk for Parquet:
     ``(features, raw labels, rows in the dataset)``.
@@ -388,15 +372,9 @@ def champion_scores(config: EvaluateModelConfig, model: Any, x_test: Any, y_raw:
     if version is None:
         return None
     info: dict[str, Any] = {"version": str(version.version), "run_id": version.tags.get(registry.RUN_TAG) or version.run_id}
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            weights = registry.download_weights(client, version, tmp)
-        except Exception as exc:
-            return {**info, "skipped": f"its weights-only copy cannot be read: {tracking.first_line(exc)}"}
-        try:
-            champ = load_artifact(weights, runtime, "champion")
-        except InputError as exc:
-            return {**info, "skipped": str(exc)}
+    champ, why = registry.version_model(client, version, runtime)
+    if champ is None:
+        return {**info, "skipped": why}
     if champ.task != model.task:
         return {**info, "skipped": f"it is a {champ.task} model"}
     if [str(c) for c in champ.classes] != [str(c) for c in model.classes]:

@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from trainpipe.components.evaluate_model.core import load_artifact, split_rows
+from trainpipe.components.evaluate_model.core import split_rows
 from trainpipe.components.optimize_model.spec import (
     DEFAULT_METRIC,
     LOWER_IS_BETTER,
@@ -45,6 +45,7 @@ from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 from trainpipe.contract.lineage import Lineage, OptimizationLineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.serving.package import load_artifact
 
 #: Training rows read at most (the first ones of the training side): calibration and fine-tuning.
 TRAINING_ROWS = 100_000

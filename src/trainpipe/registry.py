@@ -51,6 +51,27 @@ def logged_model_id(version: Any) -> str | None:
     return source[len("models:/"):].split("/")[0] if source.startswith("models:/m-") else None
 
 
+def version_model(client: Any, version: Any, runtime: Any) -> tuple[Any | None, str]:
+    """A registered version's model rebuilt from its weights-only copy (nothing unpickled; a team's
+    code only where ``runtime`` trusts it): ``(model, "")``, or ``(None, why it cannot be)``. What
+    evaluate_model compares a challenger with, and detect_drift scores both sides with."""
+    import tempfile
+
+    from trainpipe import tracking
+    from trainpipe.contract.errors import InputError
+    from trainpipe.serving.package import load_artifact
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            weights = download_weights(client, version, tmp)
+        except Exception as exc:  # noqa: BLE001 (a foreign version or an artifact store hiccup: the caller goes on without it)
+            return None, f"its weights-only copy cannot be read: {tracking.first_line(exc)}"
+        try:
+            return load_artifact(weights, runtime, "champion"), ""
+        except InputError as exc:
+            return None, str(exc)
+
+
 def download_weights(client: Any, version: Any, dest: str | Path) -> Path:
     """Download a version's weights-only artifact (``model.safetensors`` + ``model.json``, inside its
     MLflow model at ``artifacts/model/``) into ``dest``. Nothing is unpickled.

@@ -1,4 +1,5 @@
-"""Write a trained model as an MLflow pyfunc model that loads without trainpipe.
+"""Write a trained model as an MLflow pyfunc model that loads without trainpipe, and load a model
+artifact on trainpipe's side (weights only, a team's code only where the platform trusts it).
 
 The MLflow model holds the weights-only artifact (``model.safetensors`` + ``model.json``), the
 loader and the built-in networks as the code path ``trainpipe_pyfunc``, and, for a team's model,
@@ -29,6 +30,22 @@ OUTPUT_EXAMPLE_FILE = "output_example.json"
 ARTIFACT_PATH = "model"
 #: Where the weights-only artifact lies inside the MLflow model: ``artifacts/model/``.
 WEIGHTS_DIR = "model"
+
+
+def load_artifact(model_dir: str | Path, runtime: Any, field: str = "model") -> Any:
+    """A model artifact loaded weights-only; a team's model code is imported only when the platform
+    trusts its package (``runtime.trusted_code``, from ``TRAINPIPE_TRUSTED_MODEL_CODE``).
+
+    Raises:
+        InputError: the artifact is incomplete or foreign, its code untrusted, its weights unfit.
+    """
+    from trainpipe.contract.runtime import TRUSTED_CODE_ENV
+
+    try:
+        return loader.load(model_dir, trusted=runtime.trusts)
+    except loader.ModelError as exc:
+        hint = f"; a platform that trusts it lists its module in {TRUSTED_CODE_ENV}" if "not trusted here" in str(exc) else ""
+        raise InputError(f"{field}: {exc}{hint}") from None
 
 
 def code_location(package: str) -> Path:
