@@ -8,6 +8,7 @@ bytes come from the remote and match what training read. An explicit ``reference
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import html
 import tempfile
@@ -118,7 +119,7 @@ def _predictions(model: Any, ref: Any, cur: Any, config: DetectDriftConfig) -> C
         else:
             sides.append(pd.DataFrame({"prediction": np.asarray(model.predict_values(x), dtype=np.float64)}))
     got = compare(sides[0], sides[1], sample_size=config.sample_size, seed=config.seed).columns[0]
-    return ColumnResult(**{**got.__dict__, "column": "prediction"})
+    return dataclasses.replace(got, column="prediction")
 
 
 def _svg(title: str, groups: list[str], ref: Any, cur: Any, ticks: tuple[str, str] | None) -> str:
@@ -328,7 +329,7 @@ def _finish(config: DetectDriftConfig, lineage: Lineage, out: Path, runtime: Run
         reasons.insert(0, f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
                           f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < {config.drift_share}")
     reasons += notes or []
-    cols = [ColumnResult(**c.__dict__) for c in result.columns] if result is not None else []
+    cols = list(result.columns) if result is not None else []
     res = DetectDriftResult(
         dataset_drift=bool(result.dataset_drift) if result is not None else False,
         share_drifted=float(result.share_drifted) if result is not None else 0.0, drift_share=config.drift_share,

@@ -9,6 +9,9 @@ from pydantic import BaseModel, Field, field_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+#: One column's figures, as the statistics engine computes them (stdlib only at import): the method, its
+#: figure (a p-value for a test, a distance for a distance), the threshold, the verdict.
+from trainpipe.drift import ColumnDrift as ColumnResult
 
 NAME = "detect_drift"
 RESULT_FILE = "drift.json"
@@ -61,20 +64,6 @@ class DetectDriftConfig(DetectDriftParams):
     reference: str | None = Field(None, description="the reference data (default: the snapshot that trained the champion of model_name)",
                                   json_schema_extra=SOURCE)
     output_dir: str = Field(..., min_length=1, description="where drift.json and report.html go", json_schema_extra=OUTPUT)
-
-
-class ColumnResult(BaseModel):
-    """One column: the method, its figure (a p-value for a test, a distance for a distance), the threshold, the verdict."""
-
-    column: str
-    kind: str
-    method: str
-    statistic: float
-    threshold: float
-    drifted: bool
-    reference_rows: int
-    current_rows: int
-    is_label: bool = False
 
 
 class ReferenceInfo(BaseModel):
