@@ -60,6 +60,6 @@ with DAG(
     )
     detect, decide = drift_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR)
     train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
-                           optimize_keys=CONFIG.optimize.settings() if CONFIG.optimizes() else None)
+                           optimize_keys=CONFIG.optimize_settings())
     validate >> snapshot >> detect
     decide >> train

@@ -10,7 +10,7 @@ from trainpipe.pipelines.config import PipelineConfig
 
 
 def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", policy: Any = None, pipeline_root: str | None = None,
-                     trusted_code: str = "", optimize: dict[str, Any] | bool | None = None) -> Path:
+                     trusted_code: str = "", optimize: Any = None) -> Path:
     """Compile the reference pipeline for a hardware profile to ``output``.
 
     Args:
@@ -20,8 +20,9 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", polic
             non-empty policy is put on every task, which enforces it at run time.
         pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
         trusted_code: The team package evaluate_model may import to rebuild the team's model.
-        optimize: optimize_model's settings (a config's ``optimize_settings()``) to put it between the
-            gate and register_model; False leaves it out; None: the profile decides, with its defaults.
+        optimize: The config's ``optimize`` section (:class:`~trainpipe.pipelines.config.OptimizeSettings`;
+            default: its defaults): whether, and with which settings, optimize_model runs between the
+            gate and register_model under this profile.
 
     Raises:
         InputError: the pipeline root is outside the policy's locations, regions or encryption.
@@ -37,13 +38,12 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", polic
     if pipeline_root:
         policy_mod.check_endpoint("pipeline_root", pipeline_root, policy)
         policy_mod.check_store("pipeline_root", pipeline_root, policy.sse, policy=policy)
-    if optimize is None:
-        from trainpipe.pipelines.config import OptimizeSettings
+    from trainpipe.pipelines.config import OptimizeSettings
 
-        optimize = OptimizeSettings().settings() if hw.optimize else False
+    settings = (optimize if optimize is not None else OptimizeSettings()).for_profile(hw)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_pipeline(hw, policy=policy, pipeline_root=pipeline_root, trusted_code=trusted_code, optimize=optimize or None)
+    pipeline = build_pipeline(hw, policy=policy, pipeline_root=pipeline_root, trusted_code=trusted_code, optimize=settings)
     compiler.Compiler().compile(pipeline, package_path=str(out))
     return out
 
@@ -117,6 +117,6 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
     # transient one: locally, wait 1 s (not 30 s) before retrying, so a failed suite
     # stops the run in seconds.
     profile = get_profile(config.profile).model_copy(update={"retry_backoff_s": 1})
-    pipeline = build_pipeline(profile, trusted_code=config.trusted_code(), optimize=config.optimize_settings())
+    pipeline = build_pipeline(profile, trusted_code=config.trusted_code(), optimize=config.optimize.for_profile(profile))
     task = pipeline(**config.pipeline_arguments())
     return {"pipeline_root": str(root), "outputs": getattr(task, "outputs", {})}

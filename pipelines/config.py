@@ -96,6 +96,12 @@ class OptimizeSettings(_OptimizeBase):  # type: ignore[misc, valid-type]
         """The step's settings (JSON values), without the switch."""
         return self.model_dump(mode="json", exclude={"enabled"})
 
+    def for_profile(self, profile: Any) -> dict[str, Any] | None:
+        """The step's settings when it runs under this hardware profile (``enabled``, else the
+        profile's ``optimize``), else None."""
+        enabled = self.enabled if self.enabled is not None else profile.optimize
+        return self.settings() if enabled else None
+
 
 _SpecBase = create_model(  # type: ignore[call-overload]
     "_SpecBase", __base__=StrictModel, **{name: (src.model_fields[f].annotation, src.model_fields[f]) for name, (src, f) in FROM_SPECS.items()}
@@ -148,18 +154,16 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
             }
         )
 
-    def optimizes(self, profile: str | None = None) -> bool:
-        """Whether the pipeline runs optimize_model: ``optimize.enabled``, else the hardware profile's
-        (``profile``, default the config's) ``optimize``."""
-        if self.optimize.enabled is not None:
-            return self.optimize.enabled
+    def optimize_settings(self, profile: str | None = None) -> dict[str, Any] | None:
+        """optimize_model's settings when the pipeline runs it under ``profile`` (default the config's):
+        ``optimize.enabled``, else the hardware profile's ``optimize``; else None."""
         from trainpipe.profiles import get_profile
 
-        return get_profile(profile or self.profile).optimize
+        return self.optimize.for_profile(get_profile(profile or self.profile))
 
-    def optimize_settings(self, profile: str | None = None) -> dict[str, Any] | None:
-        """optimize_model's settings when the pipeline runs it (see :meth:`optimizes`), else None."""
-        return self.optimize.settings() if self.optimizes(profile) else None
+    def optimizes(self, profile: str | None = None) -> bool:
+        """Whether the pipeline runs optimize_model (see :meth:`optimize_settings`)."""
+        return self.optimize_settings(profile) is not None
 
     def trusted_code(self) -> str:
         """The package of the config's training function: the steps that rebuild its model may import it."""

@@ -10,13 +10,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import hashlib
 import html
 import io
 import json
 import logging
 import math
-import os
 import platform
 import re
 import shutil
@@ -42,7 +40,7 @@ from trainpipe.components.optimize_model.spec import (
     Variant,
 )
 from trainpipe.contract.errors import InputError
-from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest
 from trainpipe.contract.lineage import Lineage, OptimizationLineage
 from trainpipe.contract.runtime import Runtime
 from trainpipe.serving.package import load_artifact
@@ -419,7 +417,7 @@ def optimize_model(config: OptimizeModelConfig, lineage: Lineage, runtime: Runti
         out = Path(config.output_dir)
         sha = None
         if chosen is not None:
-            sha = hashlib.sha256(files[chosen.name].read_bytes()).hexdigest()
+            sha = file_digest(files[chosen.name], "sha256")
             _write_model(out / MODEL_DIR, files[chosen.name], model, chosen, x_test, exporter, sha, weights)
             reason = f"{chosen.name}: the {'fastest at batch 256' if config.select == 'throughput' else 'fastest at batch 1' if config.select == 'latency' else 'smallest'} of the variants within max_metric_drop {config.max_metric_drop}"
         else:
@@ -468,13 +466,15 @@ def _pruned(config: OptimizeModelConfig, model: Any, metric: str, fp32: Variant,
 
 
 def _cpu() -> str:
+    """The CPU model and the cores this process may use (its cgroup's quota in a pod)."""
+    from trainpipe.resources import usable_cpus
+
+    name = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
+        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
         pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    return f"{name} ({usable_cpus()} cores)"
 
 
 def _write_model(dest: Path, onnx_path: Path, model: Any, chosen: Variant, x_test: Any, exporter: str, sha: str, weights: Path) -> None:
@@ -495,7 +495,7 @@ def _write_model(dest: Path, onnx_path: Path, model: Any, chosen: Variant, x_tes
     meta = {
         "format": ONNX_FORMAT, "variant": chosen.name, "exporter": exporter, "input_name": INPUT_NAME, "task": model.task,
         "classes": model.classes, "feature_columns": model.feature_columns, "onnx_sha256": sha,
-        "parent": {"builder": model.meta.get("builder"), "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest()},
+        "parent": {"builder": model.meta.get("builder"), "model_sha256": file_digest(weights, "sha256")},
         "requirements": [f"onnxruntime=={onnxruntime.__version__}", f"numpy=={version('numpy')}", f"pandas=={version('pandas')}"],
     }
     (tmp / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")

@@ -20,6 +20,14 @@ HASH_TAG = registry.HASH_TAG
 DATA_TAG = registry.DATA_TAG
 
 
+def version_tags(lineage: Lineage, sha256: str, md5: str, run_id: str) -> dict[str, str]:
+    """A new version's tags: the lineage flattened (each value within MLflow's tag limit), and the
+    model hash, the data hash and the training run that make a rerun find it again."""
+    tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
+    tags.update({HASH_TAG: sha256, DATA_TAG: md5, registry.RUN_TAG: run_id})
+    return tags
+
+
 def find_existing(client: Any, name: str, model_sha256: str, dataset_md5: str) -> Any | None:
     """The version already registered for this exact model and data, if any."""
     for mv in client.search_model_versions(f"name = '{name}'"):
@@ -200,9 +208,8 @@ def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineag
         version = str(existing.version)
     else:
         uri = package.log_onnx_model(training.mlflow_run_id, folder)
-        tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
-        tags.update({HASH_TAG: sha, DATA_TAG: md5, registry.RUN_TAG: training.mlflow_run_id, registry.PARENT_TAG: f"{config.model_name}/{parent_version}",
-                     "trainpipe.variant": str(meta["variant"])})
+        tags = version_tags(lineage, sha, md5, training.mlflow_run_id)
+        tags.update({registry.PARENT_TAG: f"{config.model_name}/{parent_version}", "trainpipe.variant": str(meta["variant"])})
         version = str(mlflow.register_model(uri, name, tags=tags).version)
         client.update_model_version(name, version, description=f"{meta['variant']} of {config.model_name} version {parent_version} "
                                     f"(optimize_model; figures in the lineage tags)")
@@ -225,8 +232,7 @@ def _create_version(
     with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
         atomic_write_json(Path(tmp) / LINEAGE_FILE, lineage.to_dict())
         mlflow.log_artifact(str(Path(tmp) / LINEAGE_FILE), artifact_path="trainpipe")
-    tags = {k: v[:5000] for k, v in lineage_mod.flatten(lineage).items()}
-    tags.update({HASH_TAG: sha, DATA_TAG: md5, registry.RUN_TAG: run_id})
+    tags = version_tags(lineage, sha, md5, run_id)
     mv = mlflow.register_model(model_uri, config.model_name, tags=tags)
     version = str(mv.version)
     with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:

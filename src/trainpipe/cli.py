@@ -190,7 +190,7 @@ def compile_cmd(
         rules = load_policy(str(policy)) if policy else (cfg.effective_policy() if cfg else None)
         hw = profile or (cfg.profile if cfg else "cpu")
         out = compile_pipeline(output, hw, policy=rules, pipeline_root=pipeline_root, trusted_code=cfg.trusted_code() if cfg else "",
-                               optimize=(cfg.optimize_settings(hw) or False) if cfg else None)
+                               optimize=cfg.optimize if cfg else None)
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(str(out))

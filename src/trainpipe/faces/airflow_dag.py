@@ -119,10 +119,9 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
         },
     )
     train >> [t for t in (profile, evaluate) if t is not None]
+    evaluate >> gate >> (optimize if optimize is not None else register)
     if optimize is not None:
-        evaluate >> gate >> optimize >> register
-    else:
-        evaluate >> gate >> register
+        optimize >> register
     if profile is not None:
         profile >> register
     return train, register
