@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainpipe import registry
+from trainpipe import registry, signing
 from trainpipe.components.evaluate_model.spec import DECISION_FILE
 from trainpipe.components.register_model.spec import LINEAGE_FILE, MODEL_CARD_FILE, NAME, RegisterModelConfig, RegisterModelResult
 from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
@@ -141,8 +141,13 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
         created = existing is None
         version = existing.version if existing is not None else _create_version(client, config, lineage, decision, meta, sha, snapshot.md5, training.mlflow_run_id)
         version = str(version)
+        # signed before any alias points at it: a serving alias never names an unsigned version
+        signature = registry.sign_version(client, config.model_name, version, sha, MODEL_FILE) if signing.signing_enabled() else None
         current = registry.alias_version(client, config.model_name, config.alias)
         move, why = should_move_champion(decision, current, version)
+        if move and not config.move_alias:
+            move, why = False, f"registered as challenger only: with require_approval the {config.alias} alias moves after a person approves " \
+                f"(`trainpipe promote models:/{config.model_name}/{version}`)"
         aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
         for name in aliases_set:
             client.set_registered_model_alias(config.model_name, name, version)
@@ -154,7 +159,8 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
         raise tracking.classify(exc, f"tracking_uri: registering {config.model_name!r} in MLflow", "failed") from None
     alias = config.alias if config.alias in aliases else (config.challenger_alias if config.challenger_alias in aliases else None)
     uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
-    lineage = lineage.with_(registration=RegistrationLineage(model_name=config.model_name, version=version, aliases=aliases, champion_moved=move))
+    lineage = lineage.with_(registration=RegistrationLineage(model_name=config.model_name, version=version, aliases=aliases, champion_moved=move,
+                                                             signature_sha256=signature))
     if optimized is not None and lineage.optimization is not None:
         lineage = lineage.with_(optimization=lineage.optimization.model_copy(update={"model_name": optimized[0], "version": optimized[1]}))
     out = Path(config.output_dir)
@@ -173,12 +179,14 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
         reason=("gate passed; " if created else "identical model and data already registered; ") + why,
         optimized_version=optimized[1] if optimized else None,
         optimized_model_uri=f"models:/{optimized[0]}/{optimized[1]}" if optimized else None,
+        signature_sha256=signature,
+        optimized_signature_sha256=optimized[2] if optimized else None,
         lineage=lineage,
     )
 
 
 def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineage, parent_version: str, aliases_set: list[str], md5: str,
-                       training: Any) -> tuple[str, str] | None:
+                       training: Any) -> tuple[str, str, str | None] | None:
     """Register optimize_model's accepted variant as a version of ``optimized_model_name`` (an MLflow
     pyfunc on onnxruntime), tagged with its parent version, with the aliases this run set on the parent;
     the parent version is tagged with it. Idempotent like the parent. None when no variant was accepted.
@@ -213,10 +221,11 @@ def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineag
         version = str(mlflow.register_model(uri, name, tags=tags).version)
         client.update_model_version(name, version, description=f"{meta['variant']} of {config.model_name} version {parent_version} "
                                     f"(optimize_model; figures in the lineage tags)")
+    signature = registry.sign_version(client, name, version, sha, ONNX_FILE) if signing.signing_enabled() else None
     for alias in aliases_set:
         client.set_registered_model_alias(name, alias, version)
     client.set_model_version_tag(config.model_name, parent_version, registry.OPTIMIZED_TAG, f"{name}/{version}")
-    return name, version
+    return name, version, signature
 
 
 def _create_version(

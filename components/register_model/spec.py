@@ -33,6 +33,9 @@ class RegisterModelParams(StrictModel):
         description="the model card's intended-use statement",
     )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    move_alias: bool = Field(
+        True, description="move the serving alias when the gate decided so; False (the pipeline's require_approval): register the "
+        "challenger only, and a person moves the alias later (`trainpipe promote`, or the DAG's approval)")
     optimized_model_name: str | None = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
         description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: <model_name>-onnx)")
@@ -64,12 +67,18 @@ class RegisterModelResult(ComponentResult):
     reason: str
     optimized_version: str | None = Field(None, description="the version of optimized_model_name made (or found) from optimize_model's variant")
     optimized_model_uri: str | None = None
+    signature_sha256: str | None = Field(None, description="sha256 of the version's signature (model.sig), when the platform signs")
+    optimized_signature_sha256: str | None = None
 
     def audit_events(self) -> list[dict[str, Any]]:
         """Each alias this run set, as a record of the audit trail."""
         if not self.registered:
             return []
-        events = [
+        events = [{"action": "sign", "decision": {"model_name": model, "version": version, "signature_sha256": sha}}
+                  for model, version, sha in ((self.model_name, self.version, self.signature_sha256),
+                                              (self.lineage.optimization.model_name if self.lineage.optimization else None,
+                                               self.optimized_version, self.optimized_signature_sha256)) if sha]
+        events += [
             {"action": "alias", "decision": {"model_name": self.model_name, "version": self.version, "alias": a, "new_version": self.created}}
             for a in self.aliases_set
         ]

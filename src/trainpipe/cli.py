@@ -162,7 +162,7 @@ def run(
         from trainpipe.pipelines.compile import compile_pipeline
 
         yaml_path = compile_pipeline(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg.profile, policy=cfg.effective_policy(),
-                                     trusted_code=cfg.trusted_code())
+                                     trusted_code=cfg.trusted_code(), optimize=cfg.optimize, require_approval=cfg.require_approval)
         results = collect_results(root, since=started)
     except TrainpipeError as exc:
         _fail(exc)
@@ -190,7 +190,7 @@ def compile_cmd(
         rules = load_policy(str(policy)) if policy else (cfg.effective_policy() if cfg else None)
         hw = profile or (cfg.profile if cfg else "cpu")
         out = compile_pipeline(output, hw, policy=rules, pipeline_root=pipeline_root, trusted_code=cfg.trusted_code() if cfg else "",
-                               optimize=cfg.optimize if cfg else None)
+                               optimize=cfg.optimize if cfg else None, require_approval=bool(cfg and cfg.require_approval))
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(str(out))
@@ -333,7 +333,8 @@ def lineage(
 ) -> None:
     """Print the chain from a registered model version back to the raw data, and verify the snapshot.
 
-    Exit codes: 0 verified, 2 bad URI or unknown model, 3 verification failed, 75 MLflow unreachable.
+    Exit codes: 0 verified, 2 bad URI or unknown model, 3 verification failed, 7 the model fails its signature,
+    75 MLflow unreachable.
     """
     from trainpipe.lineage_report import lineage_command
 
@@ -345,6 +346,49 @@ def lineage(
     if not ok:
         typer.echo("trainpipe: error: lineage verification failed (see the verify line)", err=True)
         raise typer.Exit(3)
+
+
+@app.command()
+def promote(
+    model_uri: str = typer.Argument(..., help="models:/<name>/<version>: the version to serve"),
+    reason: str = typer.Option(..., "--reason", help="why it may serve (or, with --reject, why not): goes into the tags and the audit log"),
+    alias: str = typer.Option(None, help="the serving alias (default: the config's alias, else champion)"),
+    reject: bool = typer.Option(False, "--reject", help="record a rejection instead: nothing moves"),
+    approver: str = typer.Option(None, help="who decided (default: TRAINPIPE_IDENTITY, the service account, or the OS user)"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's)"),
+    config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, the demo's)"),
+    as_json: bool = typer.Option(False, "--json", help="print what was done as one JSON line (the Airflow task's XCom)"),
+) -> None:
+    """Move the serving alias to a version a person approved (with require_approval, register_model
+    registers the challenger only). The version must carry a passed gate decision and verify against
+    its signature; who, when and why go into its tags and the audit log.
+
+    Exit codes: 0 promoted (or rejection recorded), 2 bad URI or unknown version, 4 its gate did not
+    pass, 7 its model fails its signature, 75 MLflow unreachable.
+    """
+    from trainpipe import promote as promote_mod
+    from trainpipe.contract.policy import load_policy
+
+    try:
+        cfg_path = default_config(config, required=False)
+        cfg = None
+        if cfg_path is not None:
+            from trainpipe.pipelines.config import load_pipeline_config
+
+            cfg = load_pipeline_config(str(cfg_path))
+            _apply_policy(cfg)
+        record = promote_mod.promote(model_uri, reason, alias=alias or (cfg.alias if cfg else "champion"),
+                                     decision="rejected" if reject else "approved", approver=approver,
+                                     tracking_uri=default_tracking_uri(tracking_uri, config), policy=load_policy())
+    except TrainpipeError as exc:
+        _fail(exc)
+    if as_json:
+        import json
+
+        typer.echo(promote_mod.summary(record), err=True)
+        typer.echo(json.dumps(record, sort_keys=True))
+    else:
+        typer.echo(promote_mod.summary(record))
 
 
 audit_app = typer.Typer(no_args_is_help=True, help="The audit trail: an append-only, hash-chained log of every execution, gate decision and alias change.")

@@ -113,15 +113,41 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
     return "\n".join(lines)
 
 
+def verify_signature(version: Any, tracking_uri: str | None) -> str | None:
+    """The version's model, downloaded and checked against its signature: its sha256, or None
+    when it is unsigned (and the platform allows that).
+
+    Raises:
+        SignatureInvalid: the registry's copy was changed after signing (or is unsigned where
+            the platform verifies).
+    """
+    from trainpipe import registry, signing, tracking
+    from trainpipe.contract.io import file_digest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = registry.download_weights(tracking.connect(tracking_uri), version, tmp)
+        except ValueError as exc:  # not a trainpipe model: nothing of ours to verify
+            raise InputError(f"model_uri: {exc}") from None
+        signature = path / signing.SIGNATURE_FILE
+        return file_digest(signature, "sha256") if signature.is_file() else None
+
+
 def lineage_command(model_uri: str, tracking_uri: str | None, as_json: bool, verify: bool) -> tuple[str, bool]:
-    """What ``trainpipe lineage`` prints, and whether verification passed."""
+    """What ``trainpipe lineage`` prints, and whether verification passed. The model's signature
+    is verified first: a changed model is refused (exit 7) whatever its lineage says."""
     version, lineage = fetch(model_uri, tracking_uri)
+    signature = verify_signature(version, tracking_uri)
     check = verify_snapshot(lineage) if verify else None
     name = URI.match(model_uri)["name"]  # type: ignore[index]
     if as_json:
-        doc = {"model": {"name": name, "version": str(version.version), "aliases": sorted(version.aliases)}, "lineage": lineage, "verification": check}
+        doc = {"model": {"name": name, "version": str(version.version), "aliases": sorted(version.aliases), "signature_sha256": signature},
+               "lineage": lineage, "verification": check}
         return json.dumps(doc, indent=2, sort_keys=True, default=str), check is None or check["ok"]
-    return render(name, version, lineage, check), check is None or check["ok"]
+    text = render(name, version, lineage, check)
+    sig_line = f"  signature  {'verified, sha256 ' + signature[:16] + '…' if signature else 'none (unsigned)'}"
+    lines = text.splitlines()
+    return "\n".join([lines[0], sig_line, *lines[1:]]), check is None or check["ok"]
 
 
 __all__ = ["LineageBroken", "ServiceUnavailable", "fetch", "lineage_command", "render", "verify_snapshot"]

@@ -51,19 +51,27 @@ def logged_model_id(version: Any) -> str | None:
     return source[len("models:/"):].split("/")[0] if source.startswith("models:/m-") else None
 
 
-def version_model(client: Any, version: Any, runtime: Any) -> tuple[Any | None, str]:
+def version_model(client: Any, version: Any, runtime: Any, what: str | None = None) -> tuple[Any | None, str]:
     """A registered version's model rebuilt from its weights-only copy (nothing unpickled; a team's
     code only where ``runtime`` trusts it): ``(model, "")``, or ``(None, why it cannot be)``. What
-    evaluate_model compares a challenger with, and detect_drift scores both sides with."""
+    evaluate_model compares a challenger with, and detect_drift scores both sides with.
+
+    Raises:
+        SignatureInvalid: the copy fails its signature (changed after registration): never
+            silently compared with.
+    """
     import tempfile
 
     from trainpipe import tracking
-    from trainpipe.contract.errors import InputError
+    from trainpipe.contract.errors import InputError, SignatureInvalid
     from trainpipe.serving.package import load_artifact
 
+    what = what or f"champion models:/{version.name}/{version.version}"
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            weights = download_weights(client, version, tmp)
+            weights = download_weights(client, version, tmp, what=what)
+        except SignatureInvalid:
+            raise
         except Exception as exc:  # noqa: BLE001 (a foreign version or an artifact store hiccup: the caller goes on without it)
             return None, f"its weights-only copy cannot be read: {tracking.first_line(exc)}"
         try:
@@ -72,19 +80,76 @@ def version_model(client: Any, version: Any, runtime: Any) -> tuple[Any | None, 
             return None, str(exc)
 
 
-def download_weights(client: Any, version: Any, dest: str | Path) -> Path:
-    """Download a version's weights-only artifact (``model.safetensors`` + ``model.json``, inside its
-    MLflow model at ``artifacts/model/``) into ``dest``. Nothing is unpickled.
-
-    Raises:
-        ValueError: the version was not made from a trainpipe logged model.
-    """
-    import mlflow
-
-    from trainpipe.serving.package import WEIGHTS_DIR
-
+def _weights_location(client: Any, version: Any) -> tuple[str, str]:
     model_id = logged_model_id(version)
     if model_id is None:
         raise ValueError(f"version {version.version} was not registered from a trainpipe model (source {version.source})")
-    location = client.get_logged_model(model_id).artifact_location.rstrip("/")
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{location}/artifacts/{WEIGHTS_DIR}", dst_path=str(dest)))
+    return model_id, client.get_logged_model(model_id).artifact_location.rstrip("/")
+
+
+def download_weights(client: Any, version: Any, dest: str | Path, *, what: str | None = None, verify: bool = True) -> Path:
+    """Download a version's weights-only artifact (``model.safetensors`` or ``model.onnx``, and
+    ``model.json``, inside its MLflow model at ``artifacts/model/``) into ``dest``, and verify its
+    signature (``model.sig``, beside them) before anything reads it. Nothing is unpickled.
+
+    Args:
+        what: The model, for the errors (default ``models:/<name>/<version>``).
+        verify: False only for register_model, which is about to sign it.
+
+    Raises:
+        ValueError: the version was not made from a trainpipe logged model.
+        SignatureInvalid: the files differ from what was signed, the signature is not the one
+            recorded on the version, or (where the platform verifies) there is none.
+    """
+    import mlflow
+
+    from trainpipe import signing
+    from trainpipe.serving.package import WEIGHTS_DIR
+
+    _, location = _weights_location(client, version)
+    path = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{location}/artifacts/{WEIGHTS_DIR}", dst_path=str(dest)))
+    if verify:
+        recorded = (getattr(version, "tags", None) or {}).get(signing.SIGNATURE_TAG)
+        signing.verify(path, what or f"models:/{version.name}/{version.version}", required=signing.verification_required(),
+                       expected_digest=recorded)
+    return path
+
+
+def sign_version(client: Any, name: str, version: str, model_sha256: str, model_file: str) -> str:
+    """Sign a registered version's weights-only copy as the registry holds it, and record it: the
+    signature beside the files in the artifact store, its sha256 in the version's tags. A version
+    already signed is verified instead (a rerun signs nothing twice).
+
+    Args:
+        model_file: The file whose sha256 must be ``model_sha256`` (what the gate passed): a copy
+            changed before signing is never signed.
+
+    Returns:
+        The signature's sha256.
+
+    Raises:
+        InputError: the copy is not the model that passed the gate; the key cannot be used.
+        SignatureInvalid: an earlier signature of this version fails.
+    """
+    import tempfile
+
+    from trainpipe import signing
+    from trainpipe.contract.errors import InputError
+    from trainpipe.contract.io import file_digest
+    from trainpipe.serving.package import WEIGHTS_DIR
+
+    mv = client.get_model_version(name, version)
+    with tempfile.TemporaryDirectory(prefix="trainpipe-sign-") as tmp:
+        if mv.tags.get(signing.SIGNATURE_TAG):
+            download_weights(client, mv, tmp, what=f"models:/{name}/{version}")
+            return str(mv.tags[signing.SIGNATURE_TAG])
+        weights = download_weights(client, mv, Path(tmp) / "copy", verify=False)
+        if file_digest(weights / model_file, "sha256") != model_sha256:
+            raise InputError(f"model: the registry's copy of models:/{name}/{version} is not the model that passed the gate; not signed")
+        stage = Path(tmp) / "stage" / "artifacts" / WEIGHTS_DIR
+        stage.mkdir(parents=True)
+        sha = signing.sign(weights, stage / signing.SIGNATURE_FILE)
+        model_id, _ = _weights_location(client, mv)
+        client.log_model_artifacts(model_id, str(Path(tmp) / "stage"))
+    client.set_model_version_tag(name, version, signing.SIGNATURE_TAG, sha)
+    return sha

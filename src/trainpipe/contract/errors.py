@@ -11,6 +11,7 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 | 3         | data failed its expectation suite         | no      |
 | 4         | model gate not passed (when asked to fail)| no      |
 | 6         | the audit log failed verification         | no      |
+| 7         | a model failed signature verification (changed after signing, another key, or unsigned where required) | no |
 | 75        | a service is unreachable (EX_TEMPFAIL)    | yes     |
 | 77        | not permitted: credentials or rights (EX_NOPERM) | no |
 """
@@ -23,6 +24,7 @@ EXIT_BAD_INPUT = 2
 EXIT_VALIDATION_FAILED = 3
 EXIT_GATE_FAILED = 4
 EXIT_AUDIT_TAMPERED = 6
+EXIT_SIGNATURE_INVALID = 7
 EXIT_TRANSIENT = 75
 EXIT_NOT_PERMITTED = 77
 
@@ -64,6 +66,13 @@ class AuditTampered(TrainpipeError):
     """The audit log's hash chain is broken: a record was edited, removed or reordered."""
 
     exit_code = EXIT_AUDIT_TAMPERED
+
+
+class SignatureInvalid(TrainpipeError):
+    """A model's signature does not verify: it was changed after signing, signed by another key, or
+    is unsigned where the platform requires a signature. Permanent: a rerun reads the same bytes."""
+
+    exit_code = EXIT_SIGNATURE_INVALID
 
 
 class NotPermitted(TrainpipeError):

@@ -105,6 +105,7 @@ class RegistrationLineage(Section):
     version: str | None = None
     aliases: list[str] | None = None
     champion_moved: bool | None = None
+    signature_sha256: str | None = Field(None, description="sha256 of the signature (model.sig) register_model made")
 
 
 class DriftLineage(Section):

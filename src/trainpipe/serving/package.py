@@ -38,9 +38,13 @@ def load_artifact(model_dir: str | Path, runtime: Any, field: str = "model") -> 
 
     Raises:
         InputError: the artifact is incomplete or foreign, its code untrusted, its weights unfit.
+        SignatureInvalid: it carries a signature (``model.sig``) its files fail.
     """
+    from trainpipe import signing
     from trainpipe.contract.runtime import TRUSTED_CODE_ENV
 
+    if (Path(model_dir) / signing.SIGNATURE_FILE).is_file():  # a signed model (a registered copy) is verified before it is read
+        signing.verify(model_dir, field)
     try:
         return loader.load(model_dir, trusted=runtime.trusts)
     except loader.ModelError as exc:
