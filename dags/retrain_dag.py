@@ -45,6 +45,6 @@ with DAG(
     # retrain_on is not a param here: this DAG always decides on drift (detect_drift's own default)
     detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, retrain_on=None)
     train, _ = model_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
-                           optimize_keys=CONFIG.optimize_settings())
+                           optimize_keys=CONFIG.optimize_settings(), approval_timeout=SETTINGS.approval_timeout)
     changed >> detect
     decide >> train

@@ -3,7 +3,9 @@
 validate_data → snapshot_dataset → detect_drift → retrain (skips the rest unless detect_drift
 says to retrain: always with ``retrain_on: always``, the default) → train_model →
 profile_training, evaluate_model → gate (skips the rest unless the decision passed) →
-optimize_model (with ``optimize.enabled`` or the cpu-smb profile) → register_model.
+optimize_model (with ``optimize.enabled`` or the cpu-smb profile) → register_model. With
+``require_approval``: register_model registers the challenger only → approve (a person answers;
+Reject when ``approval_timeout_hours`` pass) → promote_model / record_rejection.
 
 Settings come from the pipeline config named by ``TRAINPIPE_CONFIG`` (read once at
 parse time: a small YAML file, no database or connection lookups) and can be
@@ -60,6 +62,6 @@ with DAG(
     )
     detect, decide = drift_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR)
     train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
-                           optimize_keys=CONFIG.optimize_settings())
+                           optimize_keys=CONFIG.optimize_settings(), approval_timeout=SETTINGS.approval_timeout)
     validate >> snapshot >> detect
     decide >> train

@@ -124,6 +124,10 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     policy: Policy | None = Field(
         None, description="data residency, TLS, encryption and audit rules (default: TRAINPIPE_POLICY); every step gets it"
     )
+    require_approval: bool = Field(
+        False, description="a person approves before the serving alias moves: register_model registers the challenger only; the Airflow "
+        "DAGs wait for Airflow's approval (rejected when approval_timeout_hours pass), on Kubeflow `trainpipe promote` moves it")
+    approval_timeout_hours: float = Field(72.0, gt=0, le=24 * 90, description="how long the DAG waits for approval before it rejects")
     schedule: str | None = Field(
         "@daily", min_length=1, description="the training DAG's schedule: a cron expression or preset; null for triggered runs only"
     )
@@ -220,7 +224,7 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
 
 #: Settings of the pipeline config the KFP pipeline does not take as parameters (they shape the
 #: compiled pipeline or the local run instead).
-NOT_PIPELINE_PARAMETERS = ("workspace", "profile", "policy", "schedule", "train", "optimize")
+NOT_PIPELINE_PARAMETERS = ("workspace", "profile", "policy", "schedule", "train", "optimize", "require_approval", "approval_timeout_hours")
 
 
 def load_pipeline_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:

@@ -76,7 +76,8 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
 
 
 def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: str | None = None, trusted_code: str = "",
-                   include: tuple[str, ...] = ("profile_training",), optimize: dict[str, Any] | None = None) -> Any:
+                   include: tuple[str, ...] = ("profile_training",), optimize: dict[str, Any] | None = None,
+                   require_approval: bool = False) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
     Args:
@@ -90,6 +91,8 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
             records no profile).
         optimize: optimize_model's settings: with them, it runs between the gate and register_model,
             which registers its accepted variant beside the model (``<model_name>-onnx``).
+        require_approval: register_model registers the challenger only (KFP has no human step:
+            ``trainpipe promote`` moves the serving alias after a person approves).
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
     from trainpipe.contract.policy import ENV as POLICY_ENV, to_env
@@ -183,7 +186,7 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
                                                **{k: v for k, v in optimize.items() if v is not None})
                     extra["optimized"] = optimized.outputs["optimized"]
                 registered = register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name=model_name,
-                                            alias=alias, tracking_uri=tracking_uri, run_id=run_id, **extra)
+                                            alias=alias, tracking_uri=tracking_uri, run_id=run_id, move_alias=not require_approval, **extra)
                 _configure(registered, profile.default, profile, caching=False)
         steps = [t for t in (profiled, evaluated, optimized) if t is not None]
         for task_ in steps:

@@ -41,14 +41,17 @@ GATE_KEYS = ("thresholds", "min_improvement", "max_regression", "metric_function
 
 
 def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, include: tuple[str, ...] = ("profile_training",),
-                optimize_keys: Any = None) -> tuple[Any, Any]:
+                optimize_keys: Any = None, approval_timeout: timedelta | None = None) -> tuple[Any, Any]:
     """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them.
 
     ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
     ``snapshot_dir`` may be a template; ``include`` names the optional steps (without
     profile_training, register_model records no profile); ``optimize_keys`` (optimize_model's
     settings, from ``params.optimize``) puts optimize_model after the gate, and register_model
-    registers its variant beside the model. Returns the first and the last task.
+    registers its variant beside the model. ``approval_timeout`` (the config's require_approval)
+    has register_model register the challenger only, then waits for a person's answer in
+    Airflow's approval task: approved, ``promote_model`` moves the alias; rejected or timed out,
+    ``record_rejection`` notes it. Returns the first and the last task.
     """
     from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
     from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
@@ -116,15 +119,51 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
             "model_name": "{{ params.model_name }}",
             "alias": "{{ params.alias }}",
             "tracking_uri": "{{ params.tracking_uri }}",
+            **({"move_alias": False} if approval_timeout is not None else {}),
         },
     )
+    last = register if approval_timeout is None else approval_steps(register, approval_timeout)
     train >> [t for t in (profile, evaluate) if t is not None]
     evaluate >> gate >> (optimize if optimize is not None else register)
     if optimize is not None:
         optimize >> register
     if profile is not None:
         profile >> register
-    return train, register
+    return train, last
+
+
+def approval_steps(register: Any, timeout: timedelta) -> Any:
+    """register_model (challenger only) → approve (Airflow's ApprovalOperator: a person answers in
+    the UI's Required Actions or through the REST API; "Reject" when ``timeout`` passes) →
+    promote_model (approved) → record_rejection (runs only when promote_model was skipped). Both
+    run ``trainpipe promote`` with the answer: who, and the reason typed into the form, go into the
+    version's tags and the audit log. Returns the last task."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+    from airflow.sdk import Param
+
+    from trainpipe.faces.airflow_operator import PromoteOperator
+
+    version = "{{ ti.xcom_pull(task_ids='register_model')['version'] }}"
+    approve = ApprovalOperator(
+        task_id="approve",
+        subject=f"Promote {{{{ params.model_name }}}} version {version} to {{{{ params.alias }}}}?",
+        body=("The gate passed: {{ ti.xcom_pull(task_ids='evaluate_model')['decision']['reasons'] | join('; ') }}.\n\n"
+              f"`trainpipe lineage models:/{{{{ params.model_name }}}}/{version}` shows its chain back to the raw data. "
+              "Approve to move the serving alias to it; Reject (the default when nobody answers in time) leaves it a challenger."),
+        defaults="Reject",
+        response_timeout=timeout,
+        execution_timeout=None,
+        retries=0,
+        params={"reason": Param("", type="string", description="why (goes into the model version's tags and the audit log)")},
+        doc_md="A person approves before the serving alias moves (the config's require_approval).",
+    )
+    settings = {"model_uri": f"models:/{{{{ params.model_name }}}}/{version}", "alias": "{{ params.alias }}",
+                "tracking_uri": "{{ params.tracking_uri }}"}
+    promote = PromoteOperator(task_id="promote_model", settings=settings, doc_md="`trainpipe promote` with the approver's answer.")
+    rejected = PromoteOperator(task_id="record_rejection", settings=settings, reject=True, trigger_rule="all_skipped",
+                               doc_md="Records a rejection (or the timeout's default) on the version and in the audit log; moves nothing.")
+    register >> approve >> promote >> rejected
+    return rejected
 
 
 def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str, retrain_on: str | None = "{{ params.retrain_on }}") -> tuple[Any, Any]:
@@ -216,6 +255,11 @@ class DagSettings:
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
         if self.config.policy is not None:
             self.config.check_policy()  # at parse time, as the KFP compiler does: a broken DAG names the setting
+
+    @property
+    def approval_timeout(self) -> timedelta | None:
+        """How long the approval task waits (the config's require_approval), or None: no approval step."""
+        return timedelta(hours=self.config.approval_timeout_hours) if self.config.require_approval else None
 
     @functools.cached_property
     def profile(self) -> Any:

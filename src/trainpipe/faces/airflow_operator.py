@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from typing import Any, Callable, ClassVar, Sequence
 
 from airflow.providers.standard.utils.skipmixin import SkipMixin
@@ -64,10 +65,14 @@ class TrainpipeOperator(BaseOperator):
             for asset in self.outlets or []:
                 context["outlet_events"][asset].extra = extra
 
+    def command(self, context: Any) -> list[str]:
+        """The command this task runs: the component's entrypoint with the task's settings."""
+        return component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
+
     def execute(self, context: Any) -> Any:
-        cmd = component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
+        cmd = self.command(context)
         ti = context.get("ti")
-        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow",
+        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow", TRAINPIPE_RUN_ID=str(context["run_id"]),
                    TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1))  # the Pushgateway's retries figure
         try:
             code, out, last = stream(cmd, env, lambda line: self.log.info("%s", line.rstrip("\n")), on_start=self._started,
@@ -97,6 +102,39 @@ class TrainpipeOperator(BaseOperator):
             proc.wait()
         except ProcessLookupError:
             pass
+
+
+class PromoteOperator(TrainpipeOperator):
+    """``trainpipe promote`` on the worker, with the answer Airflow's approval task collected: moves
+    the serving alias when a person approved; with ``reject``, records the rejection (or the
+    timeout's default) on the version and in the audit log, and moves nothing.
+
+    Args:
+        settings: ``model_uri`` (``models:/<name>/<version>``), ``alias``, ``tracking_uri`` (templated).
+        approval_task_id: The ApprovalOperator whose answer (its XCom) this acts on.
+        reject: Record a rejection instead (the task that runs when the approval skipped promotion).
+    """
+
+    component = "promote"
+    ui_color = "#fdf3d8"
+
+    def __init__(self, *, approval_task_id: str = "approve", reject: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.approval_task_id = approval_task_id
+        self.reject = reject
+
+    def command(self, context: Any) -> list[str]:
+        answer = context["ti"].xcom_pull(task_ids=self.approval_task_id) or {}
+        user = answer.get("responded_by_user") or {}
+        approver = str(user.get("name") or user.get("id") or "") or "airflow: no answer before the approval timed out"
+        reason = str((answer.get("params_input") or {}).get("reason") or "").strip()
+        if not reason:
+            reason = ("approved" if not self.reject else "rejected") + " in Airflow" if user else "no answer before the timeout: rejected by default"
+        s = self.settings
+        cmd = [sys.executable, "-m", "trainpipe.cli", "promote", str(s["model_uri"]), "--reason", reason, "--approver", approver, "--json"]
+        cmd += ["--alias", str(s["alias"])] if s.get("alias") else []
+        cmd += ["--tracking-uri", str(s["tracking_uri"])] if s.get("tracking_uri") else []
+        return cmd + (["--reject"] if self.reject else [])
 
 
 class GateOperator(BaseOperator, SkipMixin):
