@@ -78,6 +78,10 @@ class HardwareProfile(StrictModel):
     optimize: bool = Field(
         False, description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its config's "
         "optimize.enabled says otherwise")
+    queue: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+                       description="Airflow's Celery queue for every step but training (CeleryExecutor; other executors ignore it)")
+    train_queue: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+                             description="Airflow's Celery queue for train_model: the workers on the training machines serve it")
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 

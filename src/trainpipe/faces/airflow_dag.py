@@ -138,13 +138,13 @@ def approval_steps(register: Any, timeout: timedelta) -> Any:
     promote_model (approved) → record_rejection (runs only when promote_model was skipped). Both
     run ``trainpipe promote`` with the answer: who, and the reason typed into the form, go into the
     version's tags and the audit log. Returns the last task."""
-    from airflow.providers.standard.operators.hitl import ApprovalOperator
     from airflow.sdk import Param
 
+    from trainpipe.faces.airflow_approval import TrainpipeApprovalOperator
     from trainpipe.faces.airflow_operator import PromoteOperator
 
     version = "{{ ti.xcom_pull(task_ids='register_model')['version'] }}"
-    approve = ApprovalOperator(
+    approve = TrainpipeApprovalOperator(
         task_id="approve",
         subject=f"Promote {{{{ params.model_name }}}} version {version} to {{{{ params.alias }}}}?",
         body=("The gate passed: {{ ti.xcom_pull(task_ids='evaluate_model')['decision']['reasons'] | join('; ') }}.\n\n"
@@ -263,14 +263,15 @@ class DagSettings:
 
     @functools.cached_property
     def profile(self) -> Any:
-        """The hardware profile: pods' resources and images (loaded in kubernetes mode only, so a
-        local-mode DAG file parses without it)."""
+        """The hardware profile: pods' resources and images in kubernetes mode, Celery queues in both."""
         from trainpipe.profiles import get_profile
 
         return get_profile(self.config.profile)
 
     def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
-        """One task in this DAG's mode, with the profile's training or default resources."""
+        """One task in this DAG's mode, with the profile's training or default resources, on the
+        profile's Celery queue (training on its own: the workers on the training machines serve it)."""
+        kwargs.setdefault("queue", self.profile.train_queue if task_id == "train_model" else self.profile.queue)
         resources = image = None
         if self.mode == "kubernetes":
             from trainpipe.images import image_for

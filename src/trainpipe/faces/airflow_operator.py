@@ -124,7 +124,7 @@ class PromoteOperator(TrainpipeOperator):
         self.reject = reject
 
     def command(self, context: Any) -> list[str]:
-        answer = context["ti"].xcom_pull(task_ids=self.approval_task_id) or {}
+        answer = context["ti"].xcom_pull(task_ids=self.approval_task_id, key="answer") or {}
         user = answer.get("responded_by_user") or {}
         approver = str(user.get("name") or user.get("id") or "") or "airflow: no answer before the approval timed out"
         reason = str((answer.get("params_input") or {}).get("reason") or "").strip()
