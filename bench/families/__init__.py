@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from bench.common import Bench
-from bench.families import backends, data, drift, footprint, gpu, optimize, orchestration, parse, team, telemetry, training
+from bench.families import backends, data, drift, footprint, gpu, optimize, orchestration, parse, signing, team, telemetry, training
 
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "training": training.run,
@@ -19,6 +19,7 @@ FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "snapshot": data.snapshot,
     "drift": drift.run,
     "optimize": optimize.run,
+    "signing": signing.run,
     "dag_parse": parse.dag_parse,
     "compile": parse.compile_,
     "rss": footprint.run,

@@ -42,7 +42,7 @@ def test_unknown_benchmark_is_a_one_line_usage_error():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--only", "training,nope"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("--only: unknown benchmark 'nope' (known: training, team, telemetry, other_backends, orchestration, "
-                                                         "validate, snapshot, drift, optimize, dag_parse, compile, rss, gpu)")
+                                                         "validate, snapshot, drift, optimize, signing, dag_parse, compile, rss, gpu)")
 
 
 def test_gpu_benchmarks_skip_with_their_reason_without_cuda(tmp_path):
