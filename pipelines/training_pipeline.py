@@ -64,6 +64,11 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
         kubernetes.set_timeout(task, profile.train_timeout_s if task is trained else profile.timeout_s)
     # the training pod's ranks serve Prometheus metrics (the profile's metrics_port): the label the
     # PodMonitor selects and the prometheus.io annotations (KFP cannot declare container ports)
+    # Kueue: every pod of the run is admitted from the team's LocalQueue (KFP cannot set priorityClassName:
+    # the profile's priority class reaches them as Kueue's WorkloadPriorityClass label)
+    for task in tasks:
+        for key, value in pods.queue_labels(profile).items():
+            kubernetes.add_pod_label(task, label_key=key, label_value=value)
     labels, annotations = pods.metrics_metadata(profile.metrics_port)
     for key, value in labels.items():
         kubernetes.add_pod_label(trained, label_key=key, label_value=value)

@@ -73,12 +73,32 @@ def node_command(node_config: str, result_path: str) -> tuple[list[str], list[st
     return ["python", "-m", "trainpipe.components.train_model"], ["--config", node_config, "--result", result_path]
 
 
-def _pod_metadata(metrics_port: int) -> dict[str, Any]:
+def _pod_metadata(metrics_port: int, name: str) -> dict[str, Any]:
     labels, annotations = pods.metrics_metadata(metrics_port)
-    meta: dict[str, Any] = {"labels": {**LABELS, **labels}}
+    meta: dict[str, Any] = {"labels": {**LABELS, pods.JOB_LABEL: name, **labels}}
     if annotations:
         meta["annotations"] = annotations
     return meta
+
+
+def namespace(cluster: ClusterJob, profile: HardwareProfile) -> str:
+    """Where the job goes: the cluster setting, else the profile's team namespace, else kubeflow."""
+    return cluster.namespace or profile.namespace or "kubeflow"
+
+
+def _job_metadata(name: str, cluster: ClusterJob, profile: HardwareProfile) -> dict[str, Any]:
+    """The job object's metadata: Kueue admits the whole job (all its nodes at once) from the
+    queue its labels name, against the team's quota."""
+    return {"name": name, "namespace": namespace(cluster, profile), "labels": {**LABELS, **pods.queue_labels(profile)}}
+
+
+def _node_spec(profile: HardwareProfile, name: str, **kwargs: Any) -> dict[str, Any]:
+    """A node's pod spec, with the anti-affinity that spreads the job's nodes over machines."""
+    spec = pods.pod_spec(profile, profile.train, **kwargs)
+    spread = pods.rank_anti_affinity(profile, name)
+    if spread:
+        spec.setdefault("affinity", {})["podAntiAffinity"] = spread
+    return spec
 
 
 def trainjob_manifest(
@@ -88,7 +108,9 @@ def trainjob_manifest(
     """A Kubeflow Trainer ``TrainJob`` on the ``torch-distributed`` runtime (or ``cluster.runtime``)."""
     _check_name(name)
     command, args = node_command(node_config, result_path)
-    template = pods.pod_spec(profile, profile.train, container_name="node", pvcs={cluster.shared_pvc: cluster.mount_path})
+    template = _node_spec(profile, name, container_name="node", pvcs={cluster.shared_pvc: cluster.mount_path})
+    # a TrainJob's pod patch has no priorityClassName: its priority is Kueue's WorkloadPriorityClass (the job's label)
+    template.pop("priorityClassName", None)
     container = template["containers"][0]
     # the trainer section sets image, command, resources and env; the patch gives the pod the rest
     container.pop("resources", None)
@@ -99,7 +121,7 @@ def trainjob_manifest(
     return {
         "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
         "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": cluster.namespace, "labels": dict(LABELS)},
+        "metadata": _job_metadata(name, cluster, profile),
         "spec": {
             "runtimeRef": {"name": cluster.runtime},
             "trainer": {
@@ -116,7 +138,7 @@ def trainjob_manifest(
                     "manager": MANAGER,
                     "trainingRuntimeSpec": {
                         "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
-                            "metadata": _pod_metadata(metrics_port), "spec": template}}}}]}}
+                            "metadata": _pod_metadata(metrics_port, name), "spec": template}}}}]}}
                     },
                 }
             ],
@@ -131,16 +153,16 @@ def pytorchjob_manifest(
     """A legacy Training Operator ``PyTorchJob`` (kubeflow.org/v1): one Master and ``nnodes - 1`` Workers."""
     _check_name(name)
     command, args = node_command(node_config, result_path)
-    spec = pods.pod_spec(profile, profile.train, container_name="pytorch", image=image, command=command, args=args,  # the name the operator expects
-                         env={"TRAINPIPE_JOB_ID": name, **(env or {})}, pvcs={cluster.shared_pvc: cluster.mount_path})
-    template = {"metadata": _pod_metadata(metrics_port), "spec": spec}
+    spec = _node_spec(profile, name, container_name="pytorch", image=image, command=command, args=args,  # the name the operator expects
+                      env={"TRAINPIPE_JOB_ID": name, **(env or {})}, pvcs={cluster.shared_pvc: cluster.mount_path})
+    template = {"metadata": _pod_metadata(metrics_port, name), "spec": spec}
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "OnFailure", "template": template}
     return {
         "apiVersion": f"{PYTORCHJOB_GROUP}/{PYTORCHJOB_VERSION}",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": cluster.namespace, "labels": dict(LABELS)},
+        "metadata": _job_metadata(name, cluster, profile),
         "spec": {
             "nprocPerNode": str(nproc_per_node),
             "runPolicy": {"backoffLimit": max_restarts, "cleanPodPolicy": "None"},
@@ -325,5 +347,5 @@ def run_cluster_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime
     result = TrainModelResult.model_validate(payload)
     if node.training is None:
         raise TrainpipeError(f"cluster: node 0's result at {result_file} carries no training lineage")
-    result.lineage = lineage.with_(training=node.training.model_copy(update={"cluster_job": f"{manifest['kind']}/{cluster.namespace}/{name}"}))
+    result.lineage = lineage.with_(training=node.training.model_copy(update={"cluster_job": f"{manifest['kind']}/{manifest['metadata']['namespace']}/{name}"}))
     return result

@@ -30,7 +30,7 @@ class ClusterJob(StrictModel):
     """Where a multi-node job runs on Kubernetes (used when nnodes > 1)."""
 
     launcher: Literal["trainjob", "pytorchjob"] = Field("trainjob", description="Kubeflow Trainer TrainJob, or the legacy PyTorchJob")
-    namespace: str = Field("kubeflow", min_length=1)
+    namespace: str | None = Field(None, min_length=1, description="where the job goes (default: the profile's team namespace, else kubeflow)")
     runtime: str = Field("torch-distributed", min_length=1, description="the TrainJob's ClusterTrainingRuntime")
     image: str | None = Field(None, description="the trainpipe image every node runs (default: TRAINPIPE_IMAGE)")
     profile: str = Field("gpu", description="hardware profile of each node: cpu, gpu or a YAML file")

@@ -20,6 +20,35 @@ METRICS_LABEL = "trainpipe.io/metrics"
 MAIN_CONTAINERS = ("main", "base", "node", "pytorch")
 
 
+#: Kueue's labels: the LocalQueue a workload is submitted to, and its WorkloadPriorityClass.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: The label that names the multi-node training job a pod belongs to (what rank anti-affinity selects).
+JOB_LABEL = "trainpipe.io/job"
+
+
+def queue_labels(profile: Any) -> dict[str, str]:
+    """The Kueue labels of a workload under ``profile``: its LocalQueue and, with one, its
+    WorkloadPriorityClass (none without a queue: Kueue does not manage the workload then)."""
+    if not getattr(profile, "kueue_queue", None):
+        return {}
+    labels = {QUEUE_LABEL: profile.kueue_queue}
+    if profile.priority_class:
+        labels[PRIORITY_LABEL] = profile.priority_class
+    return labels
+
+
+def rank_anti_affinity(profile: Any, job: str) -> dict[str, Any] | None:
+    """Pod anti-affinity that spreads the pods of one multi-node job (labelled ``trainpipe.io/job``)
+    over machines: ``required`` (one per machine) or ``preferred``, per the profile's rank_spread."""
+    term = {"labelSelector": {"matchLabels": {JOB_LABEL: job}}, "topologyKey": "kubernetes.io/hostname"}
+    if profile.rank_spread == "required":
+        return {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    if profile.rank_spread == "preferred":
+        return {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]}
+    return None
+
+
 def metrics_metadata(base: int) -> tuple[dict[str, str], dict[str, str]]:
     """``(labels, annotations)`` of a training pod whose ranks serve metrics from port ``base``: the
     label the PodMonitor selects, and the ``prometheus.io`` annotations it (or a Prometheus that
@@ -59,6 +88,8 @@ def scheduling(profile: Any) -> dict[str, Any]:
             "nodeSelectorTerms": [{"matchExpressions": [dict(e) for e in profile.node_affinity]}]}}}
     if profile.service_account:
         spec["serviceAccountName"] = profile.service_account
+    if getattr(profile, "priority_class", None):
+        spec["priorityClassName"] = profile.priority_class
     if profile.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in profile.image_pull_secrets]
     return spec

@@ -78,6 +78,20 @@ class HardwareProfile(StrictModel):
     optimize: bool = Field(
         False, description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its config's "
         "optimize.enabled says otherwise")
+    namespace: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="the team's namespace: Airflow's pods and multi-node training jobs run there (KFP runs in its profile's namespace)")
+    priority_class: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="a PriorityClass (priorityClassName of the pods trainpipe writes) and, with kueue_queue, the Kueue "
+        "WorkloadPriorityClass of the same name (kueue.x-k8s.io/priority-class: KFP's pods too)")
+    kueue_queue: str | None = Field(
+        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="the Kueue LocalQueue of the team's namespace: the kueue.x-k8s.io/queue-name label on KFP pods, Airflow pods, "
+        "TrainJobs and PyTorchJobs, so Kueue admits them against the team's quota")
+    rank_spread: Literal["required", "preferred", "none"] = Field(
+        "preferred", description="pod anti-affinity between the nodes of one multi-node training job: one per machine "
+        "(required), where possible (preferred), or not asked")
     queue: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
                        description="Airflow's Celery queue for every step but training (CeleryExecutor; other executors ignore it)")
     train_queue: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,128}$",

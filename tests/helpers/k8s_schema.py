@@ -87,3 +87,49 @@ def validate_pytorchjob(manifest: dict[str, Any]) -> None:
     for role, spec in manifest["spec"]["pytorchReplicaSpecs"].items():
         assert role in ("Master", "Worker")
         validate_pod(spec["template"]["spec"], {"name": "check", **spec["template"].get("metadata", {})})
+
+
+#: Kueue v0.19.2's CRD schemas (config/components/crd/bases, Apache-2.0), their served versions'
+#: openAPIV3Schema with the descriptions left out: see schemas/kueue/README.md.
+KUEUE_SCHEMAS = __import__("pathlib").Path(__file__).resolve().parent / "schemas" / "kueue"
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD schema as a strict JSON schema: an object that lists its properties allows no others
+    (the API server would prune them silently: a typo would vanish, not fail)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+        if "properties" in out and "additionalProperties" not in out and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+        if schema.get("x-kubernetes-int-or-string"):
+            out.pop("type", None)
+            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def validate_kueue(obj: dict[str, Any]) -> None:
+    """A Kueue object against its CRD's schema (offline), strictly."""
+    import json
+
+    import jsonschema
+
+    group, _, version = obj["apiVersion"].partition("/")
+    assert group == "kueue.x-k8s.io", obj["apiVersion"]
+    doc = json.loads((KUEUE_SCHEMAS / f"{obj['kind']}.json").read_text())
+    assert version in doc["versions"], f"{obj['kind']} has no served version {version}"
+    schema = _strict(doc["versions"][version])
+    schema["properties"]["metadata"] = {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"}, "namespace": {"type": "string"},
+        "labels": {"type": "object"}, "annotations": {"type": "object"}}, "additionalProperties": False}
+    jsonschema.validate(obj, schema)
+    assert ("namespace" in obj["metadata"]) == (doc["scope"] == "Namespaced"), f"{obj['kind']} is {doc['scope']}"
+
+
+def validate_core(obj: dict[str, Any]) -> None:
+    """A core Kubernetes object (Namespace, PriorityClass, …) against kubernetes-validate's strict schemas."""
+    import kubernetes_validate
+
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

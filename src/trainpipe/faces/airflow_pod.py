@@ -79,6 +79,10 @@ def kubernetes_task(
             command = component_command(component, settings, orchestrator="airflow", run_id="{{ run_id }}",
                                         result_path="/airflow/xcom/return.json", python="python")
         spec = pods.pod_spec(profile, resources or profile.default, container_name="base")
+        queue = pods.queue_labels(profile)  # Kueue admits the pod from the team's LocalQueue
+        if queue:
+            metadata["labels"] = {**metadata.get("labels", {}), **queue}
+        namespace = profile.namespace or namespace
         kwargs.setdefault("pod_template_dict", {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
         kwargs.setdefault("image_pull_policy", profile.image_pull_policy)
     return TrainpipePodOperator(
