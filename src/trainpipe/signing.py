@@ -12,8 +12,8 @@ an added or a missing file, or a signature by another key is refused in one line
 anything is read. Where the platform sets a verification key, a registered version without a
 signature is refused too.
 
-Keys are files the platform mounts (a Kubernetes secret as a volume); nothing here needs the
-internet:
+Keys are files the platform mounts (a Kubernetes secret as a volume), or the PEM text itself in the
+variable (a secret given as an environment variable); nothing here needs the internet:
 
 - ``TRAINPIPE_SIGNING_KEY``: the private key (PEM, elliptic curve) register_model signs with; with
   ``TRAINPIPE_SIGNING_CERT`` (and ``TRAINPIPE_SIGNING_CERT_CHAIN``, paths joined by ``:``) the
@@ -27,6 +27,7 @@ internet:
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import tempfile
@@ -47,6 +48,13 @@ SIGNATURE_FILE = "model.sig"
 SIGNATURE_TAG = "trainpipe.signature_sha256"
 
 
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def signing_enabled() -> bool:
     """Whether register_model signs (the platform set a signing key)."""
     return bool(os.environ.get(SIGNING_KEY_ENV))
@@ -58,9 +66,19 @@ def verification_required() -> bool:
 
 
 def _existing(env: str) -> Path:
-    path = Path(os.environ[env])
+    """The file a key variable names, or, when the variable holds the PEM itself (a Kubernetes
+    secret given as an environment variable: the profile's ``secrets_as_env``), a private
+    temporary copy of it."""
+    value = os.environ[env]
+    if value.lstrip().startswith("-----BEGIN"):
+        fd, name = tempfile.mkstemp(prefix="trainpipe-key-", suffix=".pem")  # 0600
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value.strip() + "\n")
+        atexit.register(_remove, name)  # a private key's copy does not outlive the step
+        return Path(name)
+    path = Path(value)
     if not path.is_file():
-        raise InputError(f"{env}: {str(path)!r} is not a readable file")
+        raise InputError(f"{env}: {str(path)!r} is not a readable file (give a path, or the PEM itself)")
     return path
 
 
@@ -122,7 +140,10 @@ def _verifier() -> Any:
         from cryptography.hazmat.primitives import serialization
 
         private = serialization.load_pem_private_key(_existing(SIGNING_KEY_ENV).read_bytes(), password=None)
-        public = Path(tempfile.mkdtemp(prefix="trainpipe-verify-")) / "public.pem"
+        fd, name = tempfile.mkstemp(prefix="trainpipe-verify-", suffix=".pem")
+        os.close(fd)
+        atexit.register(_remove, name)
+        public = Path(name)
         public.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         return config.use_elliptic_key_verifier(public_key=public)
     raise InputError(f"{VERIFY_KEY_ENV}: the model is signed but no key to verify it with is set "

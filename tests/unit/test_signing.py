@@ -1,0 +1,78 @@
+"""trainpipe.signing on a model folder with the real OpenSSF model-signing and fresh key pairs: what
+verification refuses, each in one line that says what happened."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainpipe import signing
+from trainpipe.contract.errors import InputError, SignatureInvalid
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def signed(tmp_path, monkeypatch):
+    signing.keypair(tmp_path / "k.pem", tmp_path / "k.pub")
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(tmp_path / "k.pem"))
+    monkeypatch.delenv(signing.VERIFY_KEY_ENV, raising=False)
+    monkeypatch.delenv(signing.VERIFY_CHAIN_ENV, raising=False)
+    monkeypatch.delenv(signing.SIGNING_CERT_ENV, raising=False)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (model / "model.json").write_text('{"builder": "builtin:mlp"}')
+    sha = signing.sign(model)
+    return tmp_path, model, sha
+
+
+def test_a_signed_folder_verifies_with_the_public_key_and_the_signing_keys_own_half(signed, monkeypatch):
+    tmp, model, sha = signed
+    assert (model / signing.SIGNATURE_FILE).is_file() and len(sha) == 64
+    assert signing.verify(model, "m", required=True, expected_digest=sha) == sha  # the signing key's public half
+    monkeypatch.setenv(signing.VERIFY_KEY_ENV, (tmp / "k.pub").read_text())  # the PEM itself, as a secret given as a variable
+    assert signing.verify(model, "m") == sha
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m: (m / "model.safetensors").write_bytes(b"\x01" + (m / "model.safetensors").read_bytes()[1:]),
+     "model.safetensors differs from what was signed: it was changed after it was signed"),
+    (lambda m: (m / "extra.py").write_text("import os"), "files that were not signed were added (extra.py): it was changed after it was signed"),
+    (lambda m: (m / "model.json").unlink(), "files that were signed are missing (model.json): it was changed after it was signed"),
+])
+def test_a_changed_added_or_missing_file_is_refused_in_one_line(signed, change, says):
+    _, model, _ = signed
+    change(model)
+    with pytest.raises(SignatureInvalid) as err:
+        signing.verify(model, "champion models:/digits/3")
+    assert str(err.value) == f"champion models:/digits/3: failed signature verification: {says}"
+    assert err.value.exit_code == 7 and "\n" not in str(err.value)
+
+
+def test_another_key_a_replaced_signature_and_a_missing_one_are_refused(signed, monkeypatch):
+    tmp, model, sha = signed
+    signing.keypair(tmp / "other.pem", tmp / "other.pub")
+    monkeypatch.setenv(signing.VERIFY_KEY_ENV, str(tmp / "other.pub"))
+    with pytest.raises(SignatureInvalid, match="signed with another key than the one this platform verifies with"):
+        signing.verify(model, "m")
+    monkeypatch.setenv(signing.VERIFY_KEY_ENV, str(tmp / "k.pub"))
+    with pytest.raises(SignatureInvalid, match="its signature is not the one recorded at registration"):
+        signing.verify(model, "m", expected_digest="0" * 64)
+    (model / signing.SIGNATURE_FILE).unlink()
+    assert signing.verify(model, "m") is None  # unsigned, and nothing requires a signature
+    with pytest.raises(SignatureInvalid, match="m: carries no signature"):
+        signing.verify(model, "m", required=True)
+
+
+def test_keys_that_cannot_be_used_are_one_line_input_errors(tmp_path, monkeypatch):
+    (tmp_path / "m").mkdir()
+    monkeypatch.delenv(signing.SIGNING_KEY_ENV, raising=False)
+    with pytest.raises(InputError, match="TRAINPIPE_SIGNING_KEY: not set"):
+        signing.sign(tmp_path / "m")
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(tmp_path / "absent.pem"))
+    with pytest.raises(InputError, match="is not a readable file"):
+        signing.sign(tmp_path / "m")
+    (tmp_path / "bad.pem").write_text("not a key")
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(tmp_path / "bad.pem"))
+    with pytest.raises(InputError, match="TRAINPIPE_SIGNING_KEY: cannot sign with it"):
+        signing.sign(tmp_path / "m")
