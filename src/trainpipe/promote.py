@@ -97,11 +97,20 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
                 raise InputError(f"model_uri: {exc}") from None
             sig = weights / "model.sig"
             signature = file_digest(sig, "sha256") if sig.is_file() else None
+    optimized = mv.tags.get(registry.OPTIMIZED_TAG)
+    if decision == "approved" and optimized:  # its optimized variant serves beside it: verified the same way first
+        opt_name, opt_version = optimized.rsplit("/", 1)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                registry.download_weights(client, client.get_model_version(opt_name, opt_version), tmp, what=f"models:/{optimized}")
+            except (SignatureInvalid, ServiceUnavailable):
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise InputError(f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}") from None
     previous = registry.alias_version(client, name, alias)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     record = {"model_name": name, "version": version, "alias": alias, "decision": decision, "approver": who["identity"], "reason": reason,
               "previous_version": str(previous.version) if previous is not None else None, "gate_passed": gate, "signature_sha256": signature}
-    optimized = mv.tags.get(registry.OPTIMIZED_TAG)
     try:
         for key, value in zip(APPROVAL_TAGS, (decision, who["identity"], now, reason[:5000])):
             client.set_model_version_tag(name, version, key, value)

@@ -152,7 +152,7 @@ def test_a_signature_by_another_key_or_a_missing_one_is_refused(gov, tmp_path):
     assert refused.returncode == 7 and "carries no signature (model.sig); this platform loads only signed models" in refused.stderr
 
 
-def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_audited(gov):
+def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_audited(gov, tmp_path_factory):
     import mlflow
 
     from trainpipe import promote, registry, signing
@@ -161,8 +161,21 @@ def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_a
     client = mlflow.MlflowClient(server)
     _train(root, "m4", env, 3)
     assert _evaluate(root, "m4", "e4", env, name=APPROVED).returncode == 0
-    r4 = _register(root, "m4", "e4", "r4", env, "--move-alias", "false", name=APPROVED)
+    opt = result_of(_step("optimize_model", env, "--model", str(root / "m4"), "--data", str(root / "s"), "--output-dir", str(root / "o4"),
+                          "--variants", '["int8_dynamic"]', "--max-metric-drop", "0.05"))
+    assert opt["selected"] == "int8_dynamic"
+    r4 = _register(root, "m4", "e4", "r4", env, "--move-alias", "false", "--optimized", str(root / "o4"), name=APPROVED)
     v = r4["version"]
+    # the optimized variant is signed too, and checked before its alias moves with the model's
+    assert r4["optimized_signature_sha256"] and r4["optimized_signature_sha256"] != r4["signature_sha256"]
+    onnx = _stored_file(tmp_path_factory.getbasetemp(), client, f"{APPROVED}-onnx", r4["optimized_version"], "model.onnx")
+    original = onnx.read_bytes()
+    onnx.write_bytes(original[:-1] + bytes([original[-1] ^ 0x01]))
+    tampered = _cli(env, "promote", f"models:/{APPROVED}/{v}", "--reason", "reviewed")
+    onnx.write_bytes(original)
+    assert tampered.returncode == 7 and f"models:/{APPROVED}-onnx/{r4['optimized_version']}: failed signature verification: model.onnx differs" \
+        in tampered.stderr, tampered.stderr
+    assert registry.alias_version(client, APPROVED, "champion") is None
     # nobody holds the serving alias, and still it does not move without a person's approval
     assert r4["aliases"] == ["challenger"] and not r4["champion_moved"] and "trainpipe promote" in r4["reason"]
     assert registry.alias_version(client, APPROVED, "champion") is None
@@ -183,6 +196,7 @@ def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_a
     tags = client.get_model_version(APPROVED, v).tags
     assert tags["trainpipe.approval.decision"] == "approved" and tags["trainpipe.approval.by"] == "alice@risk"
     assert tags["trainpipe.approval.reason"] == "reviewed the model card"
+    assert client.get_model_version_by_alias(f"{APPROVED}-onnx", "champion").version == r4["optimized_version"]
     record = [r for r in _audit(root) if r["action"] == "promote"][-1]
     assert record["who"]["identity"] == "alice@risk" and record["decision"]["previous_version"] is None
     assert record["decision"]["signature_sha256"] == tags[signing.SIGNATURE_TAG]
