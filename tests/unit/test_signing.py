@@ -76,3 +76,67 @@ def test_keys_that_cannot_be_used_are_one_line_input_errors(tmp_path, monkeypatc
     monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(tmp_path / "bad.pem"))
     with pytest.raises(InputError, match="TRAINPIPE_SIGNING_KEY: cannot sign with it"):
         signing.sign(tmp_path / "m")
+
+
+def _cert_chain(tmp_path):
+    """A platform's CA and a code-signing certificate it issued (P-256, as a platform PKI would)."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("platform CA")).issuer_name(name("platform CA")).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    leaf = (x509.CertificateBuilder().subject_name(name("register_model")).issuer_name(ca.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=7))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (tmp_path / "signer.pem").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (tmp_path / "signer.crt").write_bytes(leaf.public_bytes(pem))
+    (tmp_path / "ca.crt").write_bytes(ca.public_bytes(pem))
+
+
+def test_a_certificate_the_platform_issued_signs_and_its_chain_verifies(tmp_path, monkeypatch):
+    _cert_chain(tmp_path)
+    for env in (signing.VERIFY_KEY_ENV, signing.VERIFY_CHAIN_ENV, signing.SIGNING_CHAIN_ENV):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(tmp_path / "signer.pem"))
+    monkeypatch.setenv(signing.SIGNING_CERT_ENV, str(tmp_path / "signer.crt"))
+    monkeypatch.setenv(signing.SIGNING_CHAIN_ENV, str(tmp_path / "ca.crt"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 4096)
+    sha = signing.sign(model)
+    monkeypatch.delenv(signing.SIGNING_KEY_ENV)  # a loader holds only the CA's certificate
+    monkeypatch.delenv(signing.SIGNING_CERT_ENV)
+    monkeypatch.setenv(signing.VERIFY_CHAIN_ENV, str(tmp_path / "ca.crt"))
+    assert signing.verify(model, "m", required=True) == sha
+    (model / "model.safetensors").write_bytes(b"\1" * 4096)
+    with pytest.raises(SignatureInvalid, match="model.safetensors differs from what was signed"):
+        signing.verify(model, "m")
+    other = tmp_path / "other"
+    other.mkdir()
+    _cert_chain(other)  # another CA: its certificate does not root this signature
+    monkeypatch.setenv(signing.VERIFY_CHAIN_ENV, str(other / "ca.crt"))
+    (model / "model.safetensors").write_bytes(b"\0" * 4096)
+    with pytest.raises(SignatureInvalid, match="failed signature verification: it was signed with another key than the one this platform "
+                                               "verifies with"):
+        signing.verify(model, "m")
