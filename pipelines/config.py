@@ -127,7 +127,9 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     require_approval: bool = Field(
         False, description="a person approves before the serving alias moves: register_model registers the challenger only; the Airflow "
         "DAGs wait for Airflow's approval (rejected when approval_timeout_hours pass), on Kubeflow `trainpipe promote` moves it")
-    approval_timeout_hours: float = Field(72.0, gt=0, le=24 * 90, description="how long the DAG waits for approval before it rejects")
+    approval_timeout_hours: float = Field(
+        24.0, gt=0, le=24 * 90, description="how long the DAG waits for approval before it rejects (while it waits, the next scheduled run "
+        "waits too: one run at a time)")
     schedule: str | None = Field(
         "@daily", min_length=1, description="the training DAG's schedule: a cron expression or preset; null for triggered runs only"
     )
