@@ -41,3 +41,59 @@ def _wait(what: str, check, timeout: float, procs: dict, logs: Path, every: floa
         time.sleep(every)
     tails = "\n".join(f"--- {n}\n{(logs / f'{n}.log').read_text()[-1500:]}" for n in procs)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{tails}")
+
+
+def start(airflow: list[str], name: str, args: list[str], env: dict, logs: Path, procs: dict) -> None:
+    """One Airflow process of the deployment, in its own process group, its output in ``logs/<name>.log``."""
+    import subprocess
+
+    procs[name] = subprocess.Popen([*airflow, *args], env=env, stdout=open(logs / f"{name}.log", "w"), stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+
+
+def serving(api: Api, procs: dict, logs: Path, user: str, password: str, dag_id: str) -> dict:
+    """Wait until the api-server and the scheduler report healthy, log in, wait until the
+    dag-processor has parsed ``dag_id`` without import errors, and unpause it. Returns the DAG as
+    the API first showed it."""
+    import urllib.error
+
+    def healthy():
+        try:
+            health = api.call("GET", "/api/v2/monitor/health")
+        except (OSError, ValueError):
+            return False
+        return health.get("metadatabase", {}).get("status") == "healthy" and health.get("scheduler", {}).get("status") == "healthy"
+
+    _wait("the api-server and scheduler to report healthy", healthy, 180, procs, logs)
+    api.login(user, password)
+
+    def parsed():
+        try:
+            return api.call("GET", f"/api/v2/dags/{dag_id}")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    dag = _wait(f"the dag-processor to parse {dag_id}", parsed, 180, procs, logs)
+    errors = api.call("GET", "/api/v2/importErrors")
+    assert errors["total_entries"] == 0, errors
+    api.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    return dag
+
+
+def stop(procs: dict) -> None:
+    """SIGTERM every process group of the deployment; SIGKILL what has not ended in 30 s."""
+    import os
+    import signal
+    import subprocess
+
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -18,18 +18,15 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import REPO, _free_port, fresh_postgres_db, psycopg2_url
-from tests.helpers.airflow_api import Api, _wait
+from tests.helpers.airflow_api import Api, _wait, serving, start, stop
 
 pytestmark = pytest.mark.integration
 
@@ -114,40 +111,15 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
         assert migrate.returncode == 0, migrate.stderr[-3000:]
         procs: dict[str, subprocess.Popen] = {}
 
-        def start(name: str, args: list[str], extra: dict | None = None) -> None:
-            procs[name] = subprocess.Popen([*airflow, *args], env={**env, **(extra or {})}, stdout=open(logs / f"{name}.log", "w"),
-                                           stderr=subprocess.STDOUT, start_new_session=True)
-
         try:
-            start("api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"])
-            start("scheduler", ["scheduler"])
-            start("dag-processor", ["dag-processor"])
+            start(airflow, "api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"], env, logs, procs)
+            start(airflow, "scheduler", ["scheduler"], env, logs, procs)
+            start(airflow, "dag-processor", ["dag-processor"], env, logs, procs)
             for name, queue in WORKERS.items():
-                start(name, ["celery", "worker", "--queues", queue, "--celery-hostname", f"{name}@%h", "--concurrency", "2"],
-                      {"TRAINPIPE_TEST_WORKER": name})
+                start(airflow, name, ["celery", "worker", "--queues", queue, "--celery-hostname", f"{name}@%h", "--concurrency", "2"],
+                      {**env, "TRAINPIPE_TEST_WORKER": name}, logs, procs)
             api = Api(f"http://127.0.0.1:{api_port}")
-
-            def healthy():
-                try:
-                    health = api.call("GET", "/api/v2/monitor/health")
-                except (OSError, ValueError):
-                    return False
-                return health.get("metadatabase", {}).get("status") == "healthy" and health.get("scheduler", {}).get("status") == "healthy"
-
-            _wait("the api-server and scheduler to report healthy", healthy, 180, procs, logs)
-            api.login("ci", password)
-
-            def parsed():
-                try:
-                    return api.call("GET", f"/api/v2/dags/{DAG_ID}")
-                except urllib.error.HTTPError as exc:
-                    if exc.code == 404:
-                        return None
-                    raise
-
-            _wait("the dag-processor to parse the training DAG", parsed, 180, procs, logs)
-            assert api.call("GET", "/api/v2/importErrors")["total_entries"] == 0
-            api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+            serving(api, procs, logs, "ci", password, DAG_ID)
             from trainpipe.pipelines.config import load_pipeline_config
 
             train_param = load_pipeline_config(config).train.model_dump(mode="json")  # a run's conf replaces the whole dict
@@ -243,15 +215,7 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
                                     check=False, timeout=120)
             assert verify.returncode == 0, verify.stderr
         finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-            for proc in procs.values():
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop(procs)
 
 
 def _xcom(api: Api, path: str, task: str) -> dict:

@@ -12,19 +12,15 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import REPO, _free_port, _start_mlflow, fresh_postgres_db, psycopg2_url
-from tests.helpers.airflow_api import Api, _wait
+from tests.helpers.airflow_api import Api, _wait, serving, start, stop
 
 pytestmark = pytest.mark.integration
 
@@ -104,33 +100,10 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
     try:
         for name, args in {"api-server": ["api-server", "--port", str(api_port), "--host", "127.0.0.1"],
                            "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}.items():
-            procs[name] = subprocess.Popen([*airflow, *args], env=env, stdout=open(logs / f"{name}.log", "w"),
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+            start(airflow, name, args, env, logs, procs)
         api = Api(f"http://127.0.0.1:{api_port}")
-
-        def healthy():
-            try:
-                health = api.call("GET", "/api/v2/monitor/health")
-            except (OSError, ValueError):
-                return False
-            return health.get("metadatabase", {}).get("status") == "healthy" and health.get("scheduler", {}).get("status") == "healthy"
-
-        _wait("the api-server and scheduler to report healthy", healthy, 180, procs, logs)
-        api.login("ci", password)
-
-        def parsed():
-            try:
-                return api.call("GET", f"/api/v2/dags/{DAG_ID}")
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    return None
-                raise
-
-        dag = _wait("the dag-processor to parse the training DAG", parsed, 180, procs, logs)
+        dag = serving(api, procs, logs, "ci", password, DAG_ID)
         assert dag["is_paused"] is True  # new DAGs start paused (dags_are_paused_at_creation)
-        errors = api.call("GET", "/api/v2/importErrors")
-        assert errors["total_entries"] == 0, errors
-        api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
         run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {}})
         run_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
 
@@ -200,15 +173,7 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         decision = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
         assert decision["retrain"] and decision["drifted_columns"] == ["pixel_2_3", "pixel_3_4"], decision["reasons"]
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop(procs)
         if mlflow_gen is not None:
             mlflow_gen.close()
     for proc in procs.values():  # nothing of the deployment (task runners included) is left behind
