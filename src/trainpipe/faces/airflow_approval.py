@@ -7,9 +7,9 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-#: The XCom key the answer is kept under, whatever it was: a rejection skips the tasks after
-#: the approval, and with them the return value the operator would have pushed.
-ANSWER_KEY = "answer"
+# The answer is kept under its own key, whatever it was: a rejection skips the tasks after the
+# approval, and with them the return value the operator would have pushed.
+from trainpipe.faces.airflow_operator import ANSWER_KEY
 
 
 class TrainpipeApprovalOperator(ApprovalOperator):

@@ -104,6 +104,10 @@ class TrainpipeOperator(BaseOperator):
             pass
 
 
+#: The XCom key the approval task keeps its answer under (see trainpipe.faces.airflow_approval).
+ANSWER_KEY = "answer"
+
+
 class PromoteOperator(TrainpipeOperator):
     """``trainpipe promote`` on the worker, with the answer Airflow's approval task collected: moves
     the serving alias when a person approved; with ``reject``, records the rejection (or the
@@ -124,7 +128,7 @@ class PromoteOperator(TrainpipeOperator):
         self.reject = reject
 
     def command(self, context: Any) -> list[str]:
-        answer = context["ti"].xcom_pull(task_ids=self.approval_task_id, key="answer") or {}
+        answer = context["ti"].xcom_pull(task_ids=self.approval_task_id, key=ANSWER_KEY) or {}
         user = answer.get("responded_by_user") or {}
         approver = str(user.get("name") or user.get("id") or "") or "airflow: no answer before the approval timed out"
         reason = str((answer.get("params_input") or {}).get("reason") or "").strip()
