@@ -45,7 +45,8 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
         approver: Who decided (Airflow's responding user); default: the caller's identity.
         tracking_uri: MLflow (default ``MLFLOW_TRACKING_URI``).
         policy: The platform policy (its artifact-store and tracking rules, its audit log).
-        run: ``{"orchestrator", "run_id"}`` when a DAG's approval task calls it (default: manual).
+        run: ``{"orchestrator", "run_id"}`` for the audit record (default: ``TRAINPIPE_ORCHESTRATOR`` and
+            ``TRAINPIPE_RUN_ID``, which a DAG's task sets; else manual).
 
     Returns:
         What was done: version, alias, previous holder, decision, approver, signature.
