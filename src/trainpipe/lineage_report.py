@@ -121,16 +121,12 @@ def verify_signature(version: Any, tracking_uri: str | None) -> str | None:
         SignatureInvalid: the registry's copy was changed after signing (or is unsigned where
             the platform verifies).
     """
-    from trainpipe import registry, signing, tracking
-    from trainpipe.contract.io import file_digest
+    from trainpipe import registry, tracking
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            path = registry.download_weights(tracking.connect(tracking_uri), version, tmp)
-        except ValueError as exc:  # not a trainpipe model: nothing of ours to verify
-            raise InputError(f"model_uri: {exc}") from None
-        signature = path / signing.SIGNATURE_FILE
-        return file_digest(signature, "sha256") if signature.is_file() else None
+    try:
+        return registry.verify_version(tracking.connect(tracking_uri), version)
+    except ValueError as exc:  # not a trainpipe model: nothing of ours to verify
+        raise InputError(f"model_uri: {exc}") from None
 
 
 def lineage_command(model_uri: str, tracking_uri: str | None, as_json: bool, verify: bool) -> tuple[str, bool]:

@@ -57,14 +57,11 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
         SignatureInvalid: its model fails its signature.
         ServiceUnavailable: MLflow cannot be reached.
     """
-    import tempfile
-
     from mlflow.exceptions import MlflowException
 
     from trainpipe import registry, tracking
     from trainpipe.contract import audit
     from trainpipe.contract.errors import ServiceUnavailable, SignatureInvalid
-    from trainpipe.contract.io import file_digest
 
     m = URI.match(model_uri)
     if not m:
@@ -89,25 +86,19 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
             raise PromotionRefused(f"model_uri: {model_uri} carries no gate decision ({GATE_TAG}): it was not registered by the pipeline; not promoted")
         if gate.lower() != "true":
             raise PromotionRefused(f"model_uri: {model_uri} did not pass its gate (evaluate_model's decision it carries); not promoted")
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                weights = registry.download_weights(client, mv, tmp, what=model_uri)
-            except (SignatureInvalid, ServiceUnavailable):
-                raise
-            except ValueError as exc:
-                raise InputError(f"model_uri: {exc}") from None
-            sig = weights / "model.sig"
-            signature = file_digest(sig, "sha256") if sig.is_file() else None
+        try:
+            signature = registry.verify_version(client, mv, model_uri)
+        except ValueError as exc:
+            raise InputError(f"model_uri: {exc}") from None
     optimized = mv.tags.get(registry.OPTIMIZED_TAG)
     if decision == "approved" and optimized:  # its optimized variant serves beside it: verified the same way first
         opt_name, opt_version = optimized.rsplit("/", 1)
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                registry.download_weights(client, client.get_model_version(opt_name, opt_version), tmp, what=f"models:/{optimized}")
-            except (SignatureInvalid, ServiceUnavailable):
-                raise
-            except Exception as exc:  # noqa: BLE001
-                raise InputError(f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}") from None
+        try:
+            registry.verify_version(client, client.get_model_version(opt_name, opt_version), f"models:/{optimized}")
+        except (SignatureInvalid, ServiceUnavailable):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}") from None
     previous = registry.alias_version(client, name, alias)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     record = {"model_name": name, "version": version, "alias": alias, "decision": decision, "approver": who["identity"], "reason": reason,

@@ -115,6 +115,24 @@ def download_weights(client: Any, version: Any, dest: str | Path, *, what: str |
     return path
 
 
+def verify_version(client: Any, version: Any, what: str | None = None) -> str | None:
+    """Download a version's weights-only copy and verify it against its signature, reading nothing
+    else: the signature's sha256, or None when it is unsigned (and the platform allows that).
+
+    Raises:
+        ValueError: the version was not made from a trainpipe logged model.
+        SignatureInvalid: as :func:`download_weights`.
+    """
+    import tempfile
+
+    from trainpipe import signing
+    from trainpipe.contract.io import file_digest
+
+    with tempfile.TemporaryDirectory(prefix="trainpipe-verify-") as tmp:
+        signature = download_weights(client, version, tmp, what=what) / signing.SIGNATURE_FILE
+        return file_digest(signature, "sha256") if signature.is_file() else None
+
+
 def sign_version(client: Any, name: str, version: str, model_sha256: str, model_file: str) -> str:
     """Sign a registered version's weights-only copy as the registry holds it, and record it: the
     signature beside the files in the artifact store, its sha256 in the version's tags. A version
@@ -139,10 +157,10 @@ def sign_version(client: Any, name: str, version: str, model_sha256: str, model_
     from trainpipe.serving.package import WEIGHTS_DIR
 
     mv = client.get_model_version(name, version)
+    if mv.tags.get(signing.SIGNATURE_TAG):
+        verify_version(client, mv, f"models:/{name}/{version}")
+        return str(mv.tags[signing.SIGNATURE_TAG])
     with tempfile.TemporaryDirectory(prefix="trainpipe-sign-") as tmp:
-        if mv.tags.get(signing.SIGNATURE_TAG):
-            download_weights(client, mv, tmp, what=f"models:/{name}/{version}")
-            return str(mv.tags[signing.SIGNATURE_TAG])
         weights = download_weights(client, mv, Path(tmp) / "copy", verify=False)
         if file_digest(weights / model_file, "sha256") != model_sha256:
             raise InputError(f"model: the registry's copy of models:/{name}/{version} is not the model that passed the gate; not signed")
