@@ -12,7 +12,7 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 | 4         | model gate not passed (when asked to fail)| no      |
 | 6         | the audit log failed verification         | no      |
 | 7         | a model failed signature verification (changed after signing, another key, or unsigned where required) | no |
-| 75        | a service is unreachable (EX_TEMPFAIL)    | yes     |
+| 75        | a service is unreachable, or the step was preempted (SIGTERM, SIGUSR1) after writing a checkpoint (EX_TEMPFAIL) | yes |
 | 77        | not permitted: credentials or rights (EX_NOPERM) | no |
 """
 
@@ -73,6 +73,15 @@ class SignatureInvalid(TrainpipeError):
     is unsigned where the platform requires a signature. Permanent: a rerun reads the same bytes."""
 
     exit_code = EXIT_SIGNATURE_INVALID
+
+
+class Preempted(TrainpipeError):
+    """The platform asked the step to stop (SIGTERM: a pod deleted, a preemption, a spot node
+    reclaimed; SIGUSR1: Slurm's warning) and it did at a step's end, its checkpoint written first:
+    transient, a retry resumes from that checkpoint."""
+
+    exit_code = EXIT_TRANSIENT
+    retryable = True
 
 
 class NotPermitted(TrainpipeError):

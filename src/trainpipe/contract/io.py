@@ -18,7 +18,8 @@ from typing import Any, Iterable
 _CHUNK = 1 << 20
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a folder, so a rename inside it is durable (a no-op where the file system refuses)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -63,7 +64,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes]) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     return dest
 
 
@@ -91,7 +92,7 @@ def atomic_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pa
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     return dest
 
 
@@ -145,7 +146,7 @@ def copy_tree_atomic(src: str | os.PathLike[str], dest: str | os.PathLike[str]) 
         os.replace(dest, old)
     os.replace(tmp, dest)
     shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     return dest
 
 
