@@ -143,9 +143,11 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         seed: int = 0,
         max_restarts: int = 3,
         collective_timeout_s: int = 300,
+        device_data_share: float = 0.25,
         profile_steps: int = 0,
         metrics_port: int = 0,
-        checkpoint_every_steps: int = 50,
+        checkpoint_every_s: float = 300.0,
+        checkpoint_every_steps: int = 0,
         keep_checkpoints: int = 2,
         serving_requirements: list = [],
     ):
@@ -171,7 +173,8 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
                 task=task, label_column=label_column, backend=backend, horovod_binding=horovod_binding, precision=precision,
                 nproc_per_node=nproc_per_node, nnodes=nnodes, cluster=cluster, device=device, dist_backend=dist_backend, epochs=epochs,
                 max_steps=max_steps, batch_size=batch_size, test_fraction=test_fraction, seed=seed, max_restarts=max_restarts,
-                collective_timeout_s=collective_timeout_s, profile_steps=profile_steps, metrics_port=metrics_port, checkpoint_every_steps=checkpoint_every_steps,
+                collective_timeout_s=collective_timeout_s, device_data_share=device_data_share, profile_steps=profile_steps,
+                metrics_port=metrics_port, checkpoint_every_s=checkpoint_every_s, checkpoint_every_steps=checkpoint_every_steps,
                 keep_checkpoints=keep_checkpoints, serving_requirements=serving_requirements, tracking_uri=tracking_uri,
                 experiment_name=experiment_name, run_id=run_id,
             )

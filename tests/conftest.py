@@ -186,7 +186,7 @@ def mlflow_server_postgres(tmp_path_factory):
         yield from _start_mlflow(tmp_path_factory.mktemp("mlflow-pg"), psycopg2_url(db))
 
 
-TIERS = ("unit", "contract", "integration", "e2e")
+TIERS = ("unit", "contract", "integration", "e2e", "cuda")
 _tier_seconds: dict[str, float] = {}
 
 

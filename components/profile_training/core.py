@@ -282,7 +282,8 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
 
     run_dir = out / "pass"
     settings = {**config.train, "data": config.data, "output_dir": str(run_dir), "checkpoint_dir": str(run_dir / ".ckpt")}
-    settings.update({"max_steps": config.warmup_steps + 5 + config.profile_steps, "epochs": 10_000, "checkpoint_every_steps": 0})
+    settings.update({"max_steps": config.warmup_steps + 5 + config.profile_steps, "epochs": 10_000, "checkpoint_every_steps": 0,
+                     "checkpoint_every_s": 0})
     settings["profile_steps"] = config.profile_steps
     train_cfg = build(TrainModelConfig, settings, where="train")
     check_inputs(train_cfg)
@@ -294,6 +295,8 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
         reported = launch.permanent_error(run_dir / ERRORS_DIR)
         if reported is not None:
             raise getattr(errors, reported.get("type", ""), errors.TrainpipeError)(reported["message"])
+        if code == errors.EXIT_TRANSIENT:
+            raise errors.Preempted("profiling pass: preempted (SIGTERM or SIGUSR1); a retry runs it again")
         raise errors.TrainpipeError(f"profiling pass: the training ranks exited with {code}")
     return run_dir
 

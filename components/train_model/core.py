@@ -209,13 +209,16 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     rank_errors = sorted((out / ERRORS_DIR).glob("rank*.json")) if (out / ERRORS_DIR).exists() else []
     if code != 0 or rank_errors:
         err = json.loads(rank_errors[0].read_text(encoding="utf-8")) if rank_errors else None
+        preempted = code == errors.EXIT_TRANSIENT and (err is None or err.get("type") == "Preempted")
         _discard_outputs(out)  # the checkpoints stay: a rerun resumes from them
         if tracking_thread is not None:
             tracking_thread.join()
             if tracking_thread.client is not None and tracking_thread.run_id:
-                tracking_thread.client.set_terminated(tracking_thread.run_id, status="FAILED")
+                tracking_thread.client.set_terminated(tracking_thread.run_id, status="KILLED" if preempted else "FAILED")
         if err is not None:
             raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
+        if preempted:
+            raise errors.Preempted("preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one")
         raise errors.TrainpipeError(
             f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} restarts (rank logs above)"
         )

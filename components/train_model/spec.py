@@ -76,6 +76,11 @@ class TrainModelParams(StrictModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     max_restarts: int = Field(3, ge=0, le=100, description="restarts of the whole worker group after a failure; each resumes from the newest checkpoint")
     collective_timeout_s: int = Field(300, ge=10, le=86_400, description="bound on a hung collective: never an endless wait")
+    device_data_share: float = Field(
+        0.25, ge=0, le=0.9,
+        description="on a GPU, in-memory training rows move to the device when they take at most this share of its free memory "
+        "(batches are then gathered there); otherwise each batch is copied ahead from pinned host memory; 0: always from the host",
+    )
     profile_steps: int = Field(
         0, ge=0, le=10_000, description="trace this many steps with torch.profiler on rank 0 (after 4 warm-up steps); 0: off"
     )
@@ -84,7 +89,12 @@ class TrainModelParams(StrictModel):
         description="serve each rank's Prometheus metrics on this port + its local rank while it trains; "
         "0: off (on a KFP face 0 is unset: turn it off in the profile); default: the hardware profile's",
     )
-    checkpoint_every_steps: int = Field(50, ge=0, le=10**9, description="also checkpoint every N steps (0: only at epoch ends)")
+    checkpoint_every_s: float = Field(
+        300, ge=0, le=30 * 86_400,
+        description="checkpoint once this many seconds passed since the last (at the next step's end, an epoch's end included); "
+        "the last step, and a preemption (SIGTERM, SIGUSR1), always checkpoint; 0: not by time",
+    )
+    checkpoint_every_steps: int = Field(0, ge=0, le=10**9, description="also checkpoint every N optimizer steps (0: not by count)")
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     serving_requirements: list[str] = Field(
         default_factory=list, description="extra pip requirements of the registered model (your model code's own dependencies)"

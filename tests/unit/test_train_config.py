@@ -122,20 +122,21 @@ def one_rank_group():
     dist.destroy_process_group()
 
 
-def _ddp_context():
-    """A DDP TorchContext as a rank of two sees it, without starting a second rank."""
+def _wrap(model, forward_sync_buffers=None):
+    """DDP's wrapping as a rank of two does it, without starting a second rank."""
     import torch
 
-    from trainpipe.training.torch_context import TorchContext
+    from trainpipe.components.train_model.spec import TrainModelConfig
+    from trainpipe.training.torch_strategies import DDPStrategy
 
-    ctx = TorchContext.__new__(TorchContext)
-    ctx.strategy, ctx.world_size, ctx.device, ctx._models = "ddp", 2, torch.device("cpu"), []
-    return ctx
+    strategy = DDPStrategy(TrainModelConfig(data="x", output_dir="y"))
+    return strategy.wrap(model, torch.device("cpu"), 2, forward_sync_buffers)
 
 
 def test_ddp_resends_buffers_each_step_only_for_running_statistics(one_rank_group, monkeypatch):
     """Constant buffers (the built-in nets' standardization, a team's fixed scale) are sent once
-    when DDP wraps the model, not before every forward pass; BatchNorm's running statistics are."""
+    when DDP wraps the model, not before every forward pass; BatchNorm's running statistics are.
+    (``broadcast_buffers`` is the older torch's name; 2.13 keeps it as a view of ``forward_sync_buffers``.)"""
     from torch import nn
 
     from trainpipe.serving.nets import cnn, mlp
@@ -145,11 +146,11 @@ def test_ddp_resends_buffers_each_step_only_for_running_statistics(one_rank_grou
 
     for net in (mlp(64, 10, [32]), cnn(64, 10, [1, 8, 8]), mlp(8, 1, [16], task="regression"), SeqConvNet()):
         assert any(True for _ in net.buffers())  # the nets have buffers, and those are constant
-        assert _ddp_context().prepare(net).forward_sync_buffers is False
+        assert _wrap(net).broadcast_buffers is False
     batchnorm = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
-    assert _ddp_context().prepare(batchnorm).forward_sync_buffers is True
-    assert _ddp_context().prepare(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))).forward_sync_buffers is False
-    assert _ddp_context().prepare(mlp(64, 10, [32]), forward_sync_buffers=True).forward_sync_buffers is True
+    assert _wrap(batchnorm).broadcast_buffers is True
+    assert _wrap(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))).broadcast_buffers is False
+    assert _wrap(mlp(64, 10, [32]), forward_sync_buffers=True).broadcast_buffers is True
 
 
 def test_a_model_class_of_the_framework_is_imported_where_it_is_served_not_shipped(monkeypatch):

@@ -105,15 +105,4 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
             ctx.log(loss=loss, accuracy=acc)
         else:
             ctx.log(loss=loss)
-    if ctx.is_chief:
-        weights = torch_state_dict(model, arch, data.mean, data.std, task, (t_mean, t_std))
-        example = data.example() if hasattr(data, "example") else None
-        if example is None:
-            from trainpipe.tabular import read_row_group
-
-            example = read_row_group(data.groups[0], data.feature_columns).head(5).astype("float32")
-        raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
-        if not classification:
-            raw = raw[:, 0] * t_std + t_mean
-        ctx.write_model(weights, "torch", f"builtin:{arch}", [], args, task, None, example, raw)
-    ctx._model_saved = True
+    ctx.save_model(model, builder=f"builtin:{arch}", init_args=args)  # in the torch layout: served as the torch net

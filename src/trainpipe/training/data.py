@@ -388,3 +388,25 @@ class Snapshot:
         df = read_table(self.path, "data")
         train_idx, _ = split_indices(len(df), self.test_fraction, self.seed)
         return df.iloc[train_idx].reset_index(drop=True)
+
+
+def example_rows(source: Any, snapshot: Snapshot, label_column: str) -> Any:
+    """A few raw feature rows for a saved model's example: from trainpipe's data source (a table, or
+    a stream's first row group), else the snapshot itself.
+
+    Raises:
+        InputError: the function read its data some other way and gave no example.
+    """
+    import pandas as pd
+
+    if source is not None and hasattr(source, "example"):
+        return source.example()
+    if source is not None:  # a stream: its first rows
+        from trainpipe.tabular import read_row_group
+
+        return read_row_group(source.groups[0], source.feature_columns).head(5).astype("float32")
+    try:
+        frame = snapshot.frame()
+    except InputError:
+        raise InputError("save_model: give input_example (a DataFrame of raw feature rows): the data was not read through ctx.data") from None
+    return pd.DataFrame(frame.drop(columns=[label_column]).head(5))

@@ -15,11 +15,19 @@ processes, plus who restarts them; another scheduler (Slurm's ``srun``) is one m
 wrong training function, an exception in the team's code) stops the group at once: restarting
 cannot fix it. Every process started here dies with the launcher (``PR_SET_PDEATHSIG``, set by the
 process itself once it runs: no Python runs between fork and exec, which is not safe while the
-launcher has threads), and a SIGTERM to the launcher stops the group first.
+launcher has threads).
+
+A SIGTERM or SIGUSR1 to the launcher is a preemption (a pod deleted, Kueue preempting, a spot node
+reclaimed, Slurm's warning): it is passed to every rank of this node, under any wrapper (each rank
+registers its pid in a folder the launcher reads), and to torchrun, which then does not restart
+the group. Every rank finishes its step, the ranks write a checkpoint together and exit 75; the
+launcher waits for them (up to ``collective_timeout_s``) and returns 75, so the orchestrator's
+retry resumes exactly where they stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,9 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from trainpipe.contract.errors import RETRYABLE_EXIT_CODES, InputError
+from trainpipe.contract.errors import EXIT_TRANSIENT, RETRYABLE_EXIT_CODES, InputError
+from trainpipe.training.control import PREEMPT_SIGNALS
 
 WORKER = "trainpipe.training.worker"
+#: The folder where each rank of this node registers its pid once it catches the preemption signals.
+PIDS_ENV = "TRAINPIPE_RANK_PIDS"
 
 
 def node_rank(config: Any) -> int:
@@ -140,6 +151,7 @@ class Plan:
     restarts: int
     label: str
     per_attempt: Callable[[], list[dict[str, str]]] | None = None
+    preempt_wait_s: float = 300.0
 
 
 #: Under the output folder: the files a node's ranks rendezvous through (removed when the step ends).
@@ -156,7 +168,7 @@ def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
     server ran every training step measurably slower here (paired runs, 2 ranks on 2 cores), so the
     ranks rendezvous through a file (``FileStore``), a fresh one each start of the group."""
     if config.nnodes > 1:
-        return Plan([torchrun_command(config, config_path)], [env], 0, "torchrun")
+        return Plan([torchrun_command(config, config_path)], [env], 0, "torchrun", preempt_wait_s=config.collective_timeout_s)
     n = config.nproc_per_node
     common = {**env, "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0"}
     envs = [{**common, "RANK": str(i), "LOCAL_RANK": str(i)} for i in range(n)]
@@ -168,11 +180,12 @@ def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
         rendezvous.mkdir(parents=True, exist_ok=True)
         return [{"TRAINPIPE_STORE_FILE": str(rendezvous / uuid.uuid4().hex)}] * n
 
-    return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * n, envs, config.max_restarts, "torch", fresh_store if n > 1 else None)
+    return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * n, envs, config.max_restarts, "torch", fresh_store if n > 1 else None,
+                config.collective_timeout_s)
 
 
 def horovod_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
-    return Plan([horovodrun_command(config, config_path)], [env], config.max_restarts, "horovod")
+    return Plan([horovodrun_command(config, config_path)], [env], config.max_restarts, "horovod", preempt_wait_s=config.collective_timeout_s)
 
 
 def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
@@ -181,8 +194,10 @@ def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan
     envs = tf_worker_envs(config)
     command = [sys.executable, "-m", WORKER, str(config_path)]
     if config.nnodes == 1 and len(envs) > 1:
-        return Plan([command] * len(envs), [env] * len(envs), config.max_restarts, "tensorflow", lambda: tf_worker_envs(config))
-    return Plan([command] * len(envs), [{**env, **extra} for extra in envs], config.max_restarts, "tensorflow")
+        return Plan([command] * len(envs), [env] * len(envs), config.max_restarts, "tensorflow", lambda: tf_worker_envs(config),
+                    config.collective_timeout_s)
+    return Plan([command] * len(envs), [{**env, **extra} for extra in envs], config.max_restarts, "tensorflow",
+                preempt_wait_s=config.collective_timeout_s)
 
 
 #: backend -> how its ranks start.
@@ -234,12 +249,13 @@ def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
 
 
 def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """SIGTERM each process's group, SIGKILL what is left after ``grace`` seconds; returns only
-    when every process has exited (the process itself is killed too, whatever its group)."""
+    """SIGTERM each process's group, SIGKILL what is left after ``grace`` seconds (at once with
+    ``grace=0``); returns only when every process has exited (the process itself is killed too,
+    whatever its group)."""
     for p in procs:
         if p.poll() is None:
             try:
-                os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGTERM if grace else signal.SIGKILL)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + grace
@@ -253,6 +269,46 @@ def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
                 except ProcessLookupError:
                     pass
             p.wait()
+
+
+class _Preemption:
+    """A stop the platform asked for, passed on to every rank of this node.
+
+    Ranks register their pid in ``pid_dir`` once they catch the preemption signals (a rank still
+    starting up is signalled when it registers); torchrun, which would restart its workers when
+    they exit, gets SIGTERM and shuts down instead. horovodrun is left alone: it would give its
+    ranks five seconds before killing them."""
+
+    def __init__(self, plan: Plan, pid_dir: Path) -> None:
+        self.plan, self.pid_dir = plan, pid_dir
+        self.signum: int | None = None
+        self.deadline = 0.0
+        self._signalled: set[int] = set()
+
+    def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]]) -> None:
+        if self.signum is None:
+            self.signum, self.deadline = signum, time.monotonic() + self.plan.preempt_wait_s
+            print(f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its step and stops",
+                  file=sys.stderr, flush=True)
+            if self.plan.label == "torchrun":
+                for p in procs:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, signal.SIGTERM)
+        self.forward()
+
+    def forward(self) -> None:
+        """Signal every registered rank not signalled yet."""
+        if self.signum is None:
+            return
+        for name in os.listdir(self.pid_dir):
+            pid = int(name) if name.isdigit() else 0
+            if pid and pid not in self._signalled:
+                self._signalled.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, self.signum)
+
+    def over(self, codes: list[int | None]) -> bool:
+        return all(c is not None for c in codes) or time.monotonic() > self.deadline
 
 
 class _Relay:
@@ -288,63 +344,80 @@ class _Relay:
 
 
 def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = None) -> int:
-    """Run the group; restart it ``plan.restarts`` times after a failure; stop at a permanent error.
+    """Run the group; restart it ``plan.restarts`` times after a failure; stop at a permanent error;
+    on a preemption signal, pass it on and wait for the ranks' checkpoint (no restart).
 
     Returns:
-        0 when a run of the group succeeds, else the failing exit code (a permanent error's own).
+        0 when a run of the group succeeds, 75 when it was preempted, else the failing exit code
+        (a permanent error's own).
     """
-    code = 0
-    procs: list[subprocess.Popen[bytes]] = []
-    relay = _Relay()
-
-    def on_term(signum: int, _frame: Any) -> None:
-        _stop(procs)
-        raise SystemExit(128 + signum)
-
+    import tempfile
     import threading
 
+    procs: list[subprocess.Popen[bytes]] = []
+    relay = _Relay()
+    pid_dir = Path(tempfile.mkdtemp(prefix="trainpipe-ranks-"))
+    preemption = _Preemption(plan, pid_dir)
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    previous = {name: signal.signal(getattr(signal, name), lambda signum, _f: preemption.on_signal(signum, procs))
+                for name in PREEMPT_SIGNALS} if main else {}
     try:
-        for attempt in range(plan.restarts + 1):
-            if attempt:
-                print(f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint", file=sys.stderr)
-            extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
-            parent = {"TRAINPIPE_ATTEMPT": str(attempt), PARENT_ENV: str(os.getpid())}
-            procs[:] = [subprocess.Popen(_dies_with_launcher(cmd), env={**os.environ, **env, **extra, **parent}, start_new_session=True,
-                                         stderr=subprocess.PIPE) for cmd, env, extra in zip(plan.commands, plan.envs, extras)]
-            for p in procs:
-                relay.follow(p)
-            while True:
-                codes = [p.poll() for p in procs]
+        return _attempts(plan, procs, relay, errors_dir, abort, preemption, {PIDS_ENV: str(pid_dir)})
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+        import shutil
+
+        shutil.rmtree(pid_dir, ignore_errors=True)
+
+
+def _attempts(plan: Plan, procs: list[subprocess.Popen[bytes]], relay: _Relay, errors_dir: Path, abort: Callable[[], bool] | None,
+              preemption: _Preemption, common: dict[str, str]) -> int:
+    code = 0
+    for attempt in range(plan.restarts + 1):
+        if attempt:
+            print(f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint", file=sys.stderr)
+        extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
+        parent = {"TRAINPIPE_ATTEMPT": str(attempt), PARENT_ENV: str(os.getpid()), **common}
+        procs[:] = [subprocess.Popen(_dies_with_launcher(cmd), env={**os.environ, **env, **extra, **parent}, start_new_session=True,
+                                     stderr=subprocess.PIPE) for cmd, env, extra in zip(plan.commands, plan.envs, extras)]
+        for p in procs:
+            relay.follow(p)
+        while True:
+            codes = [p.poll() for p in procs]
+            if preemption.signum is not None:
+                preemption.forward()
+                if preemption.over(codes):
+                    _stop(procs, grace=0)
+                    relay.drain()
+                    return 0 if all(c == 0 for c in codes) else EXIT_TRANSIENT
+                time.sleep(0.05)
+                continue
+            err = permanent_error(errors_dir)
+            if err is not None:
+                relay.mute()  # what the launchers print while being stopped is noise beside the one line
+                _stop(procs, grace=0)  # the ranks catch SIGTERM (a preemption); these must stop now
+                return int(err["exit_code"])
+            if abort is not None and abort():
+                relay.mute()
+                _stop(procs, grace=0)  # the ranks catch SIGTERM (a preemption); these must stop now
+                return 1
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed:
+                if permanent_error(errors_dir) is not None:
+                    relay.mute()
+                _stop(procs, grace=0)  # the ranks catch SIGTERM (a preemption); these must stop now
+                relay.drain()
+                code = failed[0]
                 err = permanent_error(errors_dir)
                 if err is not None:
-                    relay.mute()  # what the launchers print while being stopped is noise beside the one line
-                    _stop(procs)
                     return int(err["exit_code"])
-                if abort is not None and abort():
-                    relay.mute()
-                    _stop(procs)
-                    return 1
-                failed = [c for c in codes if c not in (None, 0)]
-                if failed:
-                    if permanent_error(errors_dir) is not None:
-                        relay.mute()
-                    _stop(procs)
-                    relay.drain()
-                    code = failed[0]
-                    err = permanent_error(errors_dir)
-                    if err is not None:
-                        return int(err["exit_code"])
-                    break
-                if all(c == 0 for c in codes):
-                    relay.drain()
-                    return 0
-                time.sleep(0.05)
-        return code
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+                break
+            if all(c == 0 for c in codes):
+                relay.drain()
+                return 0
+            time.sleep(0.05)
+    return code
 
 
 def launch(config: Any, config_path: Path, env: dict[str, str], errors_dir: Path, abort: Callable[[], bool] | None = None) -> int:

@@ -4,8 +4,9 @@ The same shape as the torch context. The function runs inside the strategy's sco
 model and optimizer it makes are distributed variables; :meth:`TFContext.step` runs a step
 function on every replica (``strategy.run`` of a ``tf.function``) and counts it. Keras 3's
 ``model.fit`` does not run under MultiWorkerMirroredStrategy on TF 2.21, which is why the loop is
-the function's own. Checkpoints are ``tf.train.Checkpoint`` files of the registered objects plus
-the trainer's position. Imports TensorFlow (and Keras 3) only.
+the function's own. Checkpoints are ``tf.train.Checkpoint`` files of the registered objects, written
+by every worker at the same step (their variables are mirrored copies; the chief's folder is kept),
+through the same checkpoint manager as torch's. Imports TensorFlow (and Keras 3) only.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -24,6 +26,8 @@ import tensorflow as tf  # noqa: E402
 
 from trainpipe.contract.errors import InputError  # noqa: E402
 from trainpipe.contract.io import atomic_write_bytes, atomic_write_json  # noqa: E402
+from trainpipe.training import sources  # noqa: E402
+from trainpipe.training.checkpoint import StateIO  # noqa: E402
 from trainpipe.training.loop import BaseContext  # noqa: E402
 
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -60,7 +64,6 @@ class TFContext(BaseContext):
         self._scope.__enter__()
         self._compiled: dict[Any, Any] = {}
         self._models: list[Any] = []
-        self._ckpt: Any = None
         self._profile = (
             {"trace": None, "tensorboard_logdir": "tf_profile", "first_step_index": 4, "steps": settings.profile_steps}
             if settings.profile_steps and self.is_chief else None
@@ -93,12 +96,12 @@ class TFContext(BaseContext):
         """Run ``fn(*args)`` as one training step on every replica (``strategy.run`` of a
         ``tf.function``) and count it. ``fn`` computes the loss under a ``GradientTape`` and applies
         the gradients; what it returns (per-replica values) is what :meth:`log` takes."""
-        self._mark("step_start")
+        self.timer.mark("step_start")
         compiled = self._compiled.get(fn)
         if compiled is None:
             compiled = self._compiled[fn] = tf.function(fn)
         out = self.strategy.run(compiled, args=args)
-        self._mark("step_end")
+        self.timer.mark("step_end")
         self._count_step()
         return out
 
@@ -138,16 +141,10 @@ class TFContext(BaseContext):
         per_worker = self.strategy.num_replicas_in_sync // self.world_size
         return (self._reduce_sums(tf.constant(local / per_worker)).numpy()).tolist()
 
-    # --- data -----------------------------------------------------------------------------------
+    # --- data ---------------------------------------------------------------------------------
 
-    def _array(self, values: Any) -> Any:
-        return np.asarray(values)
-
-    def _take(self, array: Any, rows: Any) -> Any:
-        return self._to_replicas(array[rows])
-
-    def _from_host(self, batch: Any) -> Any:
-        return self._to_replicas(np.asarray(batch))
+    def _placement(self) -> sources.Placement:
+        return _TFPlacement(self)
 
     def _to_replicas(self, batch: np.ndarray) -> Any:
         """This worker's share of a batch, split evenly over its local replicas (one on a CPU)."""
@@ -172,44 +169,41 @@ class TFContext(BaseContext):
 
     # --- checkpoints ----------------------------------------------------------------------------
 
-    def _validate_state(self, objects: dict[str, Any]) -> None:
-        for name, obj in objects.items():
-            if not isinstance(obj, (tf.Module, tf.Variable)) and not hasattr(obj, "_track_trackable") and not hasattr(obj, "variables"):
-                raise InputError(f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint can hold")
-        self._ckpt = tf.train.Checkpoint(**objects)
-
-    def _save_state(self, tmp: Path, final: Path, trainer: dict[str, Any]) -> None:
-        # every worker writes (its variables are mirrored copies); only the chief's folder is kept
-        where = tmp if self.is_chief else self.ckpt_dir / f".worker{self.rank}-{final.name}.tmp"
-        where.mkdir(parents=True, exist_ok=True)
-        self._ckpt.write(str(where / "state"))
-        self.fault.maybe_kill("kill_checkpoint", self.rank, self.global_step)
-        self._barrier()
-        if self.is_chief:
-            self._finalize_checkpoint(tmp, final, trainer)
-        else:
-            shutil.rmtree(where, ignore_errors=True)
-
-    def _load_state(self, path: Path) -> None:
-        self._ckpt.read(str(path / "state")).expect_partial()
+    def _state_io(self, objects: dict[str, Any]) -> StateIO:
+        return _TFState(objects, self)
 
     # --- the model ------------------------------------------------------------------------------
 
-    def _save_model(self, model: Any, input_example: Any, init_args: dict[str, Any] | None, builder: Any, classes: list[Any] | None, task: str) -> None:
+    def _save_model(self, model: Any, input_example: Any, init_args: dict[str, Any] | None, builder: Any, classes: list[Any] | None,
+                    task: str) -> None:
         """The Keras model's weights (in order) and how to rebuild it: ``builder(**init_args)`` must
-        return the same, unbuilt Keras model (importable from a package; it travels with the model)."""
+        return the same, unbuilt Keras model (importable from a package; it travels with the model).
+        The built-in nets (``builtin:mlp``, ``builtin:cnn``) are written in the torch layout instead,
+        so evaluation and serving do not depend on the backend that trained them."""
         from trainpipe.training.builders import builder_reference
 
-        self._model_saved = True
         if not self.is_chief:
             return
         if builder is None:
             raise InputError("save_model: with backend tensorflow give builder= (a function returning the Keras model) and its init_args")
-        ref, code = builder_reference(builder)
-        weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
         example = self._example(input_example)
         raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
+        if isinstance(builder, str) and builder.startswith("builtin:"):
+            self._write_builtin(model, builder, init_args or {}, task, example, raw)
+            return
+        ref, code = builder_reference(builder)
+        weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
         self.write_model(weights, "tensorflow", ref, code, init_args or {}, task, classes, example, raw)
+
+    def _write_builtin(self, model: Any, builder: str, init_args: dict[str, Any], task: str, example: Any, raw: np.ndarray) -> None:
+        from trainpipe.training.builtin_tf import torch_state_dict
+
+        data = self._tabular
+        target = (float(data.target_mean), float(data.target_std))
+        weights = torch_state_dict(model, builder.split(":", 1)[1], data.mean, data.std, task, target)
+        if task == "regression":
+            raw = raw[:, 0] * target[1] + target[0]
+        self.write_model(weights, "torch", builder, [], init_args, task, None, example, raw)
 
     def _example(self, input_example: Any) -> Any:
         import pandas as pd
@@ -218,9 +212,11 @@ class TFContext(BaseContext):
             if not isinstance(input_example, pd.DataFrame) or len(input_example) == 0:
                 raise InputError("save_model: input_example must be a non-empty DataFrame of raw feature columns")
             return input_example
-        if self._tabular is not None and hasattr(self._tabular, "example"):
-            return self._tabular.example()
-        raise InputError("save_model: give input_example (a DataFrame of raw feature rows)")
+        if self._tabular is None:
+            raise InputError("save_model: give input_example (a DataFrame of raw feature rows)")
+        from trainpipe.training.data import example_rows
+
+        return example_rows(self._tabular, self.data, self.settings.label_column)
 
     def write_model(self, weights: dict[str, np.ndarray], framework: str, builder: str, code: list[str], init_args: dict[str, Any],
                     task: str, classes: list[Any] | None, example: Any, raw: np.ndarray) -> None:
@@ -273,5 +269,57 @@ class TFContext(BaseContext):
         return out
 
     def close(self) -> None:
+        super().close()
         with contextlib.suppress(Exception):
             self._scope.__exit__(None, None, None)
+
+
+class _TFPlacement:
+    """Rows stay on the host; each batch is split over the worker's local replicas."""
+
+    def __init__(self, ctx: TFContext) -> None:
+        self.ctx = ctx
+
+    def place(self, arrays: list[Any]) -> list[Any]:
+        return [np.asarray(a) for a in arrays]
+
+    def gather(self, arrays: list[Any], rows: Any) -> Iterator[list[Any]]:
+        for r in rows:
+            yield [self.ctx._to_replicas(a[r]) for a in arrays]
+
+    def from_host(self, batches: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+        for batch in batches:
+            yield tuple(self.ctx._to_replicas(np.asarray(b)) for b in batch)
+
+    def other(self, source: Any, settings: Any, rank: int, world: int) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
+        raise InputError(f"train_function: ctx.batches with backend {settings.backend} takes TabularData, a ParquetStream, "
+                         f"a tuple or dict of arrays, or a StreamSource, not {type(source).__name__}")
+
+
+class _TFState:
+    """A ``tf.train.Checkpoint`` of the registered objects, written synchronously by every worker."""
+
+    staged_bytes = 0
+
+    def __init__(self, objects: dict[str, Any], ctx: TFContext) -> None:
+        for name, obj in objects.items():
+            if not isinstance(obj, (tf.Module, tf.Variable)) and not hasattr(obj, "_track_trackable") and not hasattr(obj, "variables"):
+                raise InputError(f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint can hold")
+        self.ckpt, self.ctx = tf.train.Checkpoint(**objects), ctx
+
+    def prepare(self) -> None:
+        """Nothing is staged: TensorFlow writes its variables itself."""
+
+    def stage(self, tmp: Path, step: int) -> None:
+        ctx = self.ctx
+        # every worker writes (its variables are mirrored copies); only the chief's folder is kept
+        where = tmp if ctx.is_chief else tmp.with_name(f".worker{ctx.rank}-{tmp.name.lstrip('.')}")
+        where.mkdir(parents=True, exist_ok=True)
+        self.ckpt.write(str(where / "state"))
+        ctx.fault.maybe_kill("kill_checkpoint", ctx.rank, step)
+        ctx._barrier()
+        if not ctx.is_chief:
+            shutil.rmtree(where, ignore_errors=True)
+
+    def load(self, path: Path) -> None:
+        self.ckpt.read(str(path / "state")).expect_partial()

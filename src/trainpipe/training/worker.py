@@ -65,8 +65,11 @@ def _where(exc: BaseException, spec: str) -> str:
 
 
 def run(settings: Any) -> None:
-    """Train on this rank (the context is closed whatever happens)."""
-    from trainpipe.training.loop import resolve_function
+    """Train on this rank (the context is closed whatever happens).
+
+    A trainpipe error is reported (:func:`report`) before the context closes: closing breaks the
+    group, and the launcher must know first that restarting cannot help."""
+    from trainpipe.training.functions import resolve_function
 
     ctx = make_context(settings)
     metrics = None
@@ -86,29 +89,40 @@ def run(settings: Any) -> None:
         except TrainpipeError:
             raise
         except Exception as exc:
-            if ctx.peer_failure(exc):  # a peer died or hung: the group restarts from the newest checkpoint
-                print(f"train_model rank {ctx.rank}: a collective failed ({type(exc).__name__}); the group restarts", file=sys.stderr, flush=True)
-                raise PeerFailure(str(exc)) from None
+            _peer_failed(ctx, exc)
             if os.environ.get("TRAINPIPE_DEBUG"):
                 traceback.print_exc()
             message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             raise UserCodeError(f"train_function: {spec} raised {type(exc).__name__}: {message}{_where(exc, spec)}") from None
-        ctx._wait_writes()
-        if ctx.global_step == 0:
-            raise InputError(f"train_function: {spec} returned without calling ctx.step: nothing was trained")
-        if not ctx._model_saved:
-            raise InputError(f"train_function: {spec} returned without calling ctx.save_model: there is no model to register")
-        ctx.write_telemetry()
-        # no rank leaves before rank 0 has written the model: across nodes, the node that reports it
-        # may not be the one whose rank wrote it, and it reads the model once its own ranks are gone
-        ctx._last_barrier()
+        try:
+            ctx.finish()
+        except TrainpipeError:
+            raise
+        except Exception as exc:
+            _peer_failed(ctx, exc)
+            raise
         finished = True
+    except TrainpipeError as exc:
+        report(settings, exc)
+        raise
     finally:
         if metrics is not None:
             metrics.close(finished)
-        close = getattr(ctx, "close", None)
-        if close is not None:
-            close()
+        ctx.close()
+
+
+def _peer_failed(ctx: Any, exc: Exception) -> None:
+    """A collective that failed because a peer died or hung: the group restarts from the newest checkpoint."""
+    if ctx.peer_failure(exc):
+        print(f"train_model rank {ctx.rank}: a collective failed ({type(exc).__name__}); the group restarts", file=sys.stderr, flush=True)
+        raise PeerFailure(str(exc)) from None
+
+
+def report(settings: Any, exc: TrainpipeError) -> None:
+    """The rank's error for the launcher (``<output_dir>/.errors/rank<N>.json``)."""
+    rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
+    atomic_write_json(Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json",
+                      {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code})
 
 
 def _die_with_parent() -> None:
@@ -131,17 +145,19 @@ def _die_with_parent() -> None:
 
 def main(config_path: str) -> int:
     from trainpipe.components.train_model.spec import TrainModelConfig
+    from trainpipe.training import control
+    from trainpipe.training.launch import PIDS_ENV
 
     _die_with_parent()
+    control.install(os.environ.get(PIDS_ENV))  # from here a preemption signal ends the step, not the rank
     settings = TrainModelConfig.model_validate_json(Path(config_path).read_text(encoding="utf-8"))
     try:
         run(settings)
     except PeerFailure:
         return 1  # no error file: the launcher (torchrun or trainpipe) restarts the group
     except TrainpipeError as exc:
+        report(settings, exc)  # again for an error before the context existed: the same file
         rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
-        atomic_write_json(Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json",
-                          {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code})
         print(f"train_model rank {rank}: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     return 0

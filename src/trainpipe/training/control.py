@@ -1,0 +1,94 @@
+"""Control points: where the ranks agree, in one small collective, on what only some of them may
+know yet: that the platform asked the job to stop (SIGTERM: a pod deleted, Kueue preempting a
+lower priority, a spot node reclaimed; SIGUSR1: Slurm's warning before the time limit), or that
+the checkpoint interval passed by some rank's clock. Every rank acts on the agreed answer at the
+same step, so a checkpoint (a collective write) starts on all of them together.
+
+A control point is one all-reduce of four numbers on the host, never a device synchronization.
+They come before the first batch, at every epoch end, and about once a second in between: the
+number of batches to the next one follows the step time, computed from the agreed figures, so it
+is the same on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The signals that ask a training to checkpoint and stop (exit 75) so that a retry resumes it.
+PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR1")
+#: Seconds between control points (the bound on how late a preemption is noticed).
+EVERY_S = 1.0
+MAX_INTERVAL = 100_000
+
+#: The first preemption signal this process caught (one process is one rank).
+_received: list[str] = []
+
+
+def install(pid_dir: str | None = None) -> None:
+    """Catch the preemption signals (main thread only), so the rank finishes its step instead of
+    dying, then register this process in ``pid_dir`` (the launcher passes the signals on to the
+    ranks registered there). A rank calls it first thing, before its heavy imports."""
+    if threading.current_thread() is threading.main_thread():
+        for name in PREEMPT_SIGNALS:
+            signal.signal(getattr(signal, name), _on_signal)
+    if pid_dir:
+        Path(pid_dir, str(os.getpid())).touch()
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    if not _received:
+        _received.append(signal.Signals(signum).name)
+
+
+def received() -> str | None:
+    """The preemption signal this process caught, if any."""
+    return _received[0] if _received else None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the ranks agreed at a control point."""
+
+    preempt: str | None  # the signal's name when any rank received one
+    time_due: bool  # the checkpoint interval passed by some rank's clock
+
+
+class Control:
+    """The schedule of a rank's control points, and what they agree."""
+
+    def __init__(self, world_size: int, every_s: float = EVERY_S) -> None:
+        self.world_size, self.every_s = world_size, every_s
+        self._interval = 1
+        self._next = 0
+        self._last_batches = 0
+        self._t = time.monotonic()
+
+    def due(self, batches_done: int) -> bool:
+        """Whether a control point falls after this many batches."""
+        return batches_done >= self._next
+
+    def agree(self, batches_done: int, time_due: bool, all_reduce_sum: Callable[[list[float]], list[float]]) -> Decision:
+        """Agree with the other ranks (a collective: every rank calls it at the same batch)."""
+        now = time.monotonic()
+        caught = received()
+        local = [float(caught == "SIGTERM"), float(caught == "SIGUSR1"), float(time_due), round(now - self._t, 6)]
+        term, usr1, due, elapsed = all_reduce_sum(local)
+        self._schedule(batches_done, elapsed)
+        self._t = now
+        preempt = "SIGUSR1" if usr1 else "SIGTERM" if term else None
+        return Decision(preempt, bool(due))
+
+    def _schedule(self, batches_done: int, elapsed_sum: float) -> None:
+        """The next control point, from the batches' agreed time (the same on every rank)."""
+        ran = batches_done - self._last_batches
+        if ran > 0 and elapsed_sum > 0:
+            per_batch = elapsed_sum / self.world_size / ran
+            self._interval = min(max(1, round(self.every_s / per_batch)), 10 * self._interval, MAX_INTERVAL)
+        self._last_batches = batches_done
+        self._next = batches_done + self._interval

@@ -1,0 +1,56 @@
+"""Fault injection for tests (``TRAINPIPE_FAULT``), honoured on a run's first attempt only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainpipe.contract.errors import InputError
+
+FAULT_ENV = "TRAINPIPE_FAULT"
+
+
+def attempt() -> int:
+    """Which restart of the worker group this is (0 for the first run)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("TRAINPIPE_ATTEMPT") or 0)
+
+
+@dataclass
+class Fault:
+    """A fault to inject, from ``TRAINPIPE_FAULT``.
+
+    ``kill:RANK:STEP`` SIGKILLs rank RANK before global step STEP, once the checkpoints it has
+    started are written (so the step a retry resumes from does not depend on the machine's load);
+    ``kill_checkpoint:STEP`` SIGKILLs rank 0 half way through writing checkpoint STEP (its data
+    written, its metadata not).
+    """
+
+    kind: str = ""
+    rank: int = -1
+    step: int = -1
+
+    @classmethod
+    def from_env(cls) -> Fault:
+        raw = os.environ.get(FAULT_ENV, "")
+        if not raw or attempt() > 0:
+            return cls()
+        parts = raw.split(":")
+        try:
+            if parts[0] == "kill" and len(parts) == 3:
+                return cls("kill", int(parts[1]), int(parts[2]))
+            if parts[0] == "kill_checkpoint" and len(parts) == 2:
+                return cls("kill_checkpoint", 0, int(parts[1]))
+        except ValueError:
+            pass
+        raise InputError(f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP or kill_checkpoint:STEP")
+
+    def maybe_kill(self, kind: str, rank: int, step: int, before: Callable[[], None] | None = None) -> None:
+        """SIGKILL this process when the fault names this moment (after ``before``)."""
+        if self.kind == kind and self.rank == rank and self.step == step:
+            if before is not None:
+                before()
+            print(f"train_model rank {rank}: injected fault {kind} at step {step}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)

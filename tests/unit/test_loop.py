@@ -1,0 +1,195 @@
+"""The training loop driver (trainpipe.training.loop) on a framework-free backend: the order of
+batches and a resume mid-epoch, epoch means, checkpoint cadence, preemption, step records that add
+up; and the control points' agreement between ranks."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.unit.test_checkpoint import DictState
+from trainpipe.contract.errors import Preempted
+from trainpipe.training import control
+from trainpipe.training.control import Control
+from trainpipe.training.loop import BaseContext
+from trainpipe.training.timing import StepTimer, step_record
+
+pytestmark = pytest.mark.unit
+
+ROWS, BATCH = 40, 8  # 5 steps an epoch
+
+
+class HostPlacement:
+    def place(self, arrays):
+        return [np.asarray(a) for a in arrays]
+
+    def gather(self, arrays, rows):
+        for r in rows:
+            yield [a[r] for a in arrays]
+
+    def from_host(self, batches):
+        yield from batches
+
+    def other(self, source, settings, rank, world):
+        raise AssertionError("not used")
+
+
+class FakeContext(BaseContext):
+    """One rank, host numbers, a dict for a model: what the loop does, without a framework."""
+
+    framework = "fake"
+
+    def __init__(self, settings) -> None:
+        super().__init__(settings, rank=0, world_size=1, local_rank=0, dist_name="none")
+
+    def _all_reduce_sum(self, values):
+        return list(values)
+
+    def _placement(self):
+        return HostPlacement()
+
+    def _state_io(self, objects):
+        return DictState(objects["model"])
+
+    def _save_model(self, *args) -> None:
+        pass
+
+    def step(self) -> None:
+        self.timer.mark("step_start")
+        self.timer.mark("step_end")
+        self._count_step()
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from trainpipe.components.train_model.spec import TrainModelConfig
+
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(ROWS)))
+
+    def make(**extra):
+        base = {"data": str(csv), "output_dir": str(tmp_path / "out"), "batch_size": BATCH, "nproc_per_node": 1, "epochs": 2,
+                "checkpoint_every_s": 0}
+        return TrainModelConfig.model_validate({**base, **extra})
+
+    return make
+
+
+def train(settings, stop_after: int | None = None, on_batch=None):
+    """Run the fake training; the batches seen (their row ids) and the context."""
+    ctx = FakeContext(settings)
+    model = {"sum": 0.0}
+    ctx.restore(model=model)
+    rows = np.arange(ROWS, dtype=np.float64)
+    seen = []
+    for (x,) in ctx.batches((rows,)):
+        if stop_after is not None and ctx.global_step == stop_after:
+            break  # the rank dies here
+        if on_batch is not None:
+            on_batch(ctx)
+        model["sum"] += float(x.sum())
+        ctx.step()
+        ctx.log(loss=float(x.mean()))
+        seen.append(x.tolist())
+    ctx.wait_for_checkpoints()
+    return seen, ctx, model
+
+
+def test_a_run_killed_mid_epoch_resumes_after_its_checkpoint_with_the_same_batches_and_means(settings):
+    whole, ctx, model = train(settings(checkpoint_every_steps=3))
+    assert len(whole) == 10 and sorted(r for b in whole[:5] for r in b) == sorted(range(ROWS))  # an epoch sees every row once
+    assert [h["step"] for h in ctx.metrics.history] == [5, 10]
+    expected_means = [np.mean(whole[:5]), np.mean(whole[5:])]
+    assert [h["loss"] for h in ctx.metrics.history] == pytest.approx(expected_means)
+    assert ctx.checkpoints.last_step == 10  # the last step always checkpoints
+
+    again = settings(checkpoint_every_steps=3, output_dir=str(Path(settings().output_dir).parent / "again"))
+    first, _, _ = train(again, stop_after=7)  # the checkpoints at 3 and 6 were written
+    resumed, ctx2, model2 = train(again)
+    assert ctx2.resumed_from == 6 and first[:6] + resumed == whole
+    assert model2["sum"] == model["sum"]  # the state resumed from step 6's copy, not from where the run died
+    assert [h["loss"] for h in ctx2.metrics.history] == pytest.approx(expected_means)  # the partial epoch's sums travelled
+
+
+def test_an_epoch_end_checkpoints_only_when_the_interval_passed(settings, tmp_path):
+    _, quick, _ = train(settings(checkpoint_every_s=3600))
+    assert quick.checkpoints.saves == 1 and quick.checkpoints.last_step == 10  # the last step only
+    slow = settings(checkpoint_every_s=0.05, output_dir=str(tmp_path / "slow"))
+    _, ctx, _ = train(slow, on_batch=lambda c: time.sleep(0.03))
+    # due by time at a control point (before the first batch, after the first, at epoch ends)
+    assert 2 <= ctx.checkpoints.saves < 10
+
+
+def test_a_preemption_checkpoints_the_step_it_ends_and_raises_exit_75(settings):
+    control._received.clear()
+
+    def signal_at_step_2(ctx) -> None:
+        if ctx.global_step == 2:
+            control._on_signal(signal.SIGTERM, None)
+
+    try:
+        with pytest.raises(Preempted) as err:
+            train(settings(), on_batch=signal_at_step_2)
+    finally:
+        control._received.clear()
+    assert err.value.exit_code == 75
+    message = str(err.value)
+    assert message.startswith("preempted by SIGTERM at step ") and "a retry resumes from ckpt-" in message
+    step = int(message.split("at step ")[1].split(":")[0])
+    ckpt = Path(settings().output_dir) / "checkpoints" / f"ckpt-{step:010d}"
+    assert ckpt.is_dir() and json.loads((ckpt / "trainer.json").read_text())["global_step"] == step
+
+
+def test_step_records_are_contiguous_and_their_phases_add_up(settings):
+    t0 = time.perf_counter()
+    _, ctx, _ = train(settings(checkpoint_every_steps=2), on_batch=lambda c: time.sleep(0.004))
+    wall = time.perf_counter() - t0
+    recs = ctx.step_records
+    assert len(recs) == 10
+    for r in recs:
+        phases = r["data_s"] + r["forward_s"] + r["backward_s"] + r["optimizer_s"] + r["other_s"]
+        assert phases == pytest.approx(r["step_s"], abs=1e-9)
+    # each batch starts where the last one ended (its epoch end and checkpoint included): the steps
+    # add up to the loop's wall time, short only of what comes before its first and after its last
+    total = sum(r["step_s"] for r in recs)
+    assert 0.04 <= total <= wall and wall - total < 0.05
+
+
+def test_a_step_record_from_its_marks():
+    at = {"start": 0.0, "ready": 1.0, "backward_start": 3.0, "backward_end": 6.0, "step_start": 7.0, "step_end": 9.0, "done": 10.0}
+    assert step_record(at, "torch") == {"data_s": 1.0, "forward_s": 2.0, "backward_s": 3.0, "optimizer_s": 2.0, "other_s": 2.0, "step_s": 10.0}
+    assert step_record({"start": 0.0, "ready": 1.0, "back": 4.0, "done": 5.0}, "torch")["forward_s"] == 3.0  # accumulation: no step
+    tf = step_record({"start": 0.0, "ready": 1.0, "step_start": 2.0, "step_end": 6.0, "done": 7.0}, "tensorflow")
+    assert tf == {"data_s": 1.0, "compute_s": 4.0, "other_s": 2.0, "step_s": 7.0}
+
+
+def test_the_host_timer_gives_the_time_after_a_batch_to_that_batch():
+    timer = StepTimer("torch", time.perf_counter())
+    timer.begin()
+    for _ in range(3):
+        timer.batch_start()
+        timer.mark("ready")
+        timer.mark("back")
+        timer.finish_batch(0, 0, 1)
+    time.sleep(0.02)
+    timer.extend_last()
+    assert timer.records[-1]["other_s"] >= 0.02 and timer.records[-1]["step_s"] >= 0.02
+
+
+def test_control_points_agree_on_what_one_rank_knows_and_schedule_alike():
+    control._received.clear()
+    ranks = [Control(world_size=2, every_s=1.0), Control(world_size=2, every_s=1.0)]
+    # rank 1 caught SIGUSR1 (Slurm's warning); rank 0 did not, and its clock says the interval passed
+    sums = [1 * 0.0, 1.0, 1.0, 0.02]  # what the all-reduce returns on both: [sigterm, sigusr1, time due, elapsed]
+    decisions = [c.agree(10, time_due=False, all_reduce_sum=lambda local: sums) for c in ranks]
+    assert decisions[0] == decisions[1] and decisions[0].preempt == "SIGUSR1" and decisions[0].time_due
+    # the next point: 10 batches took 0.01 s a rank, so about a second is 1000 batches, capped at 10x the last interval
+    assert [c._next for c in ranks] == [20, 20]
+    assert ranks[0].due(20) and not ranks[0].due(19)
+    quiet = Control(world_size=1).agree(0, time_due=False, all_reduce_sum=lambda local: local)
+    assert quiet.preempt is None and not quiet.time_due
