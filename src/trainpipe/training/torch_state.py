@@ -147,16 +147,21 @@ def _local(t: Any) -> torch.Tensor:
 
 
 def checkpoint_writer(path: Path, fault: Fault, step: int) -> Any:
-    """DCP's file writer (files fsynced); with a ``kill_checkpoint`` fault, rank 0 dies after the data
-    files are written and before the metadata is (a checkpoint torn half way)."""
+    """DCP's file writer, its data files written around the page cache
+    (:mod:`~trainpipe.training.direct_io`) and fsynced; with a ``kill_checkpoint`` fault, rank 0
+    dies after the data files are written and before the metadata is (a checkpoint torn half way)."""
     from torch.distributed.checkpoint import FileSystemWriter
+
+    from trainpipe.training.direct_io import direct_file_system
 
     class Writer(FileSystemWriter):
         def finish(self, metadata: Any, results: Any) -> None:
             fault.maybe_kill("kill_checkpoint", 0, step)
             super().finish(metadata, results)
 
-    return Writer(str(path), sync_files=True)
+    writer = Writer(str(path), sync_files=True)
+    writer.fs = direct_file_system()
+    return writer
 
 
 class TorchState:
