@@ -140,3 +140,40 @@ def test_the_torch_stager_reuses_its_buffers_and_holds_the_state_as_it_was():
     assert torch.equal(again["model"]["weight"], model.weight.detach())
     assert again["epoch"] == 3 and again["optimizer"]["param_groups"][0]["lr"] == 0.1
     assert stager.nbytes == sum(t.numel() * t.element_size() for t in stager._buffers.values()) > 0
+
+
+@pytest.mark.parametrize("refused", [None, "no O_DIRECT", "writes refused"])
+def test_a_direct_file_holds_exactly_the_bytes_written_whatever_their_alignment(tmp_path, monkeypatch, refused):
+    """O_DIRECT where the file system takes it; through the page cache where the platform has no
+    O_DIRECT, or the file system opens the file but refuses its writes (EINVAL, as some FUSE mounts)."""
+    import errno
+    import os
+
+    from trainpipe.training import direct_io
+
+    if refused == "no O_DIRECT":
+        monkeypatch.delattr(direct_io.os, "O_DIRECT")
+    elif refused == "writes refused":
+        real, calls = os.write, []
+
+        def write(fd, data):
+            calls.append(fd)
+            if len(calls) == 1:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real(fd, data)
+
+        monkeypatch.setattr(direct_io.os, "write", write)
+    rng = __import__("random").Random(7)
+    chunks = [os.urandom(n) for n in (1, 4095, 4097, direct_io.CHUNK + 13, 100, 3)]
+    chunks.insert(3, bytes(memoryview(os.urandom(64)).toreadonly()))  # a read-only view, as torch.save passes
+    rng.shuffle(chunks)
+    f = direct_io.DirectFile(tmp_path / "x.distcp")
+    try:
+        for c in chunks:
+            assert f.write(memoryview(c).toreadonly()) == len(c)
+        assert f.tell() == sum(map(len, chunks))
+        f.finish()
+        assert f.direct is (refused is None)
+    finally:
+        f.release()
+    assert (tmp_path / "x.distcp").read_bytes() == b"".join(chunks)
