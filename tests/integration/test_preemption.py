@@ -1,0 +1,94 @@
+"""Preemption: a pod deleted (SIGTERM), Kueue preempting a lower priority, a spot node reclaimed,
+Slurm's warning before the time limit (SIGUSR1). The signal goes to train_model's entrypoint as it
+would in a container; every rank finishes its step, the ranks write a checkpoint together and the
+step exits 75 (retried by the orchestrators); the retry resumes there and ends with the weights of
+an uninterrupted run, byte for byte.
+
+A team's function that sleeps 50 ms a step (teampkg.slow) makes an epoch of digits last about a
+second, so a signal sent early in the second epoch lands mid-epoch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, result_of, run_component
+
+pytestmark = pytest.mark.integration
+
+TEAM = {"PYTHONPATH": str(REPO / "tests" / "fixtures")}
+STEPS_PER_EPOCH = 22
+
+
+def args(data: Path, out: Path, server: str, *extra: str) -> list[str]:
+    return ["--data", str(data), "--output-dir", str(out), "--tracking-uri", server, "--epochs", "2", "--batch-size", "64",
+            "--train-function", "teampkg.slow:train", "--train-config", '{"sleep_s": 0.05}', *extra]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, digits_csv, mlflow_server):
+    out = tmp_path_factory.mktemp("whole") / "m"
+    result_of(run_component("train_model", *args(digits_csv, out, mlflow_server), env=TEAM))
+    return out
+
+
+def preempt(cmd_args: list[str], out: Path, signum: int) -> tuple[subprocess.CompletedProcess, float]:
+    """Start train_model, send ``signum`` early in its second epoch; its outcome and the seconds from the signal to its exit."""
+    proc = subprocess.Popen([sys.executable, "-m", "trainpipe.components.train_model", *cmd_args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **TEAM})
+    deadline = time.monotonic() + 180
+    while not (out / "metrics.jsonl").exists():  # the first epoch's line: the second epoch is under way
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(signum)
+    t = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), time.monotonic() - t
+
+
+def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_uninterrupted_run_ends(tmp_path, uninterrupted,
+                                                                                                    digits_csv, mlflow_server):
+    out = tmp_path / "m"
+    done, seconds = preempt(args(digits_csv, out, mlflow_server), out, signal.SIGTERM)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 75, done.stderr[-3000:]
+    assert seconds < 10, f"exit 75 took {seconds:.1f} s after SIGTERM"
+    assert last.startswith("trainpipe train_model: error: preempted by SIGTERM at step ") and "Traceback" not in done.stderr
+    step = int(last.split("at step ")[1].split(":")[0])
+    assert STEPS_PER_EPOCH < step < 2 * STEPS_PER_EPOCH, "the signal was meant to land mid-epoch 2"
+    assert f"a retry resumes from ckpt-{step:010d}" in last
+    trainer = json.loads((out / "checkpoints" / f"ckpt-{step:010d}" / "trainer.json").read_text())
+    assert trainer["global_step"] == step and trainer["carried"], "the partial epoch's sums travel with the checkpoint"
+    assert not (out / "model.safetensors").exists()  # nothing half-made is left to be read
+    # the orchestrator's retry
+    r = result_of(run_component("train_model", *args(digits_csv, out, mlflow_server), env=TEAM))
+    assert r["resumed_from_step"] == step and r["global_steps"] == 2 * STEPS_PER_EPOCH
+    assert sha256(out / "model.safetensors") == sha256(uninterrupted / "model.safetensors")
+    assert (out / "metrics.jsonl").read_text() == (uninterrupted / "metrics.jsonl").read_text()
+
+
+def test_slurms_warning_sigusr1_stops_horovod_ranks_with_a_checkpoint_and_the_retry_resumes_exactly(tmp_path, digits_csv, mlflow_server):
+    """horovodrun would give its ranks five seconds: the launcher signals each rank itself."""
+    whole = tmp_path / "whole"
+    result_of(run_component("train_model", *args(digits_csv, whole, mlflow_server, "--backend", "horovod"), env=TEAM))
+    out = tmp_path / "m"
+    done, seconds = preempt(args(digits_csv, out, mlflow_server, "--backend", "horovod"), out, signal.SIGUSR1)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 75 and seconds < 10, done.stderr[-3000:]
+    assert "preempted by SIGUSR1 at step" in last
+    r = result_of(run_component("train_model", *args(digits_csv, out, mlflow_server, "--backend", "horovod"), env=TEAM))
+    assert r["resumed_from_step"] > STEPS_PER_EPOCH
+    assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
