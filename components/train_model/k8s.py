@@ -94,7 +94,7 @@ def _job_metadata(name: str, cluster: ClusterJob, profile: HardwareProfile) -> d
 
 def _node_spec(profile: HardwareProfile, name: str, **kwargs: Any) -> dict[str, Any]:
     """A node's pod spec, with the anti-affinity that spreads the job's nodes over machines."""
-    spec = pods.pod_spec(profile, profile.train, **kwargs)
+    spec = pods.pod_spec(profile, profile.train, training=True, **kwargs)
     spread = pods.rank_anti_affinity(profile, name)
     if spread:
         spec.setdefault("affinity", {})["podAntiAffinity"] = spread

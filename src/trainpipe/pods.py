@@ -113,10 +113,15 @@ def container(profile: Any, resources: Any, *, name: str, image: str | None = No
 
 
 def pod_spec(profile: Any, resources: Any, *, container_name: str, image: str | None = None, command: list[str] | None = None,
-             args: list[str] | None = None, env: dict[str, str] | None = None, pvcs: dict[str, str] | None = None) -> dict[str, Any]:
-    """A whole core/v1 PodSpec: :func:`scheduling`, one :func:`container`, and ``pvcs`` (claim -> mount path) as volumes."""
+             args: list[str] | None = None, env: dict[str, str] | None = None, pvcs: dict[str, str] | None = None,
+             training: bool = False) -> dict[str, Any]:
+    """A whole core/v1 PodSpec: :func:`scheduling`, one :func:`container`, and ``pvcs`` (claim -> mount path) as volumes.
+    A training pod (``training``) gets the profile's termination grace: after SIGTERM its ranks
+    finish their step and write a checkpoint before the kubelet kills them."""
     volumes = {f"pvc-{i}": (claim, path) for i, (claim, path) in enumerate(sorted((pvcs or {}).items()))}
     spec = scheduling(profile)
+    if training:
+        spec["terminationGracePeriodSeconds"] = profile.termination_grace_s
     spec["containers"] = [container(profile, resources, name=container_name, image=image, command=command, args=args, env=env,
                                     mounts={v: path for v, (_, path) in volumes.items()})]
     if volumes:

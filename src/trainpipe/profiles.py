@@ -96,6 +96,11 @@ class HardwareProfile(StrictModel):
                        description="Airflow's Celery queue for every step but training (CeleryExecutor; other executors ignore it)")
     train_queue: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
                              description="Airflow's Celery queue for train_model: the workers on the training machines serve it")
+    termination_grace_s: int = Field(
+        120, ge=1, le=86_400,
+        description="seconds a training pod has after SIGTERM (deleted, preempted, its spot node reclaimed) to finish its step and "
+        "write a checkpoint: terminationGracePeriodSeconds of training pods (Airflow's, TrainJobs', PyTorchJobs'; a KFP task pod "
+        "keeps Kubernetes' 30 s, which kfp-kubernetes cannot set)")
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 

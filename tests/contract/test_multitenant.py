@@ -80,6 +80,7 @@ def test_the_team_profile_reaches_trainjobs_and_pytorchjobs():
     # a TrainJob's pod patch cannot name a PriorityClass (its priority is Kueue's label on the job); a PyTorchJob's pods do
     assert "priorityClassName" not in templates[0]["spec"] and {t["spec"]["priorityClassName"] for t in templates[1:]} == {"training-high"}
     for t in templates:
+        assert t["spec"]["terminationGracePeriodSeconds"] == team.termination_grace_s  # time to checkpoint after SIGTERM
         assert t["metadata"]["labels"][pods.JOB_LABEL] == "trainpipe-train-abc"
         spread = t["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert spread == [{"labelSelector": {"matchLabels": {pods.JOB_LABEL: "trainpipe-train-abc"}}, "topologyKey": "kubernetes.io/hostname"}]
@@ -129,3 +130,5 @@ def test_the_team_profile_reaches_airflows_pods(tmp_path):
         assert pod["metadata"]["namespace"] == "team-a", task_id
         assert pod["metadata"]["labels"][pods.QUEUE_LABEL] == "training" and pod["metadata"]["labels"][pods.PRIORITY_LABEL] == "training-high"
         assert pod["spec"]["priorityClassName"] == "training-high" and pod["spec"]["serviceAccountName"] == "team-a-pipelines"
+        # a training pod gets the profile's grace after SIGTERM: its ranks finish their step and write a checkpoint
+        assert pod["spec"].get("terminationGracePeriodSeconds") == (get_profile(TEAM).termination_grace_s if task_id == "train_model" else None), task_id

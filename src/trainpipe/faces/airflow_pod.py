@@ -78,7 +78,10 @@ def kubernetes_task(
             metadata = {"labels": labels, "annotations": annotations}
             command = component_command(component, settings, orchestrator="airflow", run_id="{{ run_id }}",
                                         result_path="/airflow/xcom/return.json", python="python")
-        spec = pods.pod_spec(profile, resources or profile.default, container_name="base")
+        training = component == "train_model"
+        spec = pods.pod_spec(profile, resources or profile.default, container_name="base", training=training)
+        if training:  # killed from the UI (on_kill deletes the pod): the same grace to checkpoint
+            kwargs.setdefault("termination_grace_period", profile.termination_grace_s)
         queue = pods.queue_labels(profile)  # Kueue admits the pod from the team's LocalQueue
         if queue:
             metadata["labels"] = {**metadata.get("labels", {}), **queue}
