@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from bench.common import Bench
-from bench.families import backends, data, drift, footprint, gpu, optimize, orchestration, parse, signing, team, telemetry, training
+from bench.families import backends, checkpoint, data, drift, footprint, gpu, optimize, orchestration, parse, signing, team, telemetry, training
 
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "training": training.run,
+    "checkpoint": checkpoint.run,
     "team": team.run,
     "telemetry": telemetry.run,
     "other_backends": backends.run,

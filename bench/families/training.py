@@ -1,5 +1,6 @@
 """train_model's built-in function against a bare torch DDP loop: its throughput, its scaling (with
-the bare loop's and the cores' own beside it), throughput by batch and data size, and checkpoints."""
+the bare loop's and the cores' own beside it), throughput by batch and data size. Checkpoints have
+a family of their own (bench/families/checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import time
 from typing import Any
 
-from bench.common import PROBES, PY, Bench, alternate, bare_ddp, data_file, digits_snapshot, result, row, sh, steady_sps, train
+from bench.common import PROBES, PY, Bench, alternate, bare_ddp, data_file, digits_snapshot, row, steady_sps, train
 
 
 def run(b: Bench) -> list[dict[str, Any]]:
@@ -71,17 +72,4 @@ def run(b: Bench) -> list[dict[str, Any]]:
         growth[f"{copies}× rows ({r['global_steps']} steps)"] = {"loop_s": round(loop, 3), "us_per_sample": round(1e6 * loop / (r["global_steps"] * 64), 2),
                                                                "process_wall_s": round(wall, 2)}
     b.note("training_cost_by_data_size", growth)
-    rows += checkpoints(b)
     return rows
-
-
-def checkpoints(b: Bench) -> list[dict[str, Any]]:
-    """trainpipe's checkpoint (torch.distributed.checkpoint, staged then written on a thread) against torch.save of the same state."""
-    _, out = sh(PY, "-W", "ignore", str(PROBES / "checkpoint_save.py"), str(b.work / "ckpt"), str(max(b.repeats, 5)))
-    c = result(out)
-    return [
-        row(f"checkpoint save, time the training loop waits ({c['mb']:.0f} MB state)", "torch.save to the same disk", "s", c["plain"], c["staged"],
-            "≤ 1.2×", False, lambda r, *_: r <= 1.2, note="torch.distributed.checkpoint's async save: the loop waits for the copy; a thread writes"),
-        row(f"checkpoint save, until durable on disk ({c['mb']:.0f} MB state)", "torch.save + fsync to the same disk", "s", c["synced"], c["durable"],
-            "report", False, note="torch.distributed.checkpoint with its files fsynced (trainpipe then renames the folder into place)"),
-    ]
