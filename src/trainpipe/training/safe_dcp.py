@@ -45,7 +45,9 @@ class SafeReader(FileSystemReader):
         from torch.distributed.checkpoint.metadata import StorageMeta
 
         rank = kwargs.get("rank")
-        with self.fs.create_stream(self._get_metadata_path(rank), "rb") as fh:
+        # torch 2.6 reads one ".metadata" (no per-rank metadata, no _get_metadata_path)
+        where = self._get_metadata_path(rank) if hasattr(self, "_get_metadata_path") else self.fs.concat_path(self.path, ".metadata")
+        with self.fs.create_stream(where, "rb") as fh:
             metadata = _MetadataUnpickler(fh).load()
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
