@@ -250,8 +250,10 @@ class BaseContext:
         ends_epoch = self.batches_done % self.steps_per_epoch == 0 or self._done()
         last = self._done() or (ends_epoch and self.epoch == s.epochs - 1)
         self._progress.update(self.batches_done)
-        self._on_batch_end()
         self.timer.finish_batch(self.epoch, self.global_step, self.local_batch_size)
+        # after the record: the profiler's own work at a window's edge goes to the next batch,
+        # outside the window it traced, whose steps it would otherwise lengthen
+        self._on_batch_end()
         if stepped and not self._prepared and self.checkpoints is not None:
             self.checkpoints.io.prepare()  # the staging buffers, once the optimizer's state exists
             self._prepared = True

@@ -25,19 +25,25 @@ class TorchProfile:
         self.active = settings.profile_steps
         self.first = PROFILE_SKIP + 1
         self.trace = out / TELEMETRY_DIR / "trace_rank0.json"
-        self.info: dict[str, Any] | None = None
+        self._complete = False
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         self.prof = profile(activities=activities, schedule=schedule(wait=PROFILE_SKIP, warmup=1, active=self.active, repeat=1),
                             on_trace_ready=self._ready, with_flops=True)
         self.prof.start()
 
     def _ready(self, prof: Any) -> None:
+        # the window is over: its trace is written at finish(), after the loop, so that writing it
+        # costs no training step its time (an export inside a step made that step 100x longer)
+        self._complete = True
+
+    def _collect(self) -> dict[str, Any]:
         self.trace.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(self.trace))
-        events = prof.key_averages()
-        collective = [e for e in events if any(k in e.key.lower() for k in ("all_reduce", "allreduce", "gloo", "nccl", "broadcast", "reduce_scatter", "all_gather"))]
+        self.prof.export_chrome_trace(str(self.trace))
+        events = self.prof.key_averages()
+        names = ("all_reduce", "allreduce", "gloo", "nccl", "broadcast", "reduce_scatter", "all_gather")
+        collective = [e for e in events if any(k in e.key.lower() for k in names)]
         top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
-        self.info = {
+        return {
             "trace": self.trace.name, "first_step_index": self.first, "steps": self.active,
             "flops_per_step": sum(int(e.flops or 0) for e in events) / self.active,
             "collective_ms_per_step": sum(e.cpu_time_total for e in collective) / 1000.0 / self.active,
@@ -48,8 +54,9 @@ class TorchProfile:
         self.prof.step()
 
     def finish(self) -> dict[str, Any] | None:
+        """The window's figures (None when the run ended before the window did)."""
         self.prof.stop()
-        return self.info
+        return self._collect() if self._complete else None
 
 
 class NvmlSampler:
