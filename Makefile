@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser monitoring demo demo-smb test test-fast test-lowest-torch lint bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring demo demo-smb test test-fast test-lowest-torch lint format bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -73,10 +73,13 @@ test: $(STAMP) $(HOROVOD_STAMP) browser monitoring
 bench: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# Static checks: hadolint on the Dockerfiles, and pip-audit of every pinned requirement (the test
-# venv's constraints and the image locks) against PyPI's advisory database; exceptions need a written
-# reason in images/audit-exceptions.txt. Exits 75 where the advisory database cannot be reached.
+# Static checks: ruff (lint and format, configured in pyproject.toml), hadolint on the Dockerfiles,
+# and pip-audit of every pinned requirement (the test venv's constraints and the image locks) against
+# PyPI's advisory database; exceptions need a written reason in images/audit-exceptions.txt. Exits
+# 75 where the advisory database cannot be reached. `make format` applies ruff's fixes and format.
 lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	for f in images/*/Dockerfile; do $(VENV)/bin/hadolint $$f || exit 1; done
 	$(PY) scripts/audit_deps.py
 
@@ -101,6 +104,10 @@ $(LOWEST_STAMP): pyproject.toml images/constraints.txt
 test-lowest-torch: $(LOWEST_STAMP)
 	$(LOWEST_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('$(LOWEST_TORCH)'), torch.__version__"
 	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TORCH_TESTS) -k "not horovod and not tensorflow"
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "unit or contract"

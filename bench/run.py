@@ -29,13 +29,20 @@ from bench.families import FAMILIES  # noqa: E402
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| benchmark | baseline (same run) | baseline | trainpipe | ratio (median, min–max) | target | met |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| benchmark | baseline (same run) | baseline | trainpipe | ratio (median, min–max) | target | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         b = "—" if r["baseline_median"] is None else f"{r['baseline_median']:.4g} {r['unit']}"
-        ratio = "—" if r["ratio_median"] is None else f"{r['ratio_median']:.3f} ({r['ratio_min']:.3f}–{r['ratio_max']:.3f})"
+        ratio = (
+            "—" if r["ratio_median"] is None else f"{r['ratio_median']:.3f} ({r['ratio_min']:.3f}–{r['ratio_max']:.3f})"
+        )
         met = {True: "yes", False: "**no**", None: "—"}[r["met"]]
         note = f" ({r['note']})" if r["note"] else ""
-        lines.append(f"| {r['benchmark']}{note} | {r['baseline']} | {b} | {r['trainpipe_median']:.4g} {r['unit']} | {ratio} | {r['target']} | {met} |")
+        lines.append(
+            f"| {r['benchmark']}{note} | {r['baseline']} | {b} | {r['trainpipe_median']:.4g} {r['unit']} | {ratio} | {r['target']} | {met} |"
+        )
     return "\n".join(lines)
 
 
@@ -44,7 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the validate_data scale benchmark")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
-    ap.add_argument("--only", default="", help="comma-separated families to run (" + ", ".join(FAMILIES) + "); prints, writes no results file")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated families to run (" + ", ".join(FAMILIES) + "); prints, writes no results file",
+    )
     args = ap.parse_args(argv)
     args.only = [name for name in args.only.split(",") if name]
     if unknown := [name for name in args.only if name not in FAMILIES]:
@@ -89,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{today}.json").write_text(json.dumps({"date": today, "machine": machine, "results": rows, "also": bench.extra}, indent=2) + "\n")
+        (out / f"{today}.json").write_text(
+            json.dumps({"date": today, "machine": machine, "results": rows, "also": bench.extra}, indent=2) + "\n"
+        )
     print(f"## trainpipe bench, {today} ({machine})\n")
     print(table(rows))
     print("\n```json\n" + json.dumps(bench.extra, indent=2, ensure_ascii=False) + "\n```")

@@ -18,7 +18,17 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.faces.airflow_dag import DEFAULT_ARGS, GATE_KEYS, RUN_DIR, DagSettings, GateOperator, dataset_asset, drift_steps, model_steps, new_snapshot
+from trainpipe.faces.airflow_dag import (
+    DEFAULT_ARGS,
+    GATE_KEYS,
+    RUN_DIR,
+    DagSettings,
+    GateOperator,
+    dataset_asset,
+    drift_steps,
+    model_steps,
+    new_snapshot,
+)
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -33,7 +43,19 @@ with DAG(
     default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params=SETTINGS.params("label_column", "workspace", "tracking_uri", "experiment_name", "model_name", "alias", *GATE_KEYS, "drift_share", "max_champion_age_days", "train", "optimize"),
+    params=SETTINGS.params(
+        "label_column",
+        "workspace",
+        "tracking_uri",
+        "experiment_name",
+        "model_name",
+        "alias",
+        *GATE_KEYS,
+        "drift_share",
+        "max_champion_age_days",
+        "train",
+        "optimize",
+    ),
 ) as dag:
     changed = GateOperator(
         task_id="new_snapshot",
@@ -44,7 +66,13 @@ with DAG(
     snapshot_dir = "{{ ti.xcom_pull(task_ids='new_snapshot') }}"
     # retrain_on is not a param here: this DAG always decides on drift (detect_drift's own default)
     detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, retrain_on=None)
-    train, _ = model_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
-                           optimize_keys=CONFIG.optimize_settings(), approval_timeout=SETTINGS.approval_timeout)
+    train, _ = model_steps(
+        SETTINGS.step,
+        snapshot_dir=snapshot_dir,
+        run_dir=RUN_DIR,
+        train_keys=CONFIG.train.model_dump(),
+        optimize_keys=CONFIG.optimize_settings(),
+        approval_timeout=SETTINGS.approval_timeout,
+    )
     changed >> detect
     decide >> train

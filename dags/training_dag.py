@@ -43,9 +43,14 @@ with DAG(
     validate = step(
         ValidateDataOperator,
         "validate_data",
-        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data", "label_column": "{{ params.label_column }}", "suite": "{{ params.suite }}",
-         # the default suite checks train_model's preconditions for the training settings
-         **{k: "{{ params.train.%s | tojson }}" % k for k in ("task", "batch_size", "test_fraction", "seed")}},
+        {
+            "data": "{{ params.data }}",
+            "output_dir": f"{RUN_DIR}/validate_data",
+            "label_column": "{{ params.label_column }}",
+            "suite": "{{ params.suite }}",
+            # the default suite checks train_model's preconditions for the training settings
+            **{k: "{{ params.train.%s | tojson }}" % k for k in ("task", "batch_size", "test_fraction", "seed")},
+        },
         retries=0,  # a failed suite or a bad file does not fix itself
     )
     snapshot = step(
@@ -61,7 +66,13 @@ with DAG(
         outlets=[dataset_asset(CONFIG.dataset_name)],  # the asset event carries the DVC hash: retrain_dag listens
     )
     detect, decide = drift_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR)
-    train, _ = model_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR, train_keys=CONFIG.train.model_dump(),
-                           optimize_keys=CONFIG.optimize_settings(), approval_timeout=SETTINGS.approval_timeout)
+    train, _ = model_steps(
+        step,
+        snapshot_dir=f"{RUN_DIR}/snapshot_dataset",
+        run_dir=RUN_DIR,
+        train_keys=CONFIG.train.model_dump(),
+        optimize_keys=CONFIG.optimize_settings(),
+        approval_timeout=SETTINGS.approval_timeout,
+    )
     validate >> snapshot >> detect
     decide >> train

@@ -9,8 +9,15 @@ from typing import Any
 from trainpipe.pipelines.config import PipelineConfig
 
 
-def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", policy: Any = None, pipeline_root: str | None = None,
-                     trusted_code: str = "", optimize: Any = None, require_approval: bool = False) -> Path:
+def compile_pipeline(
+    output: str | os.PathLike[str],
+    profile: str = "cpu",
+    policy: Any = None,
+    pipeline_root: str | None = None,
+    trusted_code: str = "",
+    optimize: Any = None,
+    require_approval: bool = False,
+) -> Path:
     """Compile the reference pipeline for a hardware profile to ``output``.
 
     Args:
@@ -46,8 +53,14 @@ def compile_pipeline(output: str | os.PathLike[str], profile: str = "cpu", polic
     settings = (optimize if optimize is not None else OptimizeSettings()).for_profile(hw)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_pipeline(hw, policy=policy, pipeline_root=pipeline_root, trusted_code=trusted_code, optimize=settings,
-                              require_approval=require_approval)
+    pipeline = build_pipeline(
+        hw,
+        policy=policy,
+        pipeline_root=pipeline_root,
+        trusted_code=trusted_code,
+        optimize=settings,
+        require_approval=require_approval,
+    )
     compiler.Compiler().compile(pipeline, package_path=str(out))
     return out
 
@@ -121,7 +134,11 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
     # transient one: locally, wait 1 s (not 30 s) before retrying, so a failed suite
     # stops the run in seconds.
     profile = get_profile(config.profile).model_copy(update={"retry_backoff_s": 1})
-    pipeline = build_pipeline(profile, trusted_code=config.trusted_code(), optimize=config.optimize.for_profile(profile),
-                              require_approval=config.require_approval)
+    pipeline = build_pipeline(
+        profile,
+        trusted_code=config.trusted_code(),
+        optimize=config.optimize.for_profile(profile),
+        require_approval=config.require_approval,
+    )
     task = pipeline(**config.pipeline_arguments())
     return {"pipeline_root": str(root), "outputs": getattr(task, "outputs", {})}

@@ -66,7 +66,9 @@ def _same_rules(model: Any, values: dict[str, Any]) -> None:
 
 
 _TrainBase = create_model(  # type: ignore[call-overload]
-    "_TrainBase", __base__=StrictModel, **_fields(TrainModelParams, [n for n in TrainModelParams.model_fields if n not in NOT_IN_TRAIN])
+    "_TrainBase",
+    __base__=StrictModel,
+    **_fields(TrainModelParams, [n for n in TrainModelParams.model_fields if n not in NOT_IN_TRAIN]),
 )
 
 
@@ -74,14 +76,16 @@ class TrainSettings(_TrainBase):  # type: ignore[misc, valid-type]
     """train_model's settings in a pipeline (every one but those in :data:`NOT_IN_TRAIN`)."""
 
     @model_validator(mode="after")
-    def _as_train_model(self) -> "TrainSettings":
+    def _as_train_model(self) -> TrainSettings:
         # the same cross-field rules as train_model itself (batch size and world size, ...)
         _same_rules(TrainModelParams, self.model_dump())
         return self
 
 
 _OptimizeBase = create_model(  # type: ignore[call-overload]
-    "_OptimizeBase", __base__=StrictModel, **_fields(OptimizeModelParams, [n for n in OptimizeModelParams.model_fields if n not in OPTIMIZE_FROM_PIPELINE])
+    "_OptimizeBase",
+    __base__=StrictModel,
+    **_fields(OptimizeModelParams, [n for n in OptimizeModelParams.model_fields if n not in OPTIMIZE_FROM_PIPELINE]),
 )
 
 
@@ -89,8 +93,10 @@ class OptimizeSettings(_OptimizeBase):  # type: ignore[misc, valid-type]
     """optimize_model's settings in a pipeline (all but :data:`OPTIMIZE_FROM_PIPELINE`), and whether it runs."""
 
     enabled: bool | None = Field(
-        None, description="run optimize_model between the gate and register_model (its accepted variant is registered beside the model); "
-        "unset: the hardware profile decides (cpu-smb: on, cpu and gpu: off)")
+        None,
+        description="run optimize_model between the gate and register_model (its accepted variant is registered beside the model); "
+        "unset: the hardware profile decides (cpu-smb: on, cpu and gpu: off)",
+    )
 
     def settings(self) -> dict[str, Any]:
         """The step's settings (JSON values), without the switch."""
@@ -104,43 +110,67 @@ class OptimizeSettings(_OptimizeBase):  # type: ignore[misc, valid-type]
 
 
 _SpecBase = create_model(  # type: ignore[call-overload]
-    "_SpecBase", __base__=StrictModel, **{name: (src.model_fields[f].annotation, src.model_fields[f]) for name, (src, f) in FROM_SPECS.items()}
+    "_SpecBase",
+    __base__=StrictModel,
+    **{name: (src.model_fields[f].annotation, src.model_fields[f]) for name, (src, f) in FROM_SPECS.items()},
 )
 
 
 class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     """Settings of the reference training pipeline."""
 
-    data: str = Field(..., min_length=1, description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files")
+    data: str = Field(
+        ..., min_length=1, description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files"
+    )
     workspace: str = Field(".trainpipe", description="local state: DVC workspace and remote, MLflow DB, run outputs")
     dvc_repo_dir: str | None = Field(None, description="snapshot_dataset's repo_dir (default: <workspace>/dvc-repo)")
-    dvc_remote_url: str | None = Field(None, description="snapshot_dataset's remote_url (default: <workspace>/dvc-remote)")
+    dvc_remote_url: str | None = Field(
+        None, description="snapshot_dataset's remote_url (default: <workspace>/dvc-remote)"
+    )
     train: TrainSettings = Field(default_factory=TrainSettings)
     optimize: OptimizeSettings = Field(default_factory=OptimizeSettings)
-    profile: str = Field("cpu", description="hardware profile: cpu, cpu-smb (optimizes models for CPU serving), gpu, or a YAML file")
+    profile: str = Field(
+        "cpu", description="hardware profile: cpu, cpu-smb (optimizes models for CPU serving), gpu, or a YAML file"
+    )
     retrain_on: Literal["always", "drift"] = Field(
-        "always", description="always: every run trains; drift: only when detect_drift finds drift against the champion's training data, "
-        "the champion is older than max_champion_age_days, or there is none (the retraining DAG always decides on drift)")
+        "always",
+        description="always: every run trains; drift: only when detect_drift finds drift against the champion's training data, "
+        "the champion is older than max_champion_age_days, or there is none (the retraining DAG always decides on drift)",
+    )
     policy: Policy | None = Field(
-        None, description="data residency, TLS, encryption and audit rules (default: TRAINPIPE_POLICY); every step gets it"
+        None,
+        description="data residency, TLS, encryption and audit rules (default: TRAINPIPE_POLICY); every step gets it",
     )
     require_approval: bool = Field(
-        False, description="a person approves before the serving alias moves: register_model registers the challenger only; the Airflow "
-        "DAGs wait for Airflow's approval (rejected when approval_timeout_hours pass), on Kubeflow `trainpipe promote` moves it")
+        False,
+        description="a person approves before the serving alias moves: register_model registers the challenger only; the Airflow "
+        "DAGs wait for Airflow's approval (rejected when approval_timeout_hours pass), on Kubeflow `trainpipe promote` moves it",
+    )
     approval_timeout_hours: float = Field(
-        24.0, gt=0, le=24 * 90, description="how long the DAG waits for approval before it rejects (while it waits, the next scheduled run "
-        "waits too: one run at a time)")
+        24.0,
+        gt=0,
+        le=24 * 90,
+        description="how long the DAG waits for approval before it rejects (while it waits, the next scheduled run "
+        "waits too: one run at a time)",
+    )
     schedule: str | None = Field(
-        "@daily", min_length=1, description="the training DAG's schedule: a cron expression or preset; null for triggered runs only"
+        "@daily",
+        min_length=1,
+        description="the training DAG's schedule: a cron expression or preset; null for triggered runs only",
     )
 
     @model_validator(mode="after")
-    def _check_metrics(self) -> "PipelineConfig":
-        _same_rules(EvaluateModelParams, {k: getattr(self, k) for k in ("thresholds", "min_improvement", "max_regression",
-                                                                        "metric_functions", "lower_is_better")})
+    def _check_metrics(self) -> PipelineConfig:
+        _same_rules(
+            EvaluateModelParams,
+            {
+                k: getattr(self, k)
+                for k in ("thresholds", "min_improvement", "max_regression", "metric_functions", "lower_is_better")
+            },
+        )
         return self
 
-    def resolved(self, base: Path | None = None) -> "PipelineConfig":
+    def resolved(self, base: Path | None = None) -> PipelineConfig:
         """A copy with every local path absolute and every default filled in."""
         base = base or Path.cwd()
 
@@ -215,8 +245,12 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
             kinds = {typing.get_origin(a) or a for a in (typing.get_args(annotation) or (annotation,))}
             return next((UNSET[t] for t in (dict, list, int, float, str) if t in kinds), {})
 
-        out: dict[str, Any] = {"data": self.data, "dvc_repo_dir": self.dvc_repo_dir, "dvc_remote_url": self.dvc_remote_url,
-                               "retrain_on": self.retrain_on}
+        out: dict[str, Any] = {
+            "data": self.data,
+            "dvc_repo_dir": self.dvc_repo_dir,
+            "dvc_remote_url": self.dvc_remote_url,
+            "retrain_on": self.retrain_on,
+        }
         for name in FROM_SPECS:
             out[name] = kfp(getattr(self, name), type(self).model_fields[name].annotation)
         for name, field in TrainSettings.model_fields.items():
@@ -226,7 +260,16 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
 
 #: Settings of the pipeline config the KFP pipeline does not take as parameters (they shape the
 #: compiled pipeline or the local run instead).
-NOT_PIPELINE_PARAMETERS = ("workspace", "profile", "policy", "schedule", "train", "optimize", "require_approval", "approval_timeout_hours")
+NOT_PIPELINE_PARAMETERS = (
+    "workspace",
+    "profile",
+    "policy",
+    "schedule",
+    "train",
+    "optimize",
+    "require_approval",
+    "approval_timeout_hours",
+)
 
 
 def load_pipeline_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:

@@ -39,10 +39,14 @@ def client(host: str, namespace: str | None = None) -> Any:
 
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # "only works with KFP v2.0.0-beta.2 and later": we target v2
+            warnings.simplefilter(
+                "ignore", FutureWarning
+            )  # "only works with KFP v2.0.0-beta.2 and later": we target v2
             return kfp.Client(**kwargs)
     except Exception as exc:
-        raise ServiceUnavailable(f"host: the KFP API at {host} did not answer: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise ServiceUnavailable(
+            f"host: the KFP API at {host} did not answer: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
 
 
 def _api_errors() -> tuple[type[BaseException], ...]:
@@ -62,8 +66,15 @@ def default_version() -> str:
     return f"{__version__}-{commit}" if commit else __version__
 
 
-def upload(package: str | os.PathLike[str], host: str, pipeline_name: str, version: str | None = None,
-           namespace: str | None = None, description: str = "", kfp_client: Any | None = None) -> dict[str, str]:
+def upload(
+    package: str | os.PathLike[str],
+    host: str,
+    pipeline_name: str,
+    version: str | None = None,
+    namespace: str | None = None,
+    description: str = "",
+    kfp_client: Any | None = None,
+) -> dict[str, str]:
     """Upload a compiled pipeline: a new pipeline, or a new version of an existing one.
 
     Returns:
@@ -88,22 +99,43 @@ def upload(package: str | os.PathLike[str], host: str, pipeline_name: str, versi
             # An empty pipeline, then the version under its own name: exactly one version.
             import kfp_server_api
 
-            body = kfp_server_api.V2beta1Pipeline(display_name=pipeline_name, description=description or None, namespace=namespace)
+            body = kfp_server_api.V2beta1Pipeline(
+                display_name=pipeline_name, description=description or None, namespace=namespace
+            )
             pipeline_id = c._pipelines_api.pipeline_service_create_pipeline(pipeline=body).pipeline_id
-        v = c.upload_pipeline_version(str(path), pipeline_version_name=version, pipeline_id=pipeline_id, description=description or None)
-        return {"pipeline_id": pipeline_id, "version_id": v.pipeline_version_id, "version": version, "created": str(created).lower()}
+        v = c.upload_pipeline_version(
+            str(path), pipeline_version_name=version, pipeline_id=pipeline_id, description=description or None
+        )
+        return {
+            "pipeline_id": pipeline_id,
+            "version_id": v.pipeline_version_id,
+            "version": version,
+            "created": str(created).lower(),
+        }
     except _api_errors() as exc:
         status = getattr(exc, "status", None)
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if isinstance(status, int) and status == 409:
-            raise InputError(f"version: {version!r} already exists for pipeline {pipeline_name!r}; pass another --version") from None
+            raise InputError(
+                f"version: {version!r} already exists for pipeline {pipeline_name!r}; pass another --version"
+            ) from None
         raise ServiceUnavailable(f"host: uploading to {host} failed: {first_line}") from None
 
 
-def schedule(host: str, pipeline_name: str, cron: str, experiment: str, job_name: str, params: dict[str, Any],
-             version_id: str | None = None, namespace: str | None = None, enable_caching: bool = True,
-             package: str | os.PathLike[str] | None = None, kfp_client: Any | None = None,
-             service_account: str | None = None) -> dict[str, str]:
+def schedule(
+    host: str,
+    pipeline_name: str,
+    cron: str,
+    experiment: str,
+    job_name: str,
+    params: dict[str, Any],
+    version_id: str | None = None,
+    namespace: str | None = None,
+    enable_caching: bool = True,
+    package: str | os.PathLike[str] | None = None,
+    kfp_client: Any | None = None,
+    service_account: str | None = None,
+) -> dict[str, str]:
     """A recurring run on a cron schedule: of the pipeline's given (default: newest) uploaded
     version, or of a compiled ``package`` submitted with the run (needed to switch caching
     off: KFP applies a run's caching override to a package, not to an uploaded version).
@@ -116,7 +148,9 @@ def schedule(host: str, pipeline_name: str, cron: str, experiment: str, job_name
     if len(fields) == 5:
         cron = "0 " + cron  # KFP's scheduler takes seconds first
     if not enable_caching and package is None:
-        raise InputError("caching: switching caching off for a schedule needs --package (KFP overrides caching in a submitted package only)")
+        raise InputError(
+            "caching: switching caching off for a schedule needs --package (KFP overrides caching in a submitted package only)"
+        )
     c = kfp_client or client(host, namespace)
     try:
         if package is not None:
@@ -127,24 +161,47 @@ def schedule(host: str, pipeline_name: str, cron: str, experiment: str, job_name
             validate_pipeline_yaml(package)
             exp = c.create_experiment(experiment, namespace=namespace)
             run = c.create_recurring_run(
-                experiment_id=exp.experiment_id, job_name=job_name, cron_expression=cron, pipeline_package_path=str(package),
-                params=params, enable_caching=enable_caching, max_concurrency=1, service_account=service_account,
+                experiment_id=exp.experiment_id,
+                job_name=job_name,
+                cron_expression=cron,
+                pipeline_package_path=str(package),
+                params=params,
+                enable_caching=enable_caching,
+                max_concurrency=1,
+                service_account=service_account,
             )
             return {"recurring_run_id": run.recurring_run_id, "pipeline_id": "", "version_id": "", "cron": cron}
         pipeline_id = c.get_pipeline_id(pipeline_name)
         if pipeline_id is None:
             raise InputError(f"pipeline_name: no pipeline {pipeline_name!r} on {host} (upload it first)")
         if not version_id:
-            versions = c.list_pipeline_versions(pipeline_id=pipeline_id, sort_by="created_at desc", page_size=1).pipeline_versions or []
+            versions = (
+                c.list_pipeline_versions(
+                    pipeline_id=pipeline_id, sort_by="created_at desc", page_size=1
+                ).pipeline_versions
+                or []
+            )
             if not versions:
                 raise InputError(f"pipeline_name: {pipeline_name!r} has no versions")
             version_id = versions[0].pipeline_version_id
         exp = c.create_experiment(experiment, namespace=namespace)
         run = c.create_recurring_run(
-            experiment_id=exp.experiment_id, job_name=job_name, cron_expression=cron, pipeline_id=pipeline_id,
-            version_id=version_id, params=params, enable_caching=enable_caching, max_concurrency=1, service_account=service_account,
+            experiment_id=exp.experiment_id,
+            job_name=job_name,
+            cron_expression=cron,
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+            params=params,
+            enable_caching=enable_caching,
+            max_concurrency=1,
+            service_account=service_account,
         )
     except _api_errors() as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ServiceUnavailable(f"host: scheduling on {host} failed: {first_line}") from None
-    return {"recurring_run_id": run.recurring_run_id, "pipeline_id": pipeline_id, "version_id": version_id, "cron": cron}
+    return {
+        "recurring_run_id": run.recurring_run_id,
+        "pipeline_id": pipeline_id,
+        "version_id": version_id,
+        "cron": cron,
+    }

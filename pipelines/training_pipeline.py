@@ -13,6 +13,7 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import Dataset
 
+from trainpipe import pods
 from trainpipe.components.detect_drift.kfp_component import detect_drift
 from trainpipe.components.evaluate_model.kfp_component import evaluate_model
 from trainpipe.components.optimize_model.kfp_component import optimize_model
@@ -22,7 +23,6 @@ from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
 from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.validate_data.kfp_component import validate_data
 from trainpipe.faces.kfp_face import accelerated
-from trainpipe import pods
 from trainpipe.images import RUN_AS
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
 
@@ -41,7 +41,12 @@ def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: boo
     kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
     # backoff_max_duration caps one wait at ten minutes (KFP's default is an hour): a service
     # that comes back is retried within minutes.
-    task.set_retry(num_retries=profile.retries, backoff_duration=f"{profile.retry_backoff_s}s", backoff_factor=2.0, backoff_max_duration="600s")
+    task.set_retry(
+        num_retries=profile.retries,
+        backoff_duration=f"{profile.retry_backoff_s}s",
+        backoff_factor=2.0,
+        backoff_max_duration="600s",
+    )
     task.set_caching_options(caching)
     return task
 
@@ -80,9 +85,15 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
         kubernetes.mount_pvc(trained, pvc_name=pvc, mount_path=path)
 
 
-def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: str | None = None, trusted_code: str = "",
-                   include: tuple[str, ...] = ("profile_training",), optimize: dict[str, Any] | None = None,
-                   require_approval: bool = False) -> Any:
+def build_pipeline(
+    profile: HardwareProfile,
+    policy: Any = None,
+    pipeline_root: str | None = None,
+    trusted_code: str = "",
+    include: tuple[str, ...] = ("profile_training",),
+    optimize: dict[str, Any] | None = None,
+    require_approval: bool = False,
+) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
     Args:
@@ -100,12 +111,17 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
             ``trainpipe promote`` moves the serving alias after a person approves).
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
-    from trainpipe.contract.policy import ENV as POLICY_ENV, to_env
+    from trainpipe.contract.policy import ENV as POLICY_ENV
+    from trainpipe.contract.policy import to_env
 
     policy_json = to_env(policy) if policy is not None else "{}"
     with_profile = "profile_training" in include
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Validate, snapshot, check drift, train, profile, evaluate and register a model.", pipeline_root=pipeline_root)
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Validate, snapshot, check drift, train, profile, evaluate and register a model.",
+        pipeline_root=pipeline_root,
+    )
     def training_pipeline(
         data: str,
         dvc_repo_dir: str,
@@ -154,47 +170,120 @@ def build_pipeline(profile: HardwareProfile, policy: Any = None, pipeline_root: 
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         raw = dsl.importer(artifact_uri=data, artifact_class=Dataset, reimport=False)
         raw.set_display_name("raw-data")
-        validated = validate_data(data=raw.output, label_column=label_column, suite=suite, task=task, batch_size=batch_size,
-                                  test_fraction=test_fraction, seed=seed, run_id=run_id)
+        validated = validate_data(
+            data=raw.output,
+            label_column=label_column,
+            suite=suite,
+            task=task,
+            batch_size=batch_size,
+            test_fraction=test_fraction,
+            seed=seed,
+            run_id=run_id,
+        )
         # validate and snapshot read data that can change behind the same URI: never cached
         # (the snapshot is content-addressed and idempotent, so rerunning it is cheap). Every
         # later data-consuming task takes the snapshot's DVC md5 as a parameter, so its cache
         # key includes the content hash and new data never hits a stale cache.
-        snap = snapshot_dataset(data=validated.outputs["validated"], repo_dir=dvc_repo_dir, remote_url=dvc_remote_url,
-                                dataset_name=dataset_name, run_id=run_id)
+        snap = snapshot_dataset(
+            data=validated.outputs["validated"],
+            repo_dir=dvc_repo_dir,
+            remote_url=dvc_remote_url,
+            dataset_name=dataset_name,
+            run_id=run_id,
+        )
         # the data against the champion's own training data; the steps after it run when it says
         # so (retrain_on: always, or drift found, the champion too old, or none yet)
-        drifted = detect_drift(data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], label_column=label_column, model_name=model_name,
-                               champion_alias=alias, tracking_uri=tracking_uri, drift_share=drift_share, seed=seed,
-                               max_champion_age_days=max_champion_age_days, retrain_on=retrain_on, run_id=run_id)
+        drifted = detect_drift(
+            data=snap.outputs["snapshot"],
+            dataset_md5=snap.outputs["md5"],
+            label_column=label_column,
+            model_name=model_name,
+            champion_alias=alias,
+            tracking_uri=tracking_uri,
+            drift_share=drift_share,
+            seed=seed,
+            max_champion_age_days=max_champion_age_days,
+            retrain_on=retrain_on,
+            run_id=run_id,
+        )
         with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
             trained = train_op(
-                data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], train_function=train_function, train_config=train_config,
-                task=task, label_column=label_column, backend=backend, horovod_binding=horovod_binding, precision=precision,
-                nproc_per_node=nproc_per_node, nnodes=nnodes, cluster=cluster, device=device, dist_backend=dist_backend, epochs=epochs,
-                max_steps=max_steps, batch_size=batch_size, test_fraction=test_fraction, seed=seed, max_restarts=max_restarts,
-                collective_timeout_s=collective_timeout_s, device_data_share=device_data_share, profile_steps=profile_steps,
-                metrics_port=metrics_port, checkpoint_every_s=checkpoint_every_s, checkpoint_every_steps=checkpoint_every_steps,
-                keep_checkpoints=keep_checkpoints, serving_requirements=serving_requirements, tracking_uri=tracking_uri,
-                experiment_name=experiment_name, run_id=run_id,
+                data=snap.outputs["snapshot"],
+                dataset_md5=snap.outputs["md5"],
+                train_function=train_function,
+                train_config=train_config,
+                task=task,
+                label_column=label_column,
+                backend=backend,
+                horovod_binding=horovod_binding,
+                precision=precision,
+                nproc_per_node=nproc_per_node,
+                nnodes=nnodes,
+                cluster=cluster,
+                device=device,
+                dist_backend=dist_backend,
+                epochs=epochs,
+                max_steps=max_steps,
+                batch_size=batch_size,
+                test_fraction=test_fraction,
+                seed=seed,
+                max_restarts=max_restarts,
+                collective_timeout_s=collective_timeout_s,
+                device_data_share=device_data_share,
+                profile_steps=profile_steps,
+                metrics_port=metrics_port,
+                checkpoint_every_s=checkpoint_every_s,
+                checkpoint_every_steps=checkpoint_every_steps,
+                keep_checkpoints=keep_checkpoints,
+                serving_requirements=serving_requirements,
+                tracking_uri=tracking_uri,
+                experiment_name=experiment_name,
+                run_id=run_id,
             )
-            profiled = profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id) if with_profile else None
+            profiled = (
+                profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id)
+                if with_profile
+                else None
+            )
             evaluated = evaluate_model(
-                model=trained.outputs["model"], data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"], label_column=label_column,
-                thresholds=thresholds, model_name=model_name, champion_alias=alias, tracking_uri=tracking_uri,
-                min_improvement=min_improvement, max_regression=max_regression, metric_functions=metric_functions,
-                lower_is_better=lower_is_better, run_id=run_id,
+                model=trained.outputs["model"],
+                data=snap.outputs["snapshot"],
+                dataset_md5=snap.outputs["md5"],
+                label_column=label_column,
+                thresholds=thresholds,
+                model_name=model_name,
+                champion_alias=alias,
+                tracking_uri=tracking_uri,
+                min_improvement=min_improvement,
+                max_regression=max_regression,
+                metric_functions=metric_functions,
+                lower_is_better=lower_is_better,
+                run_id=run_id,
             )
             with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
                 extra = {"profile": profiled.outputs["profile"]} if profiled is not None else {}
                 optimized = None
                 if optimize is not None:  # an unset setting (None) is left to the face's own default
-                    optimized = optimize_model(model=trained.outputs["model"], data=snap.outputs["snapshot"], dataset_md5=snap.outputs["md5"],
-                                               label_column=label_column, seed=seed, run_id=run_id,
-                                               **{k: v for k, v in optimize.items() if v is not None})
+                    optimized = optimize_model(
+                        model=trained.outputs["model"],
+                        data=snap.outputs["snapshot"],
+                        dataset_md5=snap.outputs["md5"],
+                        label_column=label_column,
+                        seed=seed,
+                        run_id=run_id,
+                        **{k: v for k, v in optimize.items() if v is not None},
+                    )
                     extra["optimized"] = optimized.outputs["optimized"]
-                registered = register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name=model_name,
-                                            alias=alias, tracking_uri=tracking_uri, run_id=run_id, move_alias=not require_approval, **extra)
+                registered = register_model(
+                    model=trained.outputs["model"],
+                    decision=evaluated.outputs["decision"],
+                    model_name=model_name,
+                    alias=alias,
+                    tracking_uri=tracking_uri,
+                    run_id=run_id,
+                    move_alias=not require_approval,
+                    **extra,
+                )
                 _configure(registered, profile.default, profile, caching=False)
         steps = [t for t in (profiled, evaluated, optimized) if t is not None]
         for task_ in steps:

@@ -19,7 +19,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIREMENTS = ["images/constraints.txt", "images/cpu/requirements.lock", "images/gpu/requirements.lock", "images/data/requirements.lock"]
+REQUIREMENTS = [
+    "images/constraints.txt",
+    "images/cpu/requirements.lock",
+    "images/gpu/requirements.lock",
+    "images/data/requirements.lock",
+]
 EXCEPTIONS = ROOT / "images" / "audit-exceptions.txt"
 
 
@@ -54,10 +59,29 @@ def main() -> int:
         reqs = Path(tmp) / "pinned.txt"
         reqs.write_text("\n".join(pins()) + "\n")
         report = Path(tmp) / "audit.json"
-        proc = subprocess.run([sys.executable, "-m", "pip_audit", "-r", str(reqs), "--no-deps", "--disable-pip", "--progress-spinner", "off",
-                               "--format", "json", "-o", str(report)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip_audit",
+                "-r",
+                str(reqs),
+                "--no-deps",
+                "--disable-pip",
+                "--progress-spinner",
+                "off",
+                "--format",
+                "json",
+                "-o",
+                str(report),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if not report.exists():
-            print(f"audit: pip-audit failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}", file=sys.stderr)
+            print(
+                f"audit: pip-audit failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}", file=sys.stderr
+            )
             return 75
         deps = json.loads(report.read_text())["dependencies"]
     skipped = [d["name"] for d in deps if d.get("skip_reason")]
@@ -67,11 +91,17 @@ def main() -> int:
         state = f"excepted: {allowed[vid]}" if vid in allowed else "NOT excepted"
         print(f"audit: {name} {version}: {vid} (fixed in {', '.join(fixes) or 'no release'}) {state}")
     if unexcused:
-        print(f"audit: {len(unexcused)} known vulnerabilities in the pinned set without a justification in {EXCEPTIONS.relative_to(ROOT)}", file=sys.stderr)
+        print(
+            f"audit: {len(unexcused)} known vulnerabilities in the pinned set without a justification in {EXCEPTIONS.relative_to(ROOT)}",
+            file=sys.stderr,
+        )
         return 1
     if skipped:
-        print(f"audit: the advisory database was unreachable for {len(skipped)} of {len(deps)} pinned packages (e.g. {skipped[0]}): "
-              "not audited; run `make lint` where PyPI's JSON API is reachable", file=sys.stderr)
+        print(
+            f"audit: the advisory database was unreachable for {len(skipped)} of {len(deps)} pinned packages (e.g. {skipped[0]}): "
+            "not audited; run `make lint` where PyPI's JSON API is reachable",
+            file=sys.stderr,
+        )
         return 75
     print(f"audit: {len(deps)} pinned packages, no known vulnerability ({len(found)} excepted)")
     return 0

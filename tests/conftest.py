@@ -17,7 +17,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_component(name: str, *args: str, env: dict | None = None, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_component(
+    name: str, *args: str, env: dict | None = None, timeout: int = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run a component's entrypoint as a container would."""
     return subprocess.run(
         [sys.executable, "-m", f"trainpipe.components.{name}", *args],
@@ -44,9 +46,24 @@ def result_of(proc: subprocess.CompletedProcess) -> dict:
 
 def make_snapshot(root: Path, csv: Path, label_column: str = "target") -> Path:
     """validate_data then snapshot_dataset (local DVC remote) under ``root``; returns the snapshot artifact."""
-    result_of(run_component("validate_data", "--data", str(csv), "--output-dir", str(root / "v"), "--label-column", label_column))
-    result_of(run_component("snapshot_dataset", "--data", str(root / "v"), "--output-dir", str(root / "s"), "--repo-dir", str(root / "repo"),
-                            "--remote-url", str(root / "remote")))
+    result_of(
+        run_component(
+            "validate_data", "--data", str(csv), "--output-dir", str(root / "v"), "--label-column", label_column
+        )
+    )
+    result_of(
+        run_component(
+            "snapshot_dataset",
+            "--data",
+            str(root / "v"),
+            "--output-dir",
+            str(root / "s"),
+            "--repo-dir",
+            str(root / "repo"),
+            "--remote-url",
+            str(root / "remote"),
+        )
+    )
     return root / "s"
 
 
@@ -109,18 +126,35 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> No
     raise RuntimeError(f"{url} did not answer in {timeout:.0f} s: " + log.read_text()[-3000:])
 
 
-def _start_mlflow(root: Path, backend_store: str, port: int | None = None, args: tuple[str, ...] = (), env: dict | None = None):
+def _start_mlflow(
+    root: Path, backend_store: str, port: int | None = None, args: tuple[str, ...] = (), env: dict | None = None
+):
     """A real `mlflow server` process on 127.0.0.1; yields its URI and stops it.
 
     ``args`` replace the default artifact store (proxied, under ``root``) when they name one.
     """
     port = port or _free_port()
-    store = [] if any(a.startswith("--default-artifact-root") for a in args) else ["--artifacts-destination", str(root / "artifacts")]
+    store = (
+        []
+        if any(a.startswith("--default-artifact-root") for a in args)
+        else ["--artifacts-destination", str(root / "artifacts")]
+    )
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "mlflow", "server",
-            "--backend-store-uri", backend_store, *store, *args,
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            backend_store,
+            *store,
+            *args,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
         ],
         stdout=open(root / "server.log", "w"),
         stderr=subprocess.STDOUT,

@@ -3,6 +3,7 @@ classes and row order as train_model (trainpipe.tabular / trainpipe.training.dat
 hand with numpy and pandas; and the figures each baseline reports from its step end times."""
 
 import statistics
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -40,10 +41,16 @@ def load(path: str, label: str, seed: int, test_fraction: float = 0.2):
 def shard(n_rows: int, batch: int, seed: int, epoch: int, rank: int, world: int):
     """This rank's slice of each global batch of the epoch."""
     steps = n_rows // batch
-    return np.random.default_rng(seed + epoch).permutation(n_rows)[: steps * batch].reshape(steps, world, batch // world)[:, rank, :]
+    return (
+        np.random.default_rng(seed + epoch)
+        .permutation(n_rows)[: steps * batch]
+        .reshape(steps, world, batch // world)[:, rank, :]
+    )
 
 
 def step_figures(ends: list[float], batch: int) -> dict[str, float]:
     """Samples/s from the end of step 5 to the last step (as trainpipe's figure) and the median step time."""
-    return {"samples_per_second": batch * (len(ends) - 5) / (ends[-1] - ends[4]),
-            "median_step_s": statistics.median(b - a for a, b in zip(ends, ends[1:]))}
+    return {
+        "samples_per_second": batch * (len(ends) - 5) / (ends[-1] - ends[4]),
+        "median_step_s": statistics.median(b - a for a, b in pairwise(ends)),
+    }

@@ -19,7 +19,15 @@ from _data import load, shard, step_figures
 
 
 def main() -> None:
-    path, label, epochs, batch, lr, seed, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), [int(h) for h in sys.argv[7].split(",")]
+    path, label, epochs, batch, lr, seed, hidden = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        float(sys.argv[5]),
+        int(sys.argv[6]),
+        [int(h) for h in sys.argv[7].split(",")],
+    )
     t0 = time.perf_counter()
     cuda = os.environ.get("BARE_DEVICE", "cpu") == "cuda"
     if cuda:
@@ -36,7 +44,9 @@ def main() -> None:
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
         width = h
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers, nn.Linear(width, n_classes)).to(device), device_ids=[device.index] if cuda else None)
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(*layers, nn.Linear(width, n_classes)).to(device), device_ids=[device.index] if cuda else None
+    )
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     ends, t_loop = [], time.perf_counter()
@@ -45,7 +55,11 @@ def main() -> None:
         sums = torch.zeros(2, dtype=torch.float64)
         for idx in torch.from_numpy(order):
             opt.zero_grad()
-            xb, yb = (xs[idx].to(device, non_blocking=True), ys[idx].to(device, non_blocking=True)) if cuda else (xs[idx], ys[idx])
+            xb, yb = (
+                (xs[idx].to(device, non_blocking=True), ys[idx].to(device, non_blocking=True))
+                if cuda
+                else (xs[idx], ys[idx])
+            )
             loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()

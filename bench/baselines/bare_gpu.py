@@ -14,6 +14,7 @@ import json
 import statistics
 import sys
 import time
+from itertools import pairwise
 
 import torch
 import torch.nn as nn
@@ -21,7 +22,14 @@ from _data import load, shard
 
 
 def main() -> None:
-    path, label, epochs, batch, lr, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
+    path, label, epochs, batch, lr, seed = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        float(sys.argv[5]),
+        int(sys.argv[6]),
+    )
     hidden, precision = [int(h) for h in sys.argv[7].split(",")], sys.argv[8]
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -56,13 +64,23 @@ def main() -> None:
             ends.append(end)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    steps = [a.elapsed_time(b) / 1000.0 for a, b in zip(ends, ends[1:])]
+    steps = [a.elapsed_time(b) / 1000.0 for a, b in pairwise(ends)]
     window = sum(steps[4:])  # from step 5's end to the last step's
     sps = batch * (len(ends) - 5) / window
-    fps = 3.0 * sum(2 * a * b for a, b in zip(widths, widths[1:]))
-    print(json.dumps({"samples_per_second": sps, "median_step_s": statistics.median(steps), "flops_per_sample": fps,
-                      "achieved_tflops": fps * sps / 1e12, "device_name": torch.cuda.get_device_name(device),
-                      "final_loss": float(loss_sum) / len(ends), "wall_s": wall}))
+    fps = 3.0 * sum(2 * a * b for a, b in pairwise(widths))
+    print(
+        json.dumps(
+            {
+                "samples_per_second": sps,
+                "median_step_s": statistics.median(steps),
+                "flops_per_sample": fps,
+                "achieved_tflops": fps * sps / 1e12,
+                "device_name": torch.cuda.get_device_name(device),
+                "final_loss": float(loss_sum) / len(ends),
+                "wall_s": wall,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,15 @@ from _data import load, shard, step_figures
 
 
 def main() -> None:
-    path, label, epochs, batch, lr, seed, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+    path, label, epochs, batch, lr, seed, hidden = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        float(sys.argv[5]),
+        int(sys.argv[6]),
+        int(sys.argv[7]),
+    )
     hvd.init()
     rank, world = hvd.rank(), hvd.size()
     x, y, n_classes = load(path, label, seed)

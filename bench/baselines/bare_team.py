@@ -50,8 +50,17 @@ def main() -> None:
         dist.all_reduce(sums)
         final_loss = float(sums[0] / sums[2])
     if rank == 0:
-        print(json.dumps({**step_figures(ends, batch), "final_loss": final_loss, "wall_s": time.perf_counter() - t0,
-                          "first_step_unix": first_step_unix, "last_step_unix": time.time() - (time.perf_counter() - t_loop - ends[-1])}))
+        print(
+            json.dumps(
+                {
+                    **step_figures(ends, batch),
+                    "final_loss": final_loss,
+                    "wall_s": time.perf_counter() - t0,
+                    "first_step_unix": first_step_unix,
+                    "last_step_unix": time.time() - (time.perf_counter() - t_loop - ends[-1]),
+                }
+            )
+        )
     dist.destroy_process_group()
 
 

@@ -16,14 +16,28 @@ from _data import load, shard, step_figures  # noqa: E402
 
 
 def main() -> None:
-    path, label, epochs, batch, lr, seed, hidden = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+    path, label, epochs, batch, lr, seed, hidden = (
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        int(sys.argv[4]),
+        float(sys.argv[5]),
+        int(sys.argv[6]),
+        int(sys.argv[7]),
+    )
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     rank = int(json.loads(os.environ["TF_CONFIG"])["task"]["index"])
     world = strategy.num_replicas_in_sync
     x, y, n_classes = load(path, label, seed)
     keras.utils.set_random_seed(seed)
     with strategy.scope():
-        model = keras.Sequential([keras.Input(shape=(x.shape[1],)), keras.layers.Dense(hidden, activation="relu"), keras.layers.Dense(n_classes)])
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(x.shape[1],)),
+                keras.layers.Dense(hidden, activation="relu"),
+                keras.layers.Dense(n_classes),
+            ]
+        )
         opt = keras.optimizers.SGD(learning_rate=lr, momentum=0.9)
         opt.build(model.trainable_variables)
     loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -33,7 +47,7 @@ def main() -> None:
         with tf.GradientTape() as tape:
             per_example = loss_obj(yb, model(xb, training=True))
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables, strict=True))
         return tf.reduce_sum(per_example)
 
     ends, t_loop = [], time.perf_counter()

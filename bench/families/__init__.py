@@ -4,10 +4,25 @@ the Bench). Each makes the data it needs unless an earlier one left it in the wo
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from bench.common import Bench
-from bench.families import backends, checkpoint, data, drift, footprint, gpu, optimize, orchestration, parse, signing, team, telemetry, training
+from bench.families import (
+    backends,
+    checkpoint,
+    data,
+    drift,
+    footprint,
+    gpu,
+    optimize,
+    orchestration,
+    parse,
+    signing,
+    team,
+    telemetry,
+    training,
+)
 
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "training": training.run,

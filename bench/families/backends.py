@@ -13,7 +13,20 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.common import BASELINES, PY, Bench, BenchError, alternate, data_file, digits_snapshot, result, row, sh, steady_sps, train
+from bench.common import (
+    BASELINES,
+    PY,
+    Bench,
+    BenchError,
+    alternate,
+    data_file,
+    digits_snapshot,
+    result,
+    row,
+    sh,
+    steady_sps,
+    train,
+)
 from trainpipe.training.launch import free_ports
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
@@ -26,18 +39,39 @@ def run(b: Bench) -> list[dict[str, Any]]:
     step_s: dict[str, list[float]] = {}
 
     def bare_horovod() -> float:
-        _, out = sh(str(Path(PY).parent / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", PY, str(BASELINES / "bare_horovod.py"), *args,
-                    env=ONE_THREAD)
+        _, out = sh(
+            str(Path(PY).parent / "horovodrun"),
+            "--gloo",
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            PY,
+            str(BASELINES / "bare_horovod.py"),
+            *args,
+            env=ONE_THREAD,
+        )
         line = next(line for line in out.splitlines() if "samples_per_second" in line)  # horovodrun prefixes rank tags
-        r = json.loads(line[line.index("{"):])
+        r = json.loads(line[line.index("{") :])
         step_s.setdefault("bare", []).append(r["median_step_s"])
         return r["samples_per_second"]
 
     def bare_tf() -> float:
         cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-        procs = [subprocess.Popen([PY, str(BASELINES / "bare_tf.py"), *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                  env={**os.environ, **ONE_THREAD, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
-                 for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [PY, str(BASELINES / "bare_tf.py"), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={
+                    **os.environ,
+                    **ONE_THREAD,
+                    "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+                },
+            )
+            for i in range(2)
+        ]
         outs = [p.communicate(timeout=900)[0] for p in procs]
         if any(p.returncode for p in procs):
             raise BenchError("the bare TensorFlow workers failed")
@@ -54,9 +88,21 @@ def run(b: Bench) -> list[dict[str, Any]]:
     for backend, bare in (("horovod", bare_horovod), ("tensorflow", bare_tf)):
         step_s.clear()
         base, mine = alternate(bare, lambda backend=backend: ours(backend), repeats)
-        speed = statistics.median(x / y for x, y in zip(step_s["bare"], step_s["ours"]))  # per step, higher is better
-        rows.append(row(f"{backend} under train_model (2 workers × 1 thread, 16× digits, batch 64)", f"bare {backend} loop", "samples/s", base, mine,
-                        "≥ 0.95", True, lambda r, *_: r >= 0.95,
-                        note=f"median step time: bare {statistics.median(step_s['bare']) * 1e3:.2f} ms, trainpipe "
-                             f"{statistics.median(step_s['ours']) * 1e3:.2f} ms (per-pair speed ratio {speed:.3f})"))
+        speed = statistics.median(
+            x / y for x, y in zip(step_s["bare"], step_s["ours"], strict=True)
+        )  # per step, higher is better
+        rows.append(
+            row(
+                f"{backend} under train_model (2 workers × 1 thread, 16× digits, batch 64)",
+                f"bare {backend} loop",
+                "samples/s",
+                base,
+                mine,
+                "≥ 0.95",
+                True,
+                lambda r, *_: r >= 0.95,
+                note=f"median step time: bare {statistics.median(step_s['bare']) * 1e3:.2f} ms, trainpipe "
+                f"{statistics.median(step_s['ours']) * 1e3:.2f} ms (per-pair speed ratio {speed:.3f})",
+            )
+        )
     return rows

@@ -20,31 +20,64 @@ def validate(b: Bench) -> list[dict[str, Any]]:
 
     raw = digits_snapshot(b.work).parent / "digits.csv"
     suite = b.work / "default-suite.json"  # the suite validate_data runs by default, for GX called by hand
-    suite.write_text(json.dumps(training_suite(list(pd.read_csv(raw, nrows=0).columns), "label", "classification", 64, 0.2, 0)))
+    suite.write_text(
+        json.dumps(training_suite(list(pd.read_csv(raw, nrows=0).columns), "label", "classification", 64, 0.2, 0))
+    )
 
     def base() -> float:
         # analytics off, as validate_data runs it: with no route to GX's analytics host its calls wait
-        return sh(PY, str(BASELINES / "bare_gx.py"), str(raw), str(suite), "label", cwd=b.work, env={"GX_ANALYTICS_ENABLED": "False"})[0]
+        return sh(
+            PY,
+            str(BASELINES / "bare_gx.py"),
+            str(raw),
+            str(suite),
+            "label",
+            cwd=b.work,
+            env={"GX_ANALYTICS_ENABLED": "False"},
+        )[0]
 
     def ours() -> float:
         shutil.rmtree(b.work / "v", ignore_errors=True)
-        return sh(PY, "-m", "trainpipe.components.validate_data", "--data", str(raw), "--output-dir", str(b.work / "v"))[0]
+        return sh(
+            PY, "-m", "trainpipe.components.validate_data", "--data", str(raw), "--output-dir", str(b.work / "v")
+        )[0]
 
-    rows = [row("validate_data overhead (digits, default suite, process wall)", "the same suite with GX called directly", "s", *alternate(base, ours, b.repeats),
-                "≤ 1.10× and ≤ +0.2 s", False, lambda r, mb, mo: r <= 1.10 and mo - mb <= 0.2)]
+    rows = [
+        row(
+            "validate_data overhead (digits, default suite, process wall)",
+            "the same suite with GX called directly",
+            "s",
+            *alternate(base, ours, b.repeats),
+            "≤ 1.10× and ≤ +0.2 s",
+            False,
+            lambda r, mb, mo: r <= 1.10 and mo - mb <= 0.2,
+        )
+    ]
     big = b.work / "big.csv"
     rng = np.random.default_rng(0)
-    pd.DataFrame(rng.normal(size=(b.rows, 10)), columns=[f"f{i}" for i in range(10)]).assign(label=rng.integers(0, 5, b.rows)).to_csv(big, index=False)
+    pd.DataFrame(rng.normal(size=(b.rows, 10)), columns=[f"f{i}" for i in range(10)]).assign(
+        label=rng.integers(0, 5, b.rows)
+    ).to_csv(big, index=False)
 
     def pandas_checks() -> float:
         return sh(PY, str(BASELINES / "bare_pandas.py"), str(big), "label")[0]
 
     def ours_big() -> float:
         shutil.rmtree(b.work / "vb", ignore_errors=True)
-        return sh(PY, "-m", "trainpipe.components.validate_data", "--data", str(big), "--output-dir", str(b.work / "vb"))[0]
+        return sh(
+            PY, "-m", "trainpipe.components.validate_data", "--data", str(big), "--output-dir", str(b.work / "vb")
+        )[0]
 
-    rows.append(row(f"validate_data scale ({b.rows:,} × 10 rows)", "plain pandas checks of the same rules", "s",
-                    *alternate(pandas_checks, ours_big, max(1, b.repeats - 1)), "report", False))
+    rows.append(
+        row(
+            f"validate_data scale ({b.rows:,} × 10 rows)",
+            "plain pandas checks of the same rules",
+            "s",
+            *alternate(pandas_checks, ours_big, max(1, b.repeats - 1)),
+            "report",
+            False,
+        )
+    )
     return rows
 
 
@@ -81,13 +114,40 @@ def snapshot(b: Bench) -> list[dict[str, Any]]:
     def ours(repo: str | None = None) -> float:
         n[0] += 1
         repo = repo or f"{n[0]}"
-        return sh(PY, "-m", "trainpipe.components.snapshot_dataset", "--data", str(vdir), "--output-dir", str(b.work / f"s-{n[0]}"),
-                  "--repo-dir", str(b.work / f"repo-{repo}"), "--remote-url", str(b.work / f"remote-{repo}"), "--dataset-name", "bench")[0]
+        return sh(
+            PY,
+            "-m",
+            "trainpipe.components.snapshot_dataset",
+            "--data",
+            str(vdir),
+            "--output-dir",
+            str(b.work / f"s-{n[0]}"),
+            "--repo-dir",
+            str(b.work / f"repo-{repo}"),
+            "--remote-url",
+            str(b.work / f"remote-{repo}"),
+            "--dataset-name",
+            "bench",
+        )[0]
 
     rows = [
-        row(f"snapshot_dataset vs md5sum ({size_mb:.0f} MB)", "md5sum of the same bytes", "s", *alternate(md5, ours, b.repeats), "report", False),
-        row(f"snapshot_dataset vs bare DVC ({size_mb:.0f} MB)", "git init + dvc init/add/push by hand", "s", *alternate(bare_dvc, ours, b.repeats),
-            "≤ 1.10×", False, lambda r, *_: r <= 1.10),
+        row(
+            f"snapshot_dataset vs md5sum ({size_mb:.0f} MB)",
+            "md5sum of the same bytes",
+            "s",
+            *alternate(md5, ours, b.repeats),
+            "report",
+            False,
+        ),
+        row(
+            f"snapshot_dataset vs bare DVC ({size_mb:.0f} MB)",
+            "git init + dvc init/add/push by hand",
+            "s",
+            *alternate(bare_dvc, ours, b.repeats),
+            "≤ 1.10×",
+            False,
+            lambda r, *_: r <= 1.10,
+        ),
     ]
     ours("again")
     b.note("snapshot_unchanged_resnapshot_s", round(statistics.median(ours("again") for _ in range(b.repeats)), 2))
@@ -105,5 +165,11 @@ def snapshot(b: Bench) -> list[dict[str, Any]]:
         return sh(PY, "-m", "dvc", "add", "-q", "shards", cwd=tree)[0] + sh(PY, "-m", "dvc", "push", "-q", cwd=tree)[0]
 
     first = add_push()
-    b.note("dvc_10k_files", {"first add + push_s": round(first, 2), "unchanged add + push_s": round(statistics.median(add_push() for _ in range(b.repeats)), 2)})
+    b.note(
+        "dvc_10k_files",
+        {
+            "first add + push_s": round(first, 2),
+            "unchanged add + push_s": round(statistics.median(add_push() for _ in range(b.repeats)), 2),
+        },
+    )
     return rows

@@ -37,11 +37,21 @@ def run(b: Bench) -> list[dict[str, Any]]:
         assert result(out)["drifted_columns"] == ["f3"]
         return wall
 
-    rows = [row(f"detect_drift ({b.rows:,} × 20 numeric, {SAMPLE:,} sampled a side, process wall)",
-                "the same statistics with scipy called directly", "s", *alternate(base, ours, b.repeats), "≤ 1.2×", False,
-                lambda r, mb, mo: r <= 1.2)]
+    rows = [
+        row(
+            f"detect_drift ({b.rows:,} × 20 numeric, {SAMPLE:,} sampled a side, process wall)",
+            "the same statistics with scipy called directly",
+            "s",
+            *alternate(base, ours, b.repeats),
+            "≤ 1.2×",
+            False,
+            lambda r, mb, mo: r <= 1.2,
+        )
+    ]
     shutil.rmtree(b.work / "drift-out", ignore_errors=True)
-    _, _, rss = peak_rss_mb(PY, "-m", "trainpipe.components.detect_drift", *args, "--output-dir", str(b.work / "drift-out"))
+    _, _, rss = peak_rss_mb(
+        PY, "-m", "trainpipe.components.detect_drift", *args, "--output-dir", str(b.work / "drift-out")
+    )
     _, _, rss_base = peak_rss_mb(PY, str(BASELINES / "bare_drift.py"), str(ref), str(cur), str(SAMPLE))
     b.note("detect_drift_peak_rss_mb", round(rss, 1))
     b.note("bare_drift_peak_rss_mb", round(rss_base, 1))

@@ -17,12 +17,43 @@ def run(b: Bench) -> list[dict[str, Any]]:
     model = str(b.work / "rss-train")
     steps = {
         "validate_data": ["--data", str(b.work / "digits.csv"), "--output-dir", str(b.work / "r-v")],
-        "snapshot_dataset": ["--data", str(b.work / "r-v"), "--output-dir", str(b.work / "r-s"), "--repo-dir", str(b.work / "r-repo"),
-                             "--remote-url", str(b.work / "r-remote")],
+        "snapshot_dataset": [
+            "--data",
+            str(b.work / "r-v"),
+            "--output-dir",
+            str(b.work / "r-s"),
+            "--repo-dir",
+            str(b.work / "r-repo"),
+            "--remote-url",
+            str(b.work / "r-remote"),
+        ],
         "profile_training": ["--model", model, "--output-dir", str(b.work / "r-p"), "--tracking-uri", track],
-        "evaluate_model": ["--model", model, "--data", str(snap), "--output-dir", str(b.work / "r-e"), "--tracking-uri", track, "--model-name", "bench"],
-        "register_model": ["--model", model, "--decision", str(b.work / "r-e"), "--profile", str(b.work / "r-p"), "--output-dir", str(b.work / "r-r"),
-                           "--tracking-uri", track, "--model-name", "bench"],
+        "evaluate_model": [
+            "--model",
+            model,
+            "--data",
+            str(snap),
+            "--output-dir",
+            str(b.work / "r-e"),
+            "--tracking-uri",
+            track,
+            "--model-name",
+            "bench",
+        ],
+        "register_model": [
+            "--model",
+            model,
+            "--decision",
+            str(b.work / "r-e"),
+            "--profile",
+            str(b.work / "r-p"),
+            "--output-dir",
+            str(b.work / "r-r"),
+            "--tracking-uri",
+            track,
+            "--model-name",
+            "bench",
+        ],
     }
     for name, args in steps.items():
         rss[name] = round(peak_rss_mb(PY, "-m", f"trainpipe.components.{name}", *args)[2], 1)

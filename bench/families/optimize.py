@@ -20,8 +20,21 @@ def run(b: Bench) -> list[dict[str, Any]]:
     snap = digits_snapshot(b.work)
     train(b.work, snap, "opt-model", 1, 64, 10, train_config={"hidden_units": [512, 512], "learning_rate": 0.01})
     shutil.rmtree(b.work / "opt-out", ignore_errors=True)
-    _, out = sh(PY, "-m", "trainpipe.components.optimize_model", "--model", str(b.work / "opt-model"), "--data", str(snap),
-                "--output-dir", str(b.work / "opt-out"), "--variants", '["int8_dynamic", "int8_static"]', "--max-metric-drop", "0.005")
+    _, out = sh(
+        PY,
+        "-m",
+        "trainpipe.components.optimize_model",
+        "--model",
+        str(b.work / "opt-model"),
+        "--data",
+        str(snap),
+        "--output-dir",
+        str(b.work / "opt-out"),
+        "--variants",
+        '["int8_dynamic", "int8_static"]',
+        "--max-metric-drop",
+        "0.005",
+    )
     opt = result(out)
     if opt["selected"] is None:
         raise AssertionError(f"no int8 variant within 0.5 points: {opt['reason']}")
@@ -32,18 +45,32 @@ def run(b: Bench) -> list[dict[str, Any]]:
     meta = json.loads((b.work / "opt-model" / "model.json").read_text())
     frame = pd.read_csv(next(p for p in snap.iterdir() if p.suffix == ".csv"))
     split = meta.get("split") or {}
-    rows = frame.loc[held_out(np.arange(len(frame)), float(split.get("test_fraction", 0.2)), int(split.get("seed", 0))), meta["feature_columns"]]
+    rows = frame.loc[
+        held_out(np.arange(len(frame)), float(split.get("test_fraction", 0.2)), int(split.get("seed", 0))),
+        meta["feature_columns"],
+    ]
     np.save(b.work / "opt-rows.npy", rows.to_numpy(dtype=np.float32))
     timed: dict[str, list[dict[str, float]]] = {"base": [], "ours": []}
 
     def base() -> float:
-        _, o = sh(PY, str(BASELINES / "bare_torch_infer.py"), str(b.work / "opt-model"), str(b.work / "opt-rows.npy"), env={"OMP_NUM_THREADS": "1"})
+        _, o = sh(
+            PY,
+            str(BASELINES / "bare_torch_infer.py"),
+            str(b.work / "opt-model"),
+            str(b.work / "opt-rows.npy"),
+            env={"OMP_NUM_THREADS": "1"},
+        )
         timed["base"].append(result(o))
         return timed["base"][-1]["rows_per_s"]
 
     def ours() -> float:
-        _, o = sh(PY, str(REPO / "bench" / "probes" / "ort_infer.py"), str(b.work / "opt-out" / "model"), str(b.work / "opt-rows.npy"),
-                  env={"OMP_NUM_THREADS": "1"})
+        _, o = sh(
+            PY,
+            str(REPO / "bench" / "probes" / "ort_infer.py"),
+            str(b.work / "opt-out" / "model"),
+            str(b.work / "opt-rows.npy"),
+            env={"OMP_NUM_THREADS": "1"},
+        )
         timed["ours"].append(result(o))
         return timed["ours"][-1]["rows_per_s"]
 
@@ -51,17 +78,61 @@ def run(b: Bench) -> list[dict[str, Any]]:
     variant = f"{opt['selected']} (ONNX Runtime)"
     size_fp32 = (b.work / "opt-model" / "model.safetensors").stat().st_size
     size_int8 = (b.work / "opt-out" / "model" / "model.onnx").stat().st_size
-    b.note("optimize", {"selected": opt["selected"], "fp32_accuracy": fp32["metric"], "int8_accuracy": chosen["metric"],
-                        "fp32_bytes": size_fp32, "int8_bytes": size_int8, "threads": 1, "cpu": opt["cpu"],
-                        "timings": timed, "optimize_model_figures": {v["name"]: {k: v[k] for k in ("latency_p50_ms", "throughput_rows_s", "size_bytes")}
-                                                                      for v in opt["variants"]}})
+    b.note(
+        "optimize",
+        {
+            "selected": opt["selected"],
+            "fp32_accuracy": fp32["metric"],
+            "int8_accuracy": chosen["metric"],
+            "fp32_bytes": size_fp32,
+            "int8_bytes": size_int8,
+            "threads": 1,
+            "cpu": opt["cpu"],
+            "timings": timed,
+            "optimize_model_figures": {
+                v["name"]: {k: v[k] for k in ("latency_p50_ms", "throughput_rows_s", "size_bytes")}
+                for v in opt["variants"]
+            },
+        },
+    )
     return [
-        row(f"{variant} vs fp32 torch eager, batch 256, 1 thread", "the same model in torch eager fp32", "rows/s", base_rps, ours_rps,
-            "≥ 2×", True, lambda r, mb, mo: r >= 2.0),
-        row(f"{variant} vs fp32 torch eager, batch 1 p50 latency, 1 thread", "the same model in torch eager fp32", "ms",
-            [t["p50_ms"] for t in timed["base"]], [t["p50_ms"] for t in timed["ours"]], "report (lower is faster)", False),
-        row(f"{variant} model file vs fp32 safetensors", "model.safetensors (fp32)", "bytes", [float(size_fp32)], [float(size_int8)], "≤ 0.3×",
-            False, lambda r, mb, mo: r <= 0.3),
-        row(f"{variant} accuracy on the {opt['n_test']} held-out rows", "fp32 torch eager's accuracy", "accuracy", [fp32["metric"]],
-            [chosen["metric"]], "≥ fp32 − 0.5 points", True, lambda r, mb, mo: (mb - mo) * 100 <= 0.5),
+        row(
+            f"{variant} vs fp32 torch eager, batch 256, 1 thread",
+            "the same model in torch eager fp32",
+            "rows/s",
+            base_rps,
+            ours_rps,
+            "≥ 2×",
+            True,
+            lambda r, mb, mo: r >= 2.0,
+        ),
+        row(
+            f"{variant} vs fp32 torch eager, batch 1 p50 latency, 1 thread",
+            "the same model in torch eager fp32",
+            "ms",
+            [t["p50_ms"] for t in timed["base"]],
+            [t["p50_ms"] for t in timed["ours"]],
+            "report (lower is faster)",
+            False,
+        ),
+        row(
+            f"{variant} model file vs fp32 safetensors",
+            "model.safetensors (fp32)",
+            "bytes",
+            [float(size_fp32)],
+            [float(size_int8)],
+            "≤ 0.3×",
+            False,
+            lambda r, mb, mo: r <= 0.3,
+        ),
+        row(
+            f"{variant} accuracy on the {opt['n_test']} held-out rows",
+            "fp32 torch eager's accuracy",
+            "accuracy",
+            [fp32["metric"]],
+            [chosen["metric"]],
+            "≥ fp32 − 0.5 points",
+            True,
+            lambda r, mb, mo: (mb - mo) * 100 <= 0.5,
+        ),
     ]

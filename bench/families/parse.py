@@ -17,8 +17,12 @@ from bench.common import BASELINES, PY, REPO, Bench, alternate, row, sh
 
 
 def dag_parse(b: Bench) -> list[dict[str, Any]]:
-    files = {"empty": BASELINES / "empty_dag.py", "kpo": BASELINES / "kpo_dag.py",
-             "training": REPO / "dags" / "training_dag.py", "retrain": REPO / "dags" / "retrain_dag.py"}
+    files = {
+        "empty": BASELINES / "empty_dag.py",
+        "kpo": BASELINES / "kpo_dag.py",
+        "training": REPO / "dags" / "training_dag.py",
+        "retrain": REPO / "dags" / "retrain_dag.py",
+    }
     for name, src in files.items():
         (b.work / "dags" / name).mkdir(parents=True, exist_ok=True)
         shutil.copy(src, b.work / "dags" / name / src.name)
@@ -26,18 +30,44 @@ def dag_parse(b: Bench) -> list[dict[str, Any]]:
     sh(PY, "-m", "airflow", "db", "migrate", env=env)
 
     def parse(name: str, mode: str = "local") -> float:
-        _, out = sh(PY, "-m", "airflow", "dags", "report", "-o", "json",
-                    env={**env, "AIRFLOW__CORE__DAGS_FOLDER": str(b.work / "dags" / name), "TRAINPIPE_AIRFLOW_MODE": mode})
+        _, out = sh(
+            PY,
+            "-m",
+            "airflow",
+            "dags",
+            "report",
+            "-o",
+            "json",
+            env={**env, "AIRFLOW__CORE__DAGS_FOLDER": str(b.work / "dags" / name), "TRAINPIPE_AIRFLOW_MODE": mode},
+        )
         (report,) = json.loads(next(line for line in out.splitlines() if line.startswith("[{")))
         d = str(report["duration"])  # "H:MM:SS.ffffff"
         return float(d.split(":")[-1]) + 60 * float(d.split(":")[-2]) if ":" in d else float(d)
 
-    rows = [row(f"DAG parse: {name}_dag.py, local mode (airflow dags report, file alone)", "an empty DAG file", "s",
-                *alternate(lambda: parse("empty"), lambda n=name: parse(n), b.repeats), "≤ +50 ms", False, lambda r, mb, mo: mo - mb <= 0.05)
-            for name in ("training", "retrain")]
-    rows.append(row("DAG parse: training_dag.py, kubernetes mode (file alone)", "a DAG of one KubernetesPodOperator", "s",
-                    *alternate(lambda: parse("kpo"), lambda: parse("training", "kubernetes"), b.repeats), "≤ +50 ms", False,
-                    lambda r, mb, mo: mo - mb <= 0.05, note="importing Airflow's cncf.kubernetes provider costs both about a second"))
+    rows = [
+        row(
+            f"DAG parse: {name}_dag.py, local mode (airflow dags report, file alone)",
+            "an empty DAG file",
+            "s",
+            *alternate(lambda: parse("empty"), lambda n=name: parse(n), b.repeats),
+            "≤ +50 ms",
+            False,
+            lambda r, mb, mo: mo - mb <= 0.05,
+        )
+        for name in ("training", "retrain")
+    ]
+    rows.append(
+        row(
+            "DAG parse: training_dag.py, kubernetes mode (file alone)",
+            "a DAG of one KubernetesPodOperator",
+            "s",
+            *alternate(lambda: parse("kpo"), lambda: parse("training", "kubernetes"), b.repeats),
+            "≤ +50 ms",
+            False,
+            lambda r, mb, mo: mo - mb <= 0.05,
+            note="importing Airflow's cncf.kubernetes provider costs both about a second",
+        )
+    )
     return rows
 
 
@@ -45,6 +75,20 @@ def compile_(b: Bench) -> list[dict[str, Any]]:
     cli = str(Path(PY).parent / "trainpipe")
     times = [sh(cli, "compile", "--profile", "cpu", "-o", str(b.work / "p.yaml"))[0] for _ in range(b.repeats)]
     med = statistics.median(times)
-    return [{"benchmark": "trainpipe compile (process wall)", "baseline": "—", "unit": "s", "baseline_median": None, "trainpipe_median": med,
-             "ratio_median": None, "ratio_min": min(times), "ratio_max": max(times), "repeats": len(times), "target": "≤ 2 s",
-             "met": med <= 2.0, "higher_is_better": False, "note": ""}]
+    return [
+        {
+            "benchmark": "trainpipe compile (process wall)",
+            "baseline": "—",
+            "unit": "s",
+            "baseline_median": None,
+            "trainpipe_median": med,
+            "ratio_median": None,
+            "ratio_min": min(times),
+            "ratio_max": max(times),
+            "repeats": len(times),
+            "target": "≤ 2 s",
+            "met": med <= 2.0,
+            "higher_is_better": False,
+            "note": "",
+        }
+    ]

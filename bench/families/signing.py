@@ -57,8 +57,19 @@ def run(b: Bench) -> list[dict[str, Any]]:
 
     def evaluate() -> float:
         shutil.rmtree(b.work / "sign-eval", ignore_errors=True)
-        wall, _ = sh(PY, "-m", "trainpipe.components.evaluate_model", "--model", str(b.work / "sign-digits"), "--data", str(snap),
-                     "--output-dir", str(b.work / "sign-eval"), "--thresholds", '{"accuracy": 0.5}')
+        wall, _ = sh(
+            PY,
+            "-m",
+            "trainpipe.components.evaluate_model",
+            "--model",
+            str(b.work / "sign-digits"),
+            "--data",
+            str(snap),
+            "--output-dir",
+            str(b.work / "sign-eval"),
+            "--thresholds",
+            '{"accuracy": 0.5}',
+        )
         evals.append(wall)
         return wall
 
@@ -72,14 +83,44 @@ def run(b: Bench) -> list[dict[str, Any]]:
         return r["import_s"] + r["work_s"]
 
     eval_s, ver_s = alternate(evaluate, verify_small, b.repeats)
-    b.note("signing", {"model_mb": 256, "timings": timed, "evaluate_wall_s": evals, "verify_in_a_fresh_process": cold, "digits_model_mb": sum(
-        p.stat().st_size for p in small.iterdir()) / 1e6})
+    b.note(
+        "signing",
+        {
+            "model_mb": 256,
+            "timings": timed,
+            "evaluate_wall_s": evals,
+            "verify_in_a_fresh_process": cold,
+            "digits_model_mb": sum(p.stat().st_size for p in small.iterdir()) / 1e6,
+        },
+    )
     return [
-        row("signing a 256 MB model (model-signing, EC key), s/MB", "sha256sum of the same files, s/MB", "s/MB", sha_s, sign_s,
-            "report", False),
-        row("verifying a 256 MB model before loading it, s/MB", "sha256sum of the same files, s/MB", "s/MB", sha2_s, verify_s,
-            "report", False),
-        row("verifying the digits model (model-signing's import included) vs evaluate_model's wall", "evaluate_model on the same model", "s",
-            eval_s, ver_s, "≤ 0.1×", False, lambda r, mb, mo: r <= 0.1,
-            note="what verification adds to evaluate_model: model-signing imported after what the step has imported by then"),
+        row(
+            "signing a 256 MB model (model-signing, EC key), s/MB",
+            "sha256sum of the same files, s/MB",
+            "s/MB",
+            sha_s,
+            sign_s,
+            "report",
+            False,
+        ),
+        row(
+            "verifying a 256 MB model before loading it, s/MB",
+            "sha256sum of the same files, s/MB",
+            "s/MB",
+            sha2_s,
+            verify_s,
+            "report",
+            False,
+        ),
+        row(
+            "verifying the digits model (model-signing's import included) vs evaluate_model's wall",
+            "evaluate_model on the same model",
+            "s",
+            eval_s,
+            ver_s,
+            "≤ 0.1×",
+            False,
+            lambda r, mb, mo: r <= 0.1,
+            note="what verification adds to evaluate_model: model-signing imported after what the step has imported by then",
+        ),
     ]

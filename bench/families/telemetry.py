@@ -61,7 +61,16 @@ def run(b: Bench) -> list[dict[str, Any]]:
         scraper = _Scraper(port)
         scraper.start()
         try:
-            tele = train(b.work, snap, "tele-on", 2, BATCH, EPOCHS, env={"TRAINPIPE_METRICS_ADDRESS": "127.0.0.1"}, metrics_port=port)[2]
+            tele = train(
+                b.work,
+                snap,
+                "tele-on",
+                2,
+                BATCH,
+                EPOCHS,
+                env={"TRAINPIPE_METRICS_ADDRESS": "127.0.0.1"},
+                metrics_port=port,
+            )[2]
         finally:
             scraper.stop.set()
             scraper.join()
@@ -75,10 +84,21 @@ def run(b: Bench) -> list[dict[str, Any]]:
         raise BenchError(f"telemetry: a run with telemetry on answered no scrape ({scrapes})")
     b.note("telemetry_scrapes_per_run", scrapes)
     steps_per_s = statistics.median(ours) / BATCH  # batches a rank runs in the second between two scrapes
-    return [row("train_model with live telemetry on, scraped every second (builtin:mlp, DDP 2 ranks × 1 thread, gloo, 16× digits, batch 64, "
-                f"{EPOCHS} epochs)", "the same run with telemetry off", "samples/s", base, ours, "≥ 0.99", True, lambda r, *_: r >= 0.99,
-                note=f"scrapes answered per run: {min(scrapes)}–{max(scrapes)}"),
-            scrape_cost(b, int(steps_per_s))]
+    return [
+        row(
+            "train_model with live telemetry on, scraped every second (builtin:mlp, DDP 2 ranks × 1 thread, gloo, 16× digits, batch 64, "
+            f"{EPOCHS} epochs)",
+            "the same run with telemetry off",
+            "samples/s",
+            base,
+            ours,
+            "≥ 0.99",
+            True,
+            lambda r, *_: r >= 0.99,
+            note=f"scrapes answered per run: {min(scrapes)}–{max(scrapes)}",
+        ),
+        scrape_cost(b, int(steps_per_s)),
+    ]
 
 
 def scrape_cost(b: Bench, steps_per_s: int) -> dict[str, Any]:
@@ -88,22 +108,57 @@ def scrape_cost(b: Bench, steps_per_s: int) -> dict[str, Any]:
 
     from trainpipe.telemetry import TrainingCollector, _Node
 
-    record = {"epoch": 0, "step": 1, "samples": BATCH // 2, "data_s": 1e-4, "forward_s": 1e-3, "backward_s": 2e-3, "optimizer_s": 3e-4,
-              "other_s": 1e-4, "step_s": 3.5e-3, "t": 1.0}
-    ctx = types.SimpleNamespace(settings=types.SimpleNamespace(backend="torch_ddp", precision="fp32", epochs=EPOCHS, train_function="builtin:mlp"),
-                                rank=0, world_size=2, dist_name="gloo", global_step=0, epoch=0, batches_done=0, step_records=[], restarts=0,
-                                last_checkpoint_unix=time.time(), progress_ratio=lambda: 0.5, eta_seconds=lambda: 10.0, learning_rate=lambda: 0.05,
-                                last_logged=lambda: {"loss": 0.1, "accuracy": 0.9}, device_figures=lambda: {})
+    record = {
+        "epoch": 0,
+        "step": 1,
+        "samples": BATCH // 2,
+        "data_s": 1e-4,
+        "forward_s": 1e-3,
+        "backward_s": 2e-3,
+        "optimizer_s": 3e-4,
+        "other_s": 1e-4,
+        "step_s": 3.5e-3,
+        "t": 1.0,
+    }
+    ctx = types.SimpleNamespace(
+        settings=types.SimpleNamespace(
+            backend="torch_ddp", precision="fp32", epochs=EPOCHS, train_function="builtin:mlp"
+        ),
+        rank=0,
+        world_size=2,
+        dist_name="gloo",
+        global_step=0,
+        epoch=0,
+        batches_done=0,
+        step_records=[],
+        restarts=0,
+        last_checkpoint_unix=time.time(),
+        progress_ratio=lambda: 0.5,
+        eta_seconds=lambda: 10.0,
+        learning_rate=lambda: 0.05,
+        last_logged=lambda: {"loss": 0.1, "accuracy": 0.9},
+        device_figures=lambda: {},
+    )
     node = _Node(TrainingCollector(ctx, {"run_id": "bench", "hardware_profile": "cpu", "model": "builtin:mlp"}), None)
     per_scrape = []
     for _ in range(max(b.repeats, 5)):
         times = []
         for _ in range(50):
-            ctx.step_records.extend(dict(record) for _ in range(steps_per_s))  # the loop's appends are its own cost, not telemetry's
+            ctx.step_records.extend(
+                dict(record) for _ in range(steps_per_s)
+            )  # the loop's appends are its own cost, not telemetry's
             t0 = time.process_time()
             generate_latest(node)  # type: ignore[arg-type]
             times.append(time.process_time() - t0)
         per_scrape.append(statistics.median(times) * 1000)
-    return row(f"one scrape of a rank, {steps_per_s} batches since the last (fold + render), as a share of the 1 s between scrapes",
-               "the scrape interval", "ms", [1000.0] * len(per_scrape), per_scrape, "≤ 0.01 (1 % of a core)", False,
-               lambda r, *_: r <= 0.01, note="CPU time on the metrics server's thread; the step itself does nothing more")
+    return row(
+        f"one scrape of a rank, {steps_per_s} batches since the last (fold + render), as a share of the 1 s between scrapes",
+        "the scrape interval",
+        "ms",
+        [1000.0] * len(per_scrape),
+        per_scrape,
+        "≤ 0.01 (1 % of a core)",
+        False,
+        lambda r, *_: r <= 0.01,
+        note="CPU time on the metrics server's thread; the step itself does nothing more",
+    )

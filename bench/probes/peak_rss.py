@@ -14,4 +14,13 @@ proc = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=False)
 wall = time.perf_counter() - t
 if proc.returncode:
     sys.stderr.write(proc.stderr[-3000:])
-print(json.dumps({"rc": proc.returncode, "out": proc.stdout, "wall": wall, "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+print(
+    json.dumps(
+        {
+            "rc": proc.returncode,
+            "out": proc.stdout,
+            "wall": wall,
+            "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        }
+    )
+)

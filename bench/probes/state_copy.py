@@ -10,24 +10,35 @@ import json
 import statistics
 import sys
 import time
+from itertools import pairwise
 
 import torch
 
 torch.set_num_threads(1)
-hidden, start, device, repeats = [int(h) for h in sys.argv[1].split(",")], float(sys.argv[2]), torch.device(sys.argv[3]), int(sys.argv[4])
+hidden, start, device, repeats = (
+    [int(h) for h in sys.argv[1].split(",")],
+    float(sys.argv[2]),
+    torch.device(sys.argv[3]),
+    int(sys.argv[4]),
+)
 cuda = device.type == "cuda"
 widths = [64, *hidden, 10]
 state = []
-for a, b in zip(widths, widths[1:]):
+for a, b in pairwise(widths):
     layer = torch.nn.Linear(a, b, device=device)
-    state += [layer.weight.detach(), layer.bias.detach(), torch.zeros_like(layer.weight), torch.zeros_like(layer.bias)]  # + momentum
+    state += [
+        layer.weight.detach(),
+        layer.bias.detach(),
+        torch.zeros_like(layer.weight),
+        torch.zeros_like(layer.bias),
+    ]  # + momentum
 buffers = [torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda).zero_() for t in state]
 while time.time() < start:
     time.sleep(0.005)
 times = []
 for _ in range(repeats):
     t0 = time.perf_counter()
-    for buf, t in zip(buffers, state):
+    for buf, t in zip(buffers, state, strict=True):
         buf.copy_(t, non_blocking=cuda)
     if cuda:
         torch.cuda.synchronize(device)

@@ -5,4 +5,9 @@ from trainpipe.components.detect_drift.spec import NAME, DetectDriftConfig
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, DetectDriftConfig, detect_drift, doc="Compare a new snapshot with the champion's training data and decide whether to retrain.")
+    main(
+        NAME,
+        DetectDriftConfig,
+        detect_drift,
+        doc="Compare a new snapshot with the champion's training data and decide whether to retrain.",
+    )

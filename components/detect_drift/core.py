@@ -44,14 +44,20 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
     """
     missing = [k for k in ("md5", "rev", "path", "repo", "remote") if not snap.get(k)]
     if missing:
-        raise InputError(f"model_name: the champion's lineage has no complete DVC snapshot record (no {', '.join(missing)}); give reference")
+        raise InputError(
+            f"model_name: the champion's lineage has no complete DVC snapshot record (no {', '.join(missing)}); give reference"
+        )
     from dvc.api import DVCFileSystem
 
     from trainpipe.tracking import first_line
 
     where = f"snapshot {snap['path']}@{str(snap['rev'])[:10]}"
     cache = dest / ".cache"
-    config = {"cache": {"dir": str(cache)}, "core": {"remote": "lineage"}, "remote": {"lineage": {"url": snap["remote"]}}}
+    config = {
+        "cache": {"dir": str(cache)},
+        "core": {"remote": "lineage"},
+        "remote": {"lineage": {"url": snap["remote"]}},
+    }
     try:
         fs = DVCFileSystem(snap["repo"], rev=snap["rev"], config=config)
         found = fs.exists(snap["path"])
@@ -63,14 +69,18 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
     try:
         fs.get(snap["path"], str(target), recursive=True)
     except Exception as exc:
-        raise ServiceUnavailable(f"reference: {where} cannot be fetched from {snap['remote']}: {first_line(exc)}") from None
+        raise ServiceUnavailable(
+            f"reference: {where} cannot be fetched from {snap['remote']}: {first_line(exc)}"
+        ) from None
     if target.is_file():
         digest = hashlib.md5()
         with target.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
         if digest.hexdigest() != snap["md5"]:
-            raise InputError(f"reference: {where} fetched from {snap['remote']} has md5 {digest.hexdigest()}, the lineage recorded {snap['md5']}")
+            raise InputError(
+                f"reference: {where} fetched from {snap['remote']} has md5 {digest.hexdigest()}, the lineage recorded {snap['md5']}"
+            )
     return target
 
 
@@ -87,8 +97,10 @@ def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[Any, dict[str
     try:
         _, record = lineage_report.fetch(f"models:/{config.model_name}/{version.version}", config.tracking_uri)
     except InputError:
-        raise InputError(f"model_name: champion version {version.version} of {config.model_name!r} has no trainpipe lineage to name "
-                         "the data it was trained on; give reference") from None
+        raise InputError(
+            f"model_name: champion version {version.version} of {config.model_name!r} has no trainpipe lineage to name "
+            "the data it was trained on; give reference"
+        ) from None
     return version, record
 
 
@@ -114,7 +126,9 @@ def _predictions(model: Any, ref: Any, cur: Any, config: DetectDriftConfig) -> C
         x = df[cols].to_numpy(dtype=np.float32)
         if model.task == "classification":
             index = model.predict_proba(x).argmax(axis=1)
-            names = np.asarray([str(c) for c in model.classes], dtype=object)[index] if model.classes else index.astype(str)
+            names = (
+                np.asarray([str(c) for c in model.classes], dtype=object)[index] if model.classes else index.astype(str)
+            )
             sides.append(pd.DataFrame({"prediction": names}))
         else:
             sides.append(pd.DataFrame({"prediction": np.asarray(model.predict_values(x), dtype=np.float64)}))
@@ -133,26 +147,34 @@ def _svg(title: str, groups: list[str], ref: Any, cur: Any, ticks: tuple[str, st
     n = max(len(groups), 1)
     step = pw / n
     bar = step * (0.42 if ticks is None else 0.5)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="10">',
-             f'<text x="{w / 2}" y="14" text-anchor="middle" font-size="11">{html.escape(title)}</text>',
-             f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#444"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>',
-             f'<text x="{left - 3}" y="{top + 8}" text-anchor="end">{peak:.2g}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="10">',
+        f'<text x="{w / 2}" y="14" text-anchor="middle" font-size="11">{html.escape(title)}</text>',
+        f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#444"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>',
+        f'<text x="{left - 3}" y="{top + 8}" text-anchor="end">{peak:.2g}</text>',
+    ]
     for i in range(len(groups)):
         x = left + i * step
         for k, (values, colour) in enumerate(((ref, "#1f77b4"), (cur, "#ff7f0e"))):
             v = float(values[i]) / peak * ph
             dx = (step - 2 * bar) / 2 + k * bar if ticks is None else 0.0
-            parts.append(f'<rect x="{x + dx:.2f}" y="{top + ph - v:.2f}" width="{max(bar if ticks is None else step, 0.5):.2f}" '
-                         f'height="{v:.2f}" fill="{colour}" fill-opacity="{0.9 if ticks is None else 0.5}"/>')
+            parts.append(
+                f'<rect x="{x + dx:.2f}" y="{top + ph - v:.2f}" width="{max(bar if ticks is None else step, 0.5):.2f}" '
+                f'height="{v:.2f}" fill="{colour}" fill-opacity="{0.9 if ticks is None else 0.5}"/>'
+            )
         if ticks is None and n <= 30:
             label = html.escape(groups[i][:12])
-            parts.append(f'<text transform="translate({x + step / 2:.1f},{top + ph + 8}) rotate(45)" font-size="8">{label}</text>')
+            parts.append(
+                f'<text transform="translate({x + step / 2:.1f},{top + ph + 8}) rotate(45)" font-size="8">{label}</text>'
+            )
     if ticks is not None:
         parts.append(f'<text x="{left}" y="{top + ph + 12}">{html.escape(ticks[0])}</text>')
         parts.append(f'<text x="{left + pw}" y="{top + ph + 12}" text-anchor="end">{html.escape(ticks[1])}</text>')
-    parts.append(f'<rect x="{w - 150}" y="{h - 12}" width="9" height="9" fill="#1f77b4"/><text x="{w - 138}" y="{h - 4}">reference</text>'
-                 f'<rect x="{w - 80}" y="{h - 12}" width="9" height="9" fill="#ff7f0e"/><text x="{w - 68}" y="{h - 4}">current</text></svg>')
+    parts.append(
+        f'<rect x="{w - 150}" y="{h - 12}" width="9" height="9" fill="#1f77b4"/><text x="{w - 138}" y="{h - 4}">reference</text>'
+        f'<rect x="{w - 80}" y="{h - 12}" width="9" height="9" fill="#ff7f0e"/><text x="{w - 68}" y="{h - 4}">current</text></svg>'
+    )
     return "".join(parts)
 
 
@@ -189,8 +211,15 @@ def _report(result: DetectDriftResult, images: list[tuple[str, str]]) -> str:
     )
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.reasons)
     ref = result.reference
-    figs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/svg+xml;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in images)
-    sample = f"sampled to {result.sample_size} rows a side with seed {result.seed}" if result.sampled else "every row compared"
+    figs = "".join(
+        f'<figure><img alt="{html.escape(t)}" src="data:image/svg+xml;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        for t, b in images
+    )
+    sample = (
+        f"sampled to {result.sample_size} rows a side with seed {result.seed}"
+        if result.sampled
+        else "every row compared"
+    )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe drift</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}tr.drifted{background:#fdd}figure{display:inline-block}</style>"
@@ -217,10 +246,17 @@ def _log_to_mlflow(config: DetectDriftConfig, result: DetectDriftResult, out: Pa
     from mlflow.entities import Metric, Param
 
     now = int(time.time() * 1000)
-    metrics = [Metric("share_drifted", result.share_drifted, now, 0), Metric("dataset_drift", float(result.dataset_drift), now, 0),
-               Metric("retrain", float(result.retrain), now, 0)]
+    metrics = [
+        Metric("share_drifted", result.share_drifted, now, 0),
+        Metric("dataset_drift", float(result.dataset_drift), now, 0),
+        Metric("retrain", float(result.retrain), now, 0),
+    ]
     metrics += [Metric(f"drift.{_metric_name(c.column)}", c.statistic, now, 0) for c in result.columns[:900]]
-    params = [Param("drift_share", str(config.drift_share)), Param("sample_size", str(config.sample_size)), Param("seed", str(config.seed))]
+    params = [
+        Param("drift_share", str(config.drift_share)),
+        Param("sample_size", str(config.sample_size)),
+        Param("seed", str(config.seed)),
+    ]
     client.log_batch(run.info.run_id, metrics=metrics, params=params)
     client.log_artifact(run.info.run_id, str(out / RESULT_FILE), "drift")
     client.log_artifact(run.info.run_id, str(out / REPORT_FILE), "drift")
@@ -256,7 +292,9 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
 
     runtime = runtime or Runtime()
     if not config.reference and not config.model_name:
-        raise InputError("reference: give the reference data, or model_name to compare with its champion's training snapshot")
+        raise InputError(
+            "reference: give the reference data, or model_name to compare with its champion's training snapshot"
+        )
     out = Path(config.output_dir)
     current = read_table(config.data, "data")
     found = champion(config, runtime)
@@ -269,7 +307,9 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
         elif version is not None:
             snap = record.get("snapshot") or {}
             if not snap:
-                raise InputError(f"model_name: version {version.version} of {config.model_name!r} has a lineage without a DVC snapshot; give reference")
+                raise InputError(
+                    f"model_name: version {version.version} of {config.model_name!r} has a lineage without a DVC snapshot; give reference"
+                )
             path = fetch_snapshot(snap, Path(tmp))
             info = ReferenceInfo(source="lineage", path=f"{snap['path']}@{str(snap['rev'])[:10]}", snapshot=snap)
             reference = read_table(path, "reference")
@@ -279,28 +319,63 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
         info.model_version, info.champion_age_days = str(version.version), round(age or 0.0, 4)
     label = config.label_column if reference is not None and config.label_column in reference.columns else None
     if reference is None:
-        return _finish(config, lineage, out, runtime, current, None, None, info, None,
-                       f"no champion of {config.model_name!r} under alias {config.champion_alias!r}: nothing to compare with")
+        return _finish(
+            config,
+            lineage,
+            out,
+            runtime,
+            current,
+            None,
+            None,
+            info,
+            None,
+            f"no champion of {config.model_name!r} under alias {config.champion_alias!r}: nothing to compare with",
+        )
     info.rows = len(reference)
     for col in list(config.categorical_columns) + list(config.column_methods) + list(config.column_thresholds):
         if col not in reference.columns:
-            raise InputError(f"categorical_columns/column_methods/column_thresholds: {col!r} is not a column of the reference")
-    result = drift.compare(reference, current, label=label, categorical=config.categorical_columns, drift_share=config.drift_share,
-                           methods=config.column_methods, thresholds=config.column_thresholds, sample_size=config.sample_size, seed=config.seed)
+            raise InputError(
+                f"categorical_columns/column_methods/column_thresholds: {col!r} is not a column of the reference"
+            )
+    result = drift.compare(
+        reference,
+        current,
+        label=label,
+        categorical=config.categorical_columns,
+        drift_share=config.drift_share,
+        methods=config.column_methods,
+        thresholds=config.column_thresholds,
+        sample_size=config.sample_size,
+        seed=config.seed,
+    )
     prediction = None
     notes: list[str] = []
     if version is not None:
         model, why = _champion_model(config, version, runtime)
         if model is not None:
-            ref_s, cur_s = drift.sample(reference, config.sample_size, config.seed), drift.sample(current, config.sample_size, config.seed + 1)
+            ref_s, cur_s = (
+                drift.sample(reference, config.sample_size, config.seed),
+                drift.sample(current, config.sample_size, config.seed + 1),
+            )
             prediction = _predictions(model, ref_s, cur_s, config)
         elif why:
             notes.append(why)
     return _finish(config, lineage, out, runtime, current, reference, result, info, prediction, None, notes)
 
 
-def _finish(config: DetectDriftConfig, lineage: Lineage, out: Path, runtime: Runtime, current: Any, reference: Any, result: Any,
-            info: ReferenceInfo, prediction: ColumnResult | None, nothing: str | None, notes: list[str] | None = None) -> DetectDriftResult:
+def _finish(
+    config: DetectDriftConfig,
+    lineage: Lineage,
+    out: Path,
+    runtime: Runtime,
+    current: Any,
+    reference: Any,
+    result: Any,
+    info: ReferenceInfo,
+    prediction: ColumnResult | None,
+    nothing: str | None,
+    notes: list[str] | None = None,
+) -> DetectDriftResult:
     reasons: list[str] = []
     retrain = False
     if nothing is not None:
@@ -311,7 +386,9 @@ def _finish(config: DetectDriftConfig, lineage: Lineage, out: Path, runtime: Run
         shown = ", ".join(drifted[:8]) + (" …" if len(drifted) > 8 else "")
         if result.dataset_drift:
             retrain = True
-            reasons.append(f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share {result.share_drifted:.3f} >= {config.drift_share}")
+            reasons.append(
+                f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share {result.share_drifted:.3f} >= {config.drift_share}"
+            )
         if prediction is not None and prediction.drifted:
             text = f"the champion's predictions drifted ({prediction.method} {prediction.statistic:.4g}, threshold {prediction.threshold:.4g})"
             if config.prediction_drift_retrains:
@@ -320,33 +397,58 @@ def _finish(config: DetectDriftConfig, lineage: Lineage, out: Path, runtime: Run
     age = info.champion_age_days
     if config.max_champion_age_days is not None and age is not None and age > config.max_champion_age_days:
         retrain = True
-        reasons.insert(0, f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days {config.max_champion_age_days:g})")
+        reasons.insert(
+            0,
+            f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days {config.max_champion_age_days:g})",
+        )
     if config.retrain_on == "always" and not retrain:
         retrain = True
         reasons.insert(0, "retrain_on is always: retrain whatever the figures")
     if not retrain:
         drifted = result.drifted_columns
-        reasons.insert(0, f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
-                          f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < {config.drift_share}")
+        reasons.insert(
+            0,
+            f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
+            f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < {config.drift_share}",
+        )
     reasons += notes or []
     cols = list(result.columns) if result is not None else []
     res = DetectDriftResult(
         dataset_drift=bool(result.dataset_drift) if result is not None else False,
-        share_drifted=float(result.share_drifted) if result is not None else 0.0, drift_share=config.drift_share,
-        drifted_columns=result.drifted_columns if result is not None else [], columns=cols, prediction=prediction, reference=info,
-        current_rows=len(current), sampled=bool(result.sampled) if result is not None else False, sample_size=config.sample_size,
-        seed=config.seed, retrain=retrain, reasons=reasons,
+        share_drifted=float(result.share_drifted) if result is not None else 0.0,
+        drift_share=config.drift_share,
+        drifted_columns=result.drifted_columns if result is not None else [],
+        columns=cols,
+        prediction=prediction,
+        reference=info,
+        current_rows=len(current),
+        sampled=bool(result.sampled) if result is not None else False,
+        sample_size=config.sample_size,
+        seed=config.seed,
+        retrain=retrain,
+        reasons=reasons,
     )
-    images = _charts(drift_sample(reference, config, 0), drift_sample(current, config, 1), cols) if reference is not None else []
+    images = (
+        _charts(drift_sample(reference, config, 0), drift_sample(current, config, 1), cols)
+        if reference is not None
+        else []
+    )
     atomic_write_json(out / RESULT_FILE, res.model_dump(mode="json", exclude={"lineage"}))
     atomic_write_text(out / REPORT_FILE, _report(res, images))
     if config.model_name or config.tracking_uri:
         _log_to_mlflow(config, res, out, runtime)
     snap = info.snapshot or {}
-    res.lineage = Lineage.of(lineage).with_(drift=DriftLineage(
-        dataset_drift=res.dataset_drift, share_drifted=round(res.share_drifted, 6), drifted_columns=res.drifted_columns,
-        retrain=retrain, reference=info.source, champion_version=info.model_version, reference_md5=snap.get("md5"),
-    ))
+    res.lineage = Lineage.of(lineage).with_(
+        drift=DriftLineage(
+            dataset_drift=res.dataset_drift,
+            share_drifted=round(res.share_drifted, 6),
+            drifted_columns=res.drifted_columns,
+            retrain=retrain,
+            reference=info.source,
+            champion_version=info.model_version,
+            reference_md5=snap.get("md5"),
+        )
+    )
     return res
 
 

@@ -39,18 +39,43 @@ def detect_drift(
     check_dataset_hash(data, dataset_md5)
     result = run_entrypoint(
         "detect_drift",
-        {"data": data.path, "reference": reference.path if reference is not None else "", "output_dir": drift.path,
-         "label_column": label_column, "model_name": model_name, "champion_alias": champion_alias, "tracking_uri": tracking_uri,
-         "categorical_columns": categorical_columns, "drift_share": drift_share, "column_methods": column_methods, "column_thresholds": column_thresholds,
-         "sample_size": sample_size, "seed": seed, "max_champion_age_days": max_champion_age_days,
-         "prediction_drift_retrains": prediction_drift_retrains, "drift_experiment": drift_experiment,
-         "retrain_on": retrain_on},
+        {
+            "data": data.path,
+            "reference": reference.path if reference is not None else "",
+            "output_dir": drift.path,
+            "label_column": label_column,
+            "model_name": model_name,
+            "champion_alias": champion_alias,
+            "tracking_uri": tracking_uri,
+            "categorical_columns": categorical_columns,
+            "drift_share": drift_share,
+            "column_methods": column_methods,
+            "column_thresholds": column_thresholds,
+            "sample_size": sample_size,
+            "seed": seed,
+            "max_champion_age_days": max_champion_age_days,
+            "prediction_drift_retrains": prediction_drift_retrains,
+            "drift_experiment": drift_experiment,
+            "retrain_on": retrain_on,
+        },
         run_id=run_id,
         output=drift.path,
     )
-    drift.metadata.update({"retrain": result["retrain"], "reasons": result["reasons"], "dataset_drift": result["dataset_drift"],
-                           "drifted_columns": result["drifted_columns"]})
-    log_metrics(metrics, {"share_drifted": result["share_drifted"], "dataset_drift": float(result["dataset_drift"]),
-                          "retrain": float(result["retrain"])})
+    drift.metadata.update(
+        {
+            "retrain": result["retrain"],
+            "reasons": result["reasons"],
+            "dataset_drift": result["dataset_drift"],
+            "drifted_columns": result["drifted_columns"],
+        }
+    )
+    log_metrics(
+        metrics,
+        {
+            "share_drifted": result["share_drifted"],
+            "dataset_drift": float(result["dataset_drift"]),
+            "retrain": float(result["retrain"]),
+        },
+    )
     copy_file(drift.path + "/report.html", report.path)
     return bool(result["retrain"])

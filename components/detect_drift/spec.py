@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+
 #: One column's figures, as the statistics engine computes them (stdlib only at import): the method, its
 #: figure (a p-value for a test, a distance for a distance), the threshold, the verdict.
 from trainpipe.drift import ColumnDrift as ColumnResult
@@ -23,29 +24,58 @@ METHOD_NAMES = ("ks", "wasserstein", "psi", "chisquare", "jensenshannon")
 class DetectDriftParams(StrictModel):
     """Settings of detect_drift that are not artifacts."""
 
-    label_column: str = Field("label", min_length=1, description="name of the label column (its drift is reported and counts like a feature's)")
+    label_column: str = Field(
+        "label",
+        min_length=1,
+        description="name of the label column (its drift is reported and counts like a feature's)",
+    )
     model_name: str | None = Field(
-        None, description="registered model whose champion's training snapshot is the reference (through its lineage, from its DVC remote)")
+        None,
+        description="registered model whose champion's training snapshot is the reference (through its lineage, from its DVC remote)",
+    )
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     categorical_columns: list[str] = Field(
-        default_factory=list, description="numeric columns to compare as categories (strings and booleans always are)")
-    drift_share: float = Field(0.5, gt=0, le=1, description="the data set drifted when at least this share of its columns drifted")
+        default_factory=list, description="numeric columns to compare as categories (strings and booleans always are)"
+    )
+    drift_share: float = Field(
+        0.5, gt=0, le=1, description="the data set drifted when at least this share of its columns drifted"
+    )
     column_methods: dict[str, str] = Field(
-        default_factory=dict, description="per column: ks, wasserstein, psi (numeric), chisquare, jensenshannon (categorical); "
-        "default KS / chi-squared up to 1,000 reference rows, normed Wasserstein / Jensen-Shannon past that")
+        default_factory=dict,
+        description="per column: ks, wasserstein, psi (numeric), chisquare, jensenshannon (categorical); "
+        "default KS / chi-squared up to 1,000 reference rows, normed Wasserstein / Jensen-Shannon past that",
+    )
     column_thresholds: dict[str, float] = Field(
-        default_factory=dict, description="per column: the p-value under which a test, or the distance from which a distance, says drift "
-        "(default 0.05 for the tests, 0.1 for the distances)")
-    sample_size: int = Field(100_000, ge=100, le=100_000_000, description="rows compared from each side at most (sampled without replacement)")
+        default_factory=dict,
+        description="per column: the p-value under which a test, or the distance from which a distance, says drift "
+        "(default 0.05 for the tests, 0.1 for the distances)",
+    )
+    sample_size: int = Field(
+        100_000,
+        ge=100,
+        le=100_000_000,
+        description="rows compared from each side at most (sampled without replacement)",
+    )
     seed: int = Field(0, ge=0, description="seed of the sample")
     max_champion_age_days: float | None = Field(
-        None, gt=0, description="retrain when the champion is older than this, drift or not (unset: drift alone decides)")
+        None,
+        gt=0,
+        description="retrain when the champion is older than this, drift or not (unset: drift alone decides)",
+    )
     prediction_drift_retrains: bool = Field(
-        False, description="retrain when the champion's predictions drifted even if the share of drifted columns is under drift_share")
-    drift_experiment: str = Field("trainpipe-drift", min_length=1, description="MLflow experiment the drift figures are logged to (with model_name)")
+        False,
+        description="retrain when the champion's predictions drifted even if the share of drifted columns is under drift_share",
+    )
+    drift_experiment: str = Field(
+        "trainpipe-drift",
+        min_length=1,
+        description="MLflow experiment the drift figures are logged to (with model_name)",
+    )
     retrain_on: Literal["drift", "always"] = Field(
-        "drift", description="drift: retrain on drift, an old champion or none; always: retrain whatever the figures (they are still measured and logged)")
+        "drift",
+        description="drift: retrain on drift, an old champion or none; always: retrain whatever the figures (they are still measured and logged)",
+    )
 
     @field_validator("column_methods")
     @classmethod
@@ -59,17 +89,28 @@ class DetectDriftParams(StrictModel):
 class DetectDriftConfig(DetectDriftParams):
     """Everything detect_drift needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="the new snapshot: a CSV/Parquet file, a folder of Parquet files, or a dataset artifact",
-                      json_schema_extra=SOURCE)
-    reference: str | None = Field(None, description="the reference data (default: the snapshot that trained the champion of model_name)",
-                                  json_schema_extra=SOURCE)
-    output_dir: str = Field(..., min_length=1, description="where drift.json and report.html go", json_schema_extra=OUTPUT)
+    data: str = Field(
+        ...,
+        min_length=1,
+        description="the new snapshot: a CSV/Parquet file, a folder of Parquet files, or a dataset artifact",
+        json_schema_extra=SOURCE,
+    )
+    reference: str | None = Field(
+        None,
+        description="the reference data (default: the snapshot that trained the champion of model_name)",
+        json_schema_extra=SOURCE,
+    )
+    output_dir: str = Field(
+        ..., min_length=1, description="where drift.json and report.html go", json_schema_extra=OUTPUT
+    )
 
 
 class ReferenceInfo(BaseModel):
     """Where the reference came from."""
 
-    source: str = Field(description="'lineage' (the champion's training snapshot), 'explicit' (the reference input) or 'none'")
+    source: str = Field(
+        description="'lineage' (the champion's training snapshot), 'explicit' (the reference input) or 'none'"
+    )
     path: str | None = None
     rows: int = 0
     model_version: str | None = None
@@ -85,7 +126,9 @@ class DetectDriftResult(ComponentResult):
     drift_share: float
     drifted_columns: list[str]
     columns: list[ColumnResult]
-    prediction: ColumnResult | None = Field(None, description="the champion's predictions on the reference vs on the new rows")
+    prediction: ColumnResult | None = Field(
+        None, description="the champion's predictions on the reference vs on the new rows"
+    )
     reference: ReferenceInfo
     current_rows: int
     sampled: bool = False
@@ -111,11 +154,28 @@ class DetectDriftResult(ComponentResult):
         ]
         for c in self.columns + ([self.prediction] if self.prediction is not None else []):
             labels = {"column": c.column, "method": c.method}
-            out.append(("trainpipe_drift_column_statistic", "per column: the p-value (tests) or distance the decision used", labels, c.statistic))
+            out.append(
+                (
+                    "trainpipe_drift_column_statistic",
+                    "per column: the p-value (tests) or distance the decision used",
+                    labels,
+                    c.statistic,
+                )
+            )
             out.append(("trainpipe_drift_column_drifted", "per column: 1 if it drifted", labels, float(c.drifted)))
         return out
 
     def audit_events(self) -> list[dict[str, Any]]:
-        return [{"action": "drift_check", "decision": {"retrain": self.retrain, "reasons": self.reasons, "dataset_drift": self.dataset_drift,
-                                                       "drifted_columns": self.drifted_columns, "reference": self.reference.source,
-                                                       "champion_version": self.reference.model_version}}]
+        return [
+            {
+                "action": "drift_check",
+                "decision": {
+                    "retrain": self.retrain,
+                    "reasons": self.reasons,
+                    "dataset_drift": self.dataset_drift,
+                    "drifted_columns": self.drifted_columns,
+                    "reference": self.reference.source,
+                    "champion_version": self.reference.model_version,
+                },
+            }
+        ]

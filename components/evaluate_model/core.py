@@ -83,7 +83,9 @@ def decide(
     if champion is None:
         reasons.append("no champion yet: decided by the absolute thresholds alone")
     elif champion.get("skipped"):
-        reasons.append(f"champion version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute thresholds alone")
+        reasons.append(
+            f"champion version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute thresholds alone"
+        )
     else:
         compared = True
         ref = champion["metrics"]
@@ -102,12 +104,18 @@ def decide(
             check(
                 ok,
                 f"{name} {mine:.4f} vs champion version {champion['version']} {theirs:.4f}: "
-                f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): {'ok' if ok else 'fails'}"
+                f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): {'ok' if ok else 'fails'}",
             )
     passed = not failures
     return GateDecision(
-        passed=passed, reasons=reasons, failures=failures, thresholds=thresholds, metrics=metrics, champion=champion,
-        compared_with_champion=compared, beats_champion=passed and compared,
+        passed=passed,
+        reasons=reasons,
+        failures=failures,
+        thresholds=thresholds,
+        metrics=metrics,
+        champion=champion,
+        compared_with_champion=compared,
+        beats_champion=passed and compared,
     )
 
 
@@ -142,7 +150,8 @@ def classification_metrics(y: Any, proba: Any, n_classes: int) -> dict[str, Any]
             "log_loss": float(skm.log_loss(y, np.clip(proba, 1e-7, 1.0), labels=labels)),
         },
         "per_class": [
-            {"precision": float(a), "recall": float(b), "f1": float(c), "support": float(d)} for a, b, c, d in zip(pc, rc, fc, sc)
+            {"precision": float(a), "recall": float(b), "f1": float(c), "support": float(d)}
+            for a, b, c, d in zip(pc, rc, fc, sc, strict=True)
         ],
         "confusion_matrix": skm.confusion_matrix(y, pred, labels=labels).tolist(),
         "roc_curve": {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "thresholds": np.nan_to_num(thr, posinf=1.0).tolist()},
@@ -230,7 +239,9 @@ def charts(y: Any, proba: Any, classes: list[Any], cm: list[list[int]]) -> list[
         for k, c in enumerate(classes):
             if onehot[:, k].any():
                 a, b, _ = curve(onehot[:, k], proba[:, k])
-                ax.plot(a, b, linewidth=0.8, label=str(c)) if curve is skm.roc_curve else ax.plot(b, a, linewidth=0.8, label=str(c))
+                ax.plot(a, b, linewidth=0.8, label=str(c)) if curve is skm.roc_curve else ax.plot(
+                    b, a, linewidth=0.8, label=str(c)
+                )
         ax.set_xlabel("false positive rate" if curve is skm.roc_curve else "recall")
         ax.set_ylabel("true positive rate" if curve is skm.roc_curve else "precision")
         ax.legend(fontsize="x-small", ncol=2)
@@ -244,18 +255,28 @@ def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
 
     m = "".join(f"<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>" for k, v in result.metrics.items())
     pc = "".join(
-        f"<tr><th>{html.escape(c)}</th>" + "".join(f"<td>{v[k]:.4g}</td>" for k in ("precision", "recall", "f1", "support")) + "</tr>"
+        f"<tr><th>{html.escape(c)}</th>"
+        + "".join(f"<td>{v[k]:.4g}</td>" for k in ("precision", "recall", "f1", "support"))
+        + "</tr>"
         for c, v in result.per_class.items()
     )
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.decision.reasons)
     verdict = "passed" if result.decision.passed else "NOT passed"
-    imgs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in images)
+    imgs = "".join(
+        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        for t, b in images
+    )
     if result.task == "classification":
-        detail = (f"<h2>Per class</h2><table id='per-class'><tr><th>class</th><th>precision</th><th>recall</th>"
-                  f"<th>f1</th><th>support</th></tr>{pc}</table>")
+        detail = (
+            f"<h2>Per class</h2><table id='per-class'><tr><th>class</th><th>precision</th><th>recall</th>"
+            f"<th>f1</th><th>support</th></tr>{pc}</table>"
+        )
     else:
-        detail = "<h2>Residuals</h2><table id='residuals'>" + "".join(
-            f"<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>" for k, v in result.residuals.items()) + "</table>"
+        detail = (
+            "<h2>Residuals</h2><table id='residuals'>"
+            + "".join(f"<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>" for k, v in result.residuals.items())
+            + "</table>"
+        )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe evaluation</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}figure{display:inline-block}</style></head><body>"
@@ -314,7 +335,9 @@ def split_rows(data: str, model: Any, label_column: str, training_rows: int = 0)
         rows += len(df)
     x, y = np.concatenate(xs), np.concatenate(ys)
     if len(x) == 0:
-        raise InputError(f"data: none of its {rows} rows is held out with test_fraction {frac}: too few rows to evaluate")
+        raise InputError(
+            f"data: none of its {rows} rows is held out with test_fraction {frac}: too few rows to evaluate"
+        )
     tx = np.concatenate(txs) if txs else np.zeros((0, len(model.feature_columns)), dtype=np.float32)
     ty = np.concatenate(tys) if tys else np.zeros((0,), dtype=y.dtype)
     return x, y, tx, ty, rows
@@ -333,7 +356,10 @@ def score(model: Any, x: Any, y_raw: Any, config: EvaluateModelConfig) -> dict[s
             raise InputError(f"model: it gives {proba.shape[1]} outputs for {len(classes)} classes")
         out = classification_metrics(y, proba, len(classes))
         out.update({"y": y, "proba": proba, "classes": classes})
-        labels_true, labels_pred = np.asarray(classes, dtype=object)[y], np.asarray(classes, dtype=object)[proba.argmax(axis=1)]
+        labels_true, labels_pred = (
+            np.asarray(classes, dtype=object)[y],
+            np.asarray(classes, dtype=object)[proba.argmax(axis=1)],
+        )
     else:
         y = np.asarray(y_raw, dtype=np.float64)
         pred = np.asarray(model.predict_values(x), dtype=np.float64)
@@ -357,11 +383,15 @@ def _team_metric(name: str, ref: str, y_true: Any, y_pred: Any) -> float:
     try:
         value = float(fn(y_true, y_pred))
     except Exception as exc:
-        raise InputError(f"metric_functions: {name}: {ref} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
+        raise InputError(
+            f"metric_functions: {name}: {ref} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        ) from None
     return value
 
 
-def champion_scores(config: EvaluateModelConfig, model: Any, x_test: Any, y_raw: Any, runtime: Runtime) -> dict[str, Any] | None:
+def champion_scores(
+    config: EvaluateModelConfig, model: Any, x_test: Any, y_raw: Any, runtime: Runtime
+) -> dict[str, Any] | None:
     """The current champion scored on the same held-out rows; None when there is none."""
     if not config.model_name:
         return None
@@ -371,7 +401,10 @@ def champion_scores(config: EvaluateModelConfig, model: Any, x_test: Any, y_raw:
     version = registry.alias_version(client, config.model_name, config.champion_alias)
     if version is None:
         return None
-    info: dict[str, Any] = {"version": str(version.version), "run_id": version.tags.get(registry.RUN_TAG) or version.run_id}
+    info: dict[str, Any] = {
+        "version": str(version.version),
+        "run_id": version.tags.get(registry.RUN_TAG) or version.run_id,
+    }
     champ, why = registry.version_model(client, version, runtime)
     if champ is None:
         return {**info, "skipped": why}
@@ -384,7 +417,9 @@ def champion_scores(config: EvaluateModelConfig, model: Any, x_test: Any, y_raw:
     return {**info, "metrics": score(champ, x_test, y_raw, config)["metrics"]}
 
 
-def evaluate_model(config: EvaluateModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> EvaluateModelResult:
+def evaluate_model(
+    config: EvaluateModelConfig, lineage: Lineage, runtime: Runtime | None = None
+) -> EvaluateModelResult:
     """Score the model on the held-out split of its own snapshot and decide the gate.
 
     Args:
@@ -413,25 +448,41 @@ def evaluate_model(config: EvaluateModelConfig, lineage: Lineage, runtime: Runti
     champion = champion_scores(config, model, x_test, y_raw, runtime)
     lower = config.lower_better()
     decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower)
-    result = EvaluateModelResult(task=model.task, metrics=metrics, lower_is_better=sorted(m for m in metrics if m in lower),
-                                 classes=scores["classes"], n_test=len(x_test), decision=decision)
+    result = EvaluateModelResult(
+        task=model.task,
+        metrics=metrics,
+        lower_is_better=sorted(m for m in metrics if m in lower),
+        classes=scores["classes"],
+        n_test=len(x_test),
+        decision=decision,
+    )
     if model.task == "classification":
-        result.per_class = {str(c): v for c, v in zip(scores["classes"], scores["per_class"])}
+        result.per_class = {str(c): v for c, v in zip(scores["classes"], scores["per_class"], strict=True)}
         result.confusion_matrix = scores["confusion_matrix"]
         result.roc_curve = scores["roc_curve"]
         images = charts(scores["y"], scores["proba"], scores["classes"], scores["confusion_matrix"])
     else:
         resid = scores["y"] - scores["pred"]
-        result.residuals = {"mean": float(resid.mean()), "std": float(resid.std()), "max_abs": float(np.abs(resid).max())}
+        result.residuals = {
+            "mean": float(resid.mean()),
+            "std": float(resid.std()),
+            "max_abs": float(np.abs(resid).max()),
+        }
         images = regression_charts(scores["y"], scores["pred"])
     out = Path(config.output_dir)
     atomic_write_json(out / METRICS_FILE, result.model_dump(mode="json", exclude={"lineage", "decision"}))
     atomic_write_text(out / REPORT_FILE, _report(result, images))
     atomic_write_json(out / DECISION_FILE, decision.model_dump(mode="json"))
-    result.lineage = Lineage.of(lineage).with_(evaluation=EvaluationLineage(
-        task=model.task, metrics={k: round(v, 6) for k, v in metrics.items()}, passed=decision.passed, n_test=len(x_test),
-        champion_version=champion.get("version") if champion else None, beats_champion=decision.beats_champion,
-    ))
+    result.lineage = Lineage.of(lineage).with_(
+        evaluation=EvaluationLineage(
+            task=model.task,
+            metrics={k: round(v, 6) for k, v in metrics.items()},
+            passed=decision.passed,
+            n_test=len(x_test),
+            champion_version=champion.get("version") if champion else None,
+            beats_champion=decision.beats_champion,
+        )
+    )
     if config.fail_on_gate and not decision.passed:
         raise GateFailed("gate not passed: " + "; ".join(decision.failures))
     return result

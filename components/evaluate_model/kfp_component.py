@@ -38,13 +38,27 @@ def evaluate_model(
     check_dataset_hash(data, dataset_md5)
     result = run_entrypoint(
         "evaluate_model",
-        {"model": model.path, "data": data.path, "output_dir": decision.path, "label_column": label_column, "thresholds": thresholds,
-         "model_name": model_name, "champion_alias": champion_alias, "tracking_uri": tracking_uri, "min_improvement": min_improvement,
-         "max_regression": max_regression, "fail_on_gate": fail_on_gate, "metric_functions": metric_functions, "lower_is_better": lower_is_better},
+        {
+            "model": model.path,
+            "data": data.path,
+            "output_dir": decision.path,
+            "label_column": label_column,
+            "thresholds": thresholds,
+            "model_name": model_name,
+            "champion_alias": champion_alias,
+            "tracking_uri": tracking_uri,
+            "min_improvement": min_improvement,
+            "max_regression": max_regression,
+            "fail_on_gate": fail_on_gate,
+            "metric_functions": metric_functions,
+            "lower_is_better": lower_is_better,
+        },
         run_id=run_id,
         output=decision.path,
     )
-    decision.metadata.update({"passed": result["decision"]["passed"], "reasons": result["decision"]["reasons"], "task": result["task"]})
+    decision.metadata.update(
+        {"passed": result["decision"]["passed"], "reasons": result["decision"]["reasons"], "task": result["task"]}
+    )
     log_metrics(metrics, result["metrics"])
     if result["task"] == "classification":
         classification.log_confusion_matrix([str(c) for c in result["classes"]], result["confusion_matrix"])

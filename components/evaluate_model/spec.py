@@ -33,14 +33,17 @@ class EvaluateModelParams(StrictModel):
         description="per metric: the minimum (higher-is-better metrics) or maximum (log_loss, mae, rmse, yours listed lower-is-better) to pass; "
         "default: accuracy 0.8 for a classifier, r2 0.0 for a regressor",
     )
-    model_name: str | None = Field(None, description="registered model whose champion the model is compared with (none: thresholds only)")
+    model_name: str | None = Field(
+        None, description="registered model whose champion the model is compared with (none: thresholds only)"
+    )
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     min_improvement: dict[str, float] = Field(
         default_factory=dict, description="per metric: how much better than the champion the model must be"
     )
     max_regression: dict[str, float] | None = Field(
-        None, description="per metric: how much worse than the champion the model may be; default: accuracy 0.0 (classifier), rmse 0.0 (regressor)"
+        None,
+        description="per metric: how much worse than the champion the model may be; default: accuracy 0.0 (classifier), rmse 0.0 (regressor)",
     )
     fail_on_gate: bool = Field(False, description="exit 4 when the gate does not pass (default: report it as data)")
 
@@ -48,10 +51,12 @@ class EvaluateModelParams(StrictModel):
         default_factory=dict,
         description="your own metrics: name -> 'package.module:function' called as f(y_true, y_pred) -> float (labels or values)",
     )
-    lower_is_better: list[str] = Field(default_factory=list, description="which of your metrics are better when lower (an error, a cost)")
+    lower_is_better: list[str] = Field(
+        default_factory=list, description="which of your metrics are better when lower (an error, a cost)"
+    )
 
     @model_validator(mode="after")
-    def _known(self) -> "EvaluateModelParams":
+    def _known(self) -> EvaluateModelParams:
         known = set(METRICS) | set(self.metric_functions)
         for field in ("thresholds", "min_improvement", "max_regression"):
             unknown = sorted(set(getattr(self, field) or {}) - known)
@@ -81,10 +86,16 @@ class EvaluateModelParams(StrictModel):
         thresholds = self.thresholds if self.thresholds is not None else DEFAULT_THRESHOLDS[task]
         max_regression = self.max_regression if self.max_regression is not None else DEFAULT_MAX_REGRESSION[task]
         other = set(REGRESSION_METRICS if task == "classification" else CLASSIFICATION_METRICS)
-        for field, rules in (("thresholds", thresholds), ("min_improvement", self.min_improvement), ("max_regression", max_regression)):
+        for field, rules in (
+            ("thresholds", thresholds),
+            ("min_improvement", self.min_improvement),
+            ("max_regression", max_regression),
+        ):
             wrong = sorted(set(rules) & other)
             if wrong:
-                raise InputError(f"{field}: {', '.join(wrong)} is not a metric of a {task} model (it has {', '.join(TASK_METRICS[task])} and your metric_functions)")
+                raise InputError(
+                    f"{field}: {', '.join(wrong)} is not a metric of a {task} model (it has {', '.join(TASK_METRICS[task])} and your metric_functions)"
+                )
         return dict(thresholds), dict(self.min_improvement), dict(max_regression)
 
     def lower_better(self) -> frozenset[str]:
@@ -95,9 +106,15 @@ class EvaluateModelParams(StrictModel):
 class EvaluateModelConfig(EvaluateModelParams):
     """Everything evaluate_model needs, artifacts included."""
 
-    model: str = Field(..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT)
-    data: str = Field(..., min_length=1, description="the same dataset snapshot the model was trained on", json_schema_extra=SOURCE)
-    output_dir: str = Field(..., min_length=1, description="where metrics, the decision and the report go", json_schema_extra=OUTPUT)
+    model: str = Field(
+        ..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT
+    )
+    data: str = Field(
+        ..., min_length=1, description="the same dataset snapshot the model was trained on", json_schema_extra=SOURCE
+    )
+    output_dir: str = Field(
+        ..., min_length=1, description="where metrics, the decision and the report go", json_schema_extra=OUTPUT
+    )
 
 
 class GateDecision(BaseModel):
@@ -108,7 +125,9 @@ class GateDecision(BaseModel):
     failures: list[str] = Field(default_factory=list, description="the reasons that failed the gate")
     thresholds: dict[str, float]
     metrics: dict[str, float]
-    champion: dict[str, Any] | None = Field(None, description="the champion compared with: version, run, metrics on this snapshot")
+    champion: dict[str, Any] | None = Field(
+        None, description="the champion compared with: version, run, metrics on this snapshot"
+    )
     compared_with_champion: bool = False
     beats_champion: bool = Field(False, description="passed, and decided against a current champion")
 
@@ -119,10 +138,16 @@ class EvaluateModelResult(ComponentResult):
     task: str = "classification"
     metrics: dict[str, float]
     lower_is_better: list[str] = Field(default_factory=list, description="the metrics here that are better when lower")
-    per_class: dict[str, dict[str, float]] = Field(default_factory=dict, description="precision, recall, f1, support per class")
+    per_class: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="precision, recall, f1, support per class"
+    )
     confusion_matrix: list[list[int]] = Field(default_factory=list, description="classification only")
-    roc_curve: dict[str, list[float]] = Field(default_factory=dict, description="micro-averaged fpr, tpr, thresholds (classification)")
-    residuals: dict[str, float] = Field(default_factory=dict, description="regression: mean, std and largest absolute residual")
+    roc_curve: dict[str, list[float]] = Field(
+        default_factory=dict, description="micro-averaged fpr, tpr, thresholds (classification)"
+    )
+    residuals: dict[str, float] = Field(
+        default_factory=dict, description="regression: mean, std and largest absolute residual"
+    )
     classes: list[Any] = Field(default_factory=list)
     n_test: int
     decision: GateDecision
@@ -131,8 +156,19 @@ class EvaluateModelResult(ComponentResult):
         """The gate decision, as a record of the audit trail."""
         d = self.decision
         champion = (d.champion or {}).get("version")
-        return [{"action": "gate", "decision": {"passed": d.passed, "failures": d.failures, "thresholds": d.thresholds,
-                                                "metrics": d.metrics, "champion_version": champion, "beats_champion": d.beats_champion}}]
+        return [
+            {
+                "action": "gate",
+                "decision": {
+                    "passed": d.passed,
+                    "failures": d.failures,
+                    "thresholds": d.thresholds,
+                    "metrics": d.metrics,
+                    "champion_version": champion,
+                    "beats_champion": d.beats_champion,
+                },
+            }
+        ]
 
     def figures(self) -> dict[str, float]:
         return {"rows": float(self.n_test)}

@@ -5,4 +5,9 @@ from trainpipe.components.optimize_model.spec import NAME, OptimizeModelConfig
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, OptimizeModelConfig, optimize_model, doc="Export a trained model to ONNX, quantize and prune it for CPU, and hand on the fastest variant within the metric drop.")
+    main(
+        NAME,
+        OptimizeModelConfig,
+        optimize_model,
+        doc="Export a trained model to ONNX, quantize and prune it for CPU, and hand on the fastest variant within the metric drop.",
+    )

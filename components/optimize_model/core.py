@@ -21,8 +21,9 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from trainpipe.components.evaluate_model.core import split_rows
 from trainpipe.components.optimize_model.spec import (
@@ -66,10 +67,16 @@ def task_metrics(task: str, classes: list[Any], y_raw: Any, raw: Any) -> dict[st
     if task == "classification":
         _, y = encode_labels(y_raw, classes or None)
         pred = np.asarray(raw).reshape(len(y), -1).argmax(axis=1)
-        return {"accuracy": float(skm.accuracy_score(y, pred)), "f1_macro": float(skm.f1_score(y, pred, average="macro", zero_division=0))}
+        return {
+            "accuracy": float(skm.accuracy_score(y, pred)),
+            "f1_macro": float(skm.f1_score(y, pred, average="macro", zero_division=0)),
+        }
     y, pred = np.asarray(y_raw, dtype=np.float64), np.asarray(raw, dtype=np.float64).reshape(len(y_raw))
-    return {"r2": float(skm.r2_score(y, pred)), "rmse": float(math.sqrt(skm.mean_squared_error(y, pred))),
-            "mae": float(skm.mean_absolute_error(y, pred))}
+    return {
+        "r2": float(skm.r2_score(y, pred)),
+        "rmse": float(math.sqrt(skm.mean_squared_error(y, pred))),
+        "mae": float(skm.mean_absolute_error(y, pred)),
+    }
 
 
 def timings(predict: Callable[[Any], Any], x: Any, runs: int) -> tuple[float, float, float]:
@@ -146,14 +153,18 @@ def _quiet() -> Iterator[None]:
             warnings.simplefilter("ignore")
             yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 
 def _unexportable_op(text: str) -> str | None:
     """The operator an exporter's message says it has no ONNX translation for."""
-    for pattern in (r"No ONNX function found for <OpOverload\(op='([^']+)'", r"target=torch\.ops\.([\w.]+)\.default",
-                    r"operator '([^']+)' to ONNX", r"Unsupported: .*?(aten[.:][\w.]+)"):
+    for pattern in (
+        r"No ONNX function found for <OpOverload\(op='([^']+)'",
+        r"target=torch\.ops\.([\w.]+)\.default",
+        r"operator '([^']+)' to ONNX",
+        r"Unsupported: .*?(aten[.:][\w.]+)",
+    ):
         m = re.search(pattern, text)
         if m:
             return m.group(1).replace("::", ".")
@@ -175,23 +186,42 @@ def export_onnx(module: Any, example: Any, path: Path) -> str:
     errors = []
     with _quiet():
         try:
-            program = torch.onnx.export(module, (ex,), dynamo=True, dynamic_shapes=({0: torch.export.Dim("batch")},),
-                                        input_names=[INPUT_NAME], output_names=["output"], verbose=False)
+            program = torch.onnx.export(
+                module,
+                (ex,),
+                dynamo=True,
+                dynamic_shapes=({0: torch.export.Dim("batch")},),
+                input_names=[INPUT_NAME],
+                output_names=["output"],
+                verbose=False,
+            )
             program.save(str(path))
             return "dynamo"
         except Exception as exc:  # the exporter raises its own error types for every kind of failure
             errors.append(f"{exc}\n{exc.__cause__ or ''}")
         try:
-            torch.onnx.export(module, (ex,), str(path), dynamo=False, input_names=[INPUT_NAME], output_names=["output"],
-                              dynamic_axes={INPUT_NAME: {0: "batch"}, "output": {0: "batch"}}, opset_version=18)
+            torch.onnx.export(
+                module,
+                (ex,),
+                str(path),
+                dynamo=False,
+                input_names=[INPUT_NAME],
+                output_names=["output"],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, "output": {0: "batch"}},
+                opset_version=18,
+            )
             return "torchscript"
         except Exception as exc:
             errors.append(str(exc))
     path.unlink(missing_ok=True)
     op = next((o for o in map(_unexportable_op, errors) if o), None)
     if op:
-        raise InputError(f"model: ONNX cannot export it: no ONNX translation for the operator {op} (dynamo and TorchScript exporters)")
-    first = next((line.strip() for line in errors[0].splitlines() if line.strip() and "step" not in line), "unknown error")
+        raise InputError(
+            f"model: ONNX cannot export it: no ONNX translation for the operator {op} (dynamo and TorchScript exporters)"
+        )
+    first = next(
+        (line.strip() for line in errors[0].splitlines() if line.strip() and "step" not in line), "unknown error"
+    )
     raise InputError(f"model: ONNX cannot export it: {first[:300]}")
 
 
@@ -208,7 +238,13 @@ class _Rows:
 def quantize(src: Path, dest: Path, mode: str, calibration: Any = None) -> None:
     """int8 with ONNX Runtime's tools: ``dynamic`` (weights int8, activations quantized per call) or
     ``static`` (QDQ, activation ranges calibrated on ``calibration``); the model is shape-inferred first."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     reader = type("Rows", (_Rows, CalibrationDataReader), {})
@@ -218,8 +254,15 @@ def quantize(src: Path, dest: Path, mode: str, calibration: Any = None) -> None:
         if mode == "dynamic":
             quantize_dynamic(str(pre), str(dest), weight_type=QuantType.QInt8)
         else:
-            quantize_static(str(pre), str(dest), reader(calibration), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True)
+            quantize_static(
+                str(pre),
+                str(dest),
+                reader(calibration),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+            )
 
 
 def prunable(module: Any) -> list[tuple[str, Any]]:
@@ -249,8 +292,10 @@ def prune(module: Any, sparsity: float, kind: str) -> list[tuple[Any, str]]:
         units = int(m.weight.shape[0])
         k = round(sparsity * units)
         if k >= units:
-            raise InputError(f"sparsity: {sparsity} structured removes all {units} units of layer {name}; at most {(units - 1) / units:.3f} "
-                             "keeps one")
+            raise InputError(
+                f"sparsity: {sparsity} structured removes all {units} units of layer {name}; at most {(units - 1) / units:.3f} "
+                "keeps one"
+            )
         tprune.ln_structured(m, "weight", amount=k, n=2, dim=0)
     return params
 
@@ -316,7 +361,10 @@ def _calibration_rows(config: OptimizeModelConfig, model: Any, x_train: Any) -> 
     else:
         x, field = x_train, "data"
     if len(x) == 0:
-        raise InputError(f"{field}: no rows to calibrate int8_static on" + ("" if config.calibration_data else " (the split left no training rows)"))
+        raise InputError(
+            f"{field}: no rows to calibrate int8_static on"
+            + ("" if config.calibration_data else " (the split left no training rows)")
+        )
     if len(x) > config.calibration_rows:
         x = x[np.sort(np.random.default_rng(config.seed).choice(len(x), config.calibration_rows, replace=False))]
     return np.ascontiguousarray(x)
@@ -326,12 +374,17 @@ def _select(variants: list[Variant], how: str) -> Variant | None:
     accepted = [v for v in variants if v.accepted and v.name != "fp32"]
     if not accepted:
         return None
-    key: dict[str, Callable[[Variant], float]] = {"throughput": lambda v: -v.throughput_rows_s, "latency": lambda v: v.latency_p50_ms,
-                                                  "size": lambda v: v.size_bytes}
+    key: dict[str, Callable[[Variant], float]] = {
+        "throughput": lambda v: -v.throughput_rows_s,
+        "latency": lambda v: v.latency_p50_ms,
+        "size": lambda v: v.size_bytes,
+    }
     return min(accepted, key=key[how])
 
 
-def optimize_model(config: OptimizeModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> OptimizeModelResult:
+def optimize_model(
+    config: OptimizeModelConfig, lineage: Lineage, runtime: Runtime | None = None
+) -> OptimizeModelResult:
     """Make the CPU variants of a trained model, measure each on the held-out rows and hand on the best accepted one.
 
     Args:
@@ -360,17 +413,25 @@ def optimize_model(config: OptimizeModelConfig, lineage: Lineage, runtime: Runti
     if metric not in METRICS[model.task]:
         raise InputError(f"metric: {metric} is not a {model.task} metric (one of {', '.join(METRICS[model.task])})")
     wants = set(config.variants)
-    need_train = "int8_static" in wants and not config.calibration_data or ("pruned" in wants and config.fine_tune_epochs)
-    x_test, y_raw, x_train, y_train, _ = split_rows(config.data, model, config.label_column, TRAINING_ROWS if need_train else 0)
+    need_train = (
+        "int8_static" in wants and not config.calibration_data or ("pruned" in wants and config.fine_tune_epochs)
+    )
+    x_test, y_raw, x_train, y_train, _ = split_rows(
+        config.data, model, config.label_column, TRAINING_ROWS if need_train else 0
+    )
     calibration = _calibration_rows(config, model, x_train) if "int8_static" in wants else None
-    if "pruned" in wants and config.pruning == "structured":  # an impossible sparsity is refused before anything is exported
+    if (
+        "pruned" in wants and config.pruning == "structured"
+    ):  # an impossible sparsity is refused before anything is exported
         import copy
 
         prune(copy.deepcopy(model.module), config.sparsity, config.pruning)
     torch.set_num_threads(config.threads)
     x_time = np.ascontiguousarray(x_test[: max(config.latency_runs, 1)])
 
-    def figures(name: str, raw: Any, predict: Callable[[Any], Any], path: Path, reference: Variant | None, **extra: Any) -> Variant:
+    def figures(
+        name: str, raw: Any, predict: Callable[[Any], Any], path: Path, reference: Variant | None, **extra: Any
+    ) -> Variant:
         scores = task_metrics(model.task, model.classes, y_raw, raw)
         p50, p99, rps = timings(predict, x_time, config.latency_runs)
         size = path.stat().st_size
@@ -378,13 +439,26 @@ def optimize_model(config: OptimizeModelConfig, lineage: Lineage, runtime: Runti
         ok = drop <= config.max_metric_drop + 1e-12
         ref = reference
         return Variant(
-            name=name, metric=scores[metric], metric_drop=drop, metrics=scores, size_bytes=size,
-            size_ratio=size / ref.size_bytes if ref else 1.0, compressed_bytes=gz_size(path),
-            latency_p50_ms=p50, latency_p99_ms=p99, throughput_rows_s=rps, speedup_b1=(ref.latency_p50_ms / p50) if ref else 1.0,
-            speedup_b256=(rps / ref.throughput_rows_s) if ref else 1.0, accepted=ok if ref else False,
-            reason=("the reference (torch eager)" if ref is None else
-                    f"{metric} {'drops' if drop > 0 else 'gains'} {abs(drop):.4f} ({'within' if ok else 'beyond'} max_metric_drop {config.max_metric_drop})"),
-            **extra)
+            name=name,
+            metric=scores[metric],
+            metric_drop=drop,
+            metrics=scores,
+            size_bytes=size,
+            size_ratio=size / ref.size_bytes if ref else 1.0,
+            compressed_bytes=gz_size(path),
+            latency_p50_ms=p50,
+            latency_p99_ms=p99,
+            throughput_rows_s=rps,
+            speedup_b1=(ref.latency_p50_ms / p50) if ref else 1.0,
+            speedup_b256=(rps / ref.throughput_rows_s) if ref else 1.0,
+            accepted=ok if ref else False,
+            reason=(
+                "the reference (torch eager)"
+                if ref is None
+                else f"{metric} {'drops' if drop > 0 else 'gains'} {abs(drop):.4f} ({'within' if ok else 'beyond'} max_metric_drop {config.max_metric_drop})"
+            ),
+            **extra,
+        )
 
     weights = Path(config.model) / "model.safetensors"
     with tempfile.TemporaryDirectory(prefix="trainpipe-optimize-") as tmp:
@@ -399,10 +473,14 @@ def optimize_model(config: OptimizeModelConfig, lineage: Lineage, runtime: Runti
         onnx_out = ort_predict(session)(x_test)
         diff = float(np.max(np.abs(onnx_out.reshape(torch_out.shape) - torch_out))) if len(x_test) else 0.0
         if not diff <= config.onnx_atol:
-            raise InputError(f"model: its ONNX export ({exporter}) differs from torch by {diff:.3g} on the held-out rows, beyond onnx_atol "
-                             f"{config.onnx_atol}")
+            raise InputError(
+                f"model: its ONNX export ({exporter}) differs from torch by {diff:.3g} on the held-out rows, beyond onnx_atol "
+                f"{config.onnx_atol}"
+            )
         if "onnx" in wants:
-            variants.append(figures("onnx", onnx_out, ort_predict(session), work / "onnx.onnx", fp32, max_abs_diff=diff))
+            variants.append(
+                figures("onnx", onnx_out, ort_predict(session), work / "onnx.onnx", fp32, max_abs_diff=diff)
+            )
             files["onnx"] = work / "onnx.onnx"
         for name, mode in (("int8_dynamic", "dynamic"), ("int8_static", "static")):
             if name in wants:
@@ -423,26 +501,56 @@ def optimize_model(config: OptimizeModelConfig, lineage: Lineage, runtime: Runti
         else:
             shutil.rmtree(out / MODEL_DIR, ignore_errors=True)
             worst = ", ".join(f"{v.name} drops {v.metric_drop:.4f}" for v in variants[1:])
-            reason = f"every variant's {metric} drops beyond max_metric_drop {config.max_metric_drop} ({worst})" if variants[1:] else "no variant made"
+            reason = (
+                f"every variant's {metric} drops beyond max_metric_drop {config.max_metric_drop} ({worst})"
+                if variants[1:]
+                else "no variant made"
+            )
     import onnxruntime
 
     result = OptimizeModelResult(
-        task=model.task, metric=metric, max_metric_drop=config.max_metric_drop, n_test=len(x_test),
-        calibration_rows=0 if calibration is None else len(calibration), threads=config.threads, cpu=_cpu(), onnxruntime=onnxruntime.__version__,
-        variants=variants, selected=chosen.name if chosen else None, reason=reason, model_sha256=sha,
+        task=model.task,
+        metric=metric,
+        max_metric_drop=config.max_metric_drop,
+        n_test=len(x_test),
+        calibration_rows=0 if calibration is None else len(calibration),
+        threads=config.threads,
+        cpu=_cpu(),
+        onnxruntime=onnxruntime.__version__,
+        variants=variants,
+        selected=chosen.name if chosen else None,
+        reason=reason,
+        model_sha256=sha,
     )
     atomic_write_text(out / REPORT_FILE, report(result))
     atomic_write_json(out / RESULT_FILE, result.model_dump(mode="json", exclude={"lineage"}))
-    result.lineage = Lineage.of(lineage).with_(optimization=OptimizationLineage(
-        variant=result.selected, metric=metric, fp32_metric=round(fp32.metric, 6),
-        metric_value=round(chosen.metric, 6) if chosen else None, speedup_b256=round(chosen.speedup_b256, 3) if chosen else None,
-        size_ratio=round(chosen.size_ratio, 4) if chosen else None, onnx_sha256=sha, exporter=exporter,
-    ))
+    result.lineage = Lineage.of(lineage).with_(
+        optimization=OptimizationLineage(
+            variant=result.selected,
+            metric=metric,
+            fp32_metric=round(fp32.metric, 6),
+            metric_value=round(chosen.metric, 6) if chosen else None,
+            speedup_b256=round(chosen.speedup_b256, 3) if chosen else None,
+            size_ratio=round(chosen.size_ratio, 4) if chosen else None,
+            onnx_sha256=sha,
+            exporter=exporter,
+        )
+    )
     return result
 
 
-def _pruned(config: OptimizeModelConfig, model: Any, metric: str, fp32: Variant, x_test: Any, y_raw: Any, x_train: Any, y_train: Any,
-            work: Path, figures: Callable[..., Variant]) -> Variant:
+def _pruned(
+    config: OptimizeModelConfig,
+    model: Any,
+    metric: str,
+    fp32: Variant,
+    x_test: Any,
+    y_raw: Any,
+    x_train: Any,
+    y_train: Any,
+    work: Path,
+    figures: Callable[..., Variant],
+) -> Variant:
     """Prune a copy, fine-tune it when the metric dropped beyond the gate, fold the masks in, export and measure."""
     import copy
 
@@ -461,8 +569,16 @@ def _pruned(config: OptimizeModelConfig, model: Any, metric: str, fp32: Variant,
     share = zero_share(params)
     export_onnx(module, x_test[:2], work / "pruned.onnx")
     s = ort_session(work / "pruned.onnx", config.threads)
-    return figures("pruned", ort_predict(s)(x_test), ort_predict(s), work / "pruned.onnx", fp32, sparsity=round(share, 4), fine_tuned_epochs=tuned,
-                   metric_before_fine_tune=before if tuned else None)
+    return figures(
+        "pruned",
+        ort_predict(s)(x_test),
+        ort_predict(s),
+        work / "pruned.onnx",
+        fp32,
+        sparsity=round(share, 4),
+        fine_tuned_epochs=tuned,
+        metric_before_fine_tune=before if tuned else None,
+    )
 
 
 def _cpu() -> str:
@@ -471,19 +587,26 @@ def _cpu() -> str:
 
     name = platform.processor() or platform.machine()
     try:
-        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        name = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     return f"{name} ({usable_cpus()} cores)"
 
 
-def _write_model(dest: Path, onnx_path: Path, model: Any, chosen: Variant, x_test: Any, exporter: str, sha: str, weights: Path) -> None:
+def _write_model(
+    dest: Path, onnx_path: Path, model: Any, chosen: Variant, x_test: Any, exporter: str, sha: str, weights: Path
+) -> None:
     """The selected variant as a folder MLflow + onnxruntime load without trainpipe: ``model.onnx``,
     ``model.json`` (what it predicts, and its parent) and the input/output examples."""
+    from importlib.metadata import version
+
     import numpy as np
     import onnxruntime
     import pandas as pd
-    from importlib.metadata import version
 
     from trainpipe.serving import loader
     from trainpipe.serving.package import write_examples
@@ -493,10 +616,20 @@ def _write_model(dest: Path, onnx_path: Path, model: Any, chosen: Variant, x_tes
     tmp.mkdir(parents=True)
     shutil.copyfile(onnx_path, tmp / ONNX_FILE)
     meta = {
-        "format": ONNX_FORMAT, "variant": chosen.name, "exporter": exporter, "input_name": INPUT_NAME, "task": model.task,
-        "classes": model.classes, "feature_columns": model.feature_columns, "onnx_sha256": sha,
+        "format": ONNX_FORMAT,
+        "variant": chosen.name,
+        "exporter": exporter,
+        "input_name": INPUT_NAME,
+        "task": model.task,
+        "classes": model.classes,
+        "feature_columns": model.feature_columns,
+        "onnx_sha256": sha,
         "parent": {"builder": model.meta.get("builder"), "model_sha256": file_digest(weights, "sha256")},
-        "requirements": [f"onnxruntime=={onnxruntime.__version__}", f"numpy=={version('numpy')}", f"pandas=={version('pandas')}"],
+        "requirements": [
+            f"onnxruntime=={onnxruntime.__version__}",
+            f"numpy=={version('numpy')}",
+            f"pandas=={version('pandas')}",
+        ],
     }
     (tmp / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
     rows = np.ascontiguousarray(x_test[:5])
@@ -528,36 +661,47 @@ def chart(result: OptimizeModelResult) -> str:
     def py(y: float) -> float:
         return h - pad - (y - y0) / (y1 - y0) * (h - 2 * pad)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" role="img" '
-             f'aria-label="{html.escape(result.metric)} against p50 latency at batch 1">',
-             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#444"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#444"/>',
-             f'<text x="{w / 2}" y="{h - 14}" text-anchor="middle" font-size="12">p50 latency at batch 1 (ms)</text>',
-             f'<text x="14" y="{h / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 14 {h / 2})">{html.escape(result.metric)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" role="img" '
+        f'aria-label="{html.escape(result.metric)} against p50 latency at batch 1">',
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#444"/>',
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#444"/>',
+        f'<text x="{w / 2}" y="{h - 14}" text-anchor="middle" font-size="12">p50 latency at batch 1 (ms)</text>',
+        f'<text x="14" y="{h / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 14 {h / 2})">{html.escape(result.metric)}</text>',
+    ]
     for t in range(5):
         xv, yv = x0 + (x1 - x0) * t / 4, y0 + (y1 - y0) * t / 4
         parts.append(f'<text x="{px(xv):.1f}" y="{h - pad + 16}" text-anchor="middle" font-size="10">{xv:.3g}</text>')
         parts.append(f'<text x="{pad - 6}" y="{py(yv) + 3:.1f}" text-anchor="end" font-size="10">{yv:.4g}</text>')
     for v in vs:
         color = "#888" if v.name == "fp32" else ("#2a7" if v.accepted else "#c33")
-        parts.append(f'<circle class="point" data-variant="{html.escape(v.name)}" cx="{px(v.latency_p50_ms):.1f}" cy="{py(v.metric):.1f}" r="6" '
-                     f'fill="{color}"><title>{html.escape(v.name)}</title></circle>')
-        parts.append(f'<text x="{px(v.latency_p50_ms) + 9:.1f}" y="{py(v.metric) + 4:.1f}" font-size="11">{html.escape(v.name)}</text>')
+        parts.append(
+            f'<circle class="point" data-variant="{html.escape(v.name)}" cx="{px(v.latency_p50_ms):.1f}" cy="{py(v.metric):.1f}" r="6" '
+            f'fill="{color}"><title>{html.escape(v.name)}</title></circle>'
+        )
+        parts.append(
+            f'<text x="{px(v.latency_p50_ms) + 9:.1f}" y="{py(v.metric) + 4:.1f}" font-size="11">{html.escape(v.name)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def report(result: OptimizeModelResult) -> str:
     """One page: the decision, every variant's figures in a table, and the metric-latency chart."""
-    head = ("<tr><th>variant</th><th>accepted</th><th>" + html.escape(result.metric) + "</th><th>drop</th><th>size (bytes)</th><th>size ratio</th>"
-            "<th>gzipped</th><th>p50 ms (batch 1)</th><th>p99 ms</th><th>rows/s (batch 256)</th><th>speed-up b1</th><th>speed-up b256</th>"
-            "<th>why</th></tr>")
+    head = (
+        "<tr><th>variant</th><th>accepted</th><th>"
+        + html.escape(result.metric)
+        + "</th><th>drop</th><th>size (bytes)</th><th>size ratio</th>"
+        "<th>gzipped</th><th>p50 ms (batch 1)</th><th>p99 ms</th><th>rows/s (batch 256)</th><th>speed-up b1</th><th>speed-up b256</th>"
+        "<th>why</th></tr>"
+    )
     rows = "".join(
         f"<tr data-variant='{html.escape(v.name)}'><th>{html.escape(v.name)}</th><td>{'—' if v.name == 'fp32' else 'yes' if v.accepted else 'no'}</td>"
         f"<td>{v.metric:.4f}</td><td>{v.metric_drop:+.4f}</td><td>{v.size_bytes}</td><td>{v.size_ratio:.3f}</td><td>{v.compressed_bytes}</td>"
         f"<td>{v.latency_p50_ms:.4f}</td><td>{v.latency_p99_ms:.4f}</td><td>{v.throughput_rows_s:.0f}</td><td>{v.speedup_b1:.2f}</td>"
         f"<td>{v.speedup_b256:.2f}</td><td>{html.escape(v.reason)}</td></tr>"
-        for v in result.variants)
+        for v in result.variants
+    )
     verdict = f"selected {html.escape(result.selected)}" if result.selected else "no variant accepted"
     svg = base64.b64encode(chart(result).encode("utf-8")).decode("ascii")
     return (

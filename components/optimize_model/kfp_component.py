@@ -39,16 +39,38 @@ def optimize_model(
     check_dataset_hash(data, dataset_md5)
     result = run_entrypoint(
         "optimize_model",
-        {"model": model.path, "data": data.path, "output_dir": optimized.path,
-         "calibration_data": calibration_data.path if calibration_data is not None else "", "label_column": label_column, "variants": variants,
-         "metric": metric, "max_metric_drop": max_metric_drop, "sparsity": sparsity, "pruning": pruning, "fine_tune_epochs": fine_tune_epochs,
-         "calibration_rows": calibration_rows, "onnx_atol": onnx_atol, "select": select, "threads": threads, "latency_runs": latency_runs,
-         "seed": seed},
+        {
+            "model": model.path,
+            "data": data.path,
+            "output_dir": optimized.path,
+            "calibration_data": calibration_data.path if calibration_data is not None else "",
+            "label_column": label_column,
+            "variants": variants,
+            "metric": metric,
+            "max_metric_drop": max_metric_drop,
+            "sparsity": sparsity,
+            "pruning": pruning,
+            "fine_tune_epochs": fine_tune_epochs,
+            "calibration_rows": calibration_rows,
+            "onnx_atol": onnx_atol,
+            "select": select,
+            "threads": threads,
+            "latency_runs": latency_runs,
+            "seed": seed,
+        },
         run_id=run_id,
         output=optimized.path,
     )
-    optimized.metadata.update({"selected": result["selected"] or "", "reason": result["reason"], "metric": result["metric"]})
-    log_metrics(metrics, {f"{v['name']}.{k}": v[k] for v in result["variants"]
-                          for k in ("metric", "latency_p50_ms", "throughput_rows_s", "size_bytes")})
+    optimized.metadata.update(
+        {"selected": result["selected"] or "", "reason": result["reason"], "metric": result["metric"]}
+    )
+    log_metrics(
+        metrics,
+        {
+            f"{v['name']}.{k}": v[k]
+            for v in result["variants"]
+            for k in ("metric", "latency_p50_ms", "throughput_rows_s", "size_bytes")
+        },
+    )
     copy_file(optimized.path + "/report.html", report.path)
     return result["selected"] or ""

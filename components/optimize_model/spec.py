@@ -32,28 +32,65 @@ class OptimizeModelParams(StrictModel):
 
     label_column: str = Field("label", min_length=1, description="name of the label column")
     variants: list[Literal["onnx", "int8_dynamic", "int8_static", "pruned"]] = Field(
-        default_factory=lambda: list(VARIANTS), min_length=1,
+        default_factory=lambda: list(VARIANTS),
+        min_length=1,
         description="what to make: onnx (fp32 ONNX, ONNX Runtime with graph optimizations), int8_dynamic (int8 weights, activations "
         "quantized at run time), int8_static (int8 weights and activations, calibrated on training rows), pruned (sparsity "
-        "applied, fine-tuned when the metric dropped too far, then exported)")
-    metric: str | None = Field(None, description="the metric the gate compares: accuracy, f1_macro (classification); r2, rmse, mae "
-                               "(regression); default accuracy or r2")
-    max_metric_drop: float = Field(0.005, ge=0, le=1, description="a variant is accepted only when its metric is at most this much "
-                                   "worse than the fp32 model's on the same held-out rows (0.005: half a point of accuracy)")
-    sparsity: float = Field(0.5, ge=0, lt=1, description="the share of weights (unstructured) or of units (structured) pruned in every "
-                            "Linear and Conv layer but the last")
+        "applied, fine-tuned when the metric dropped too far, then exported)",
+    )
+    metric: str | None = Field(
+        None,
+        description="the metric the gate compares: accuracy, f1_macro (classification); r2, rmse, mae "
+        "(regression); default accuracy or r2",
+    )
+    max_metric_drop: float = Field(
+        0.005,
+        ge=0,
+        le=1,
+        description="a variant is accepted only when its metric is at most this much "
+        "worse than the fp32 model's on the same held-out rows (0.005: half a point of accuracy)",
+    )
+    sparsity: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="the share of weights (unstructured) or of units (structured) pruned in every "
+        "Linear and Conv layer but the last",
+    )
     pruning: Literal["unstructured", "structured"] = Field(
-        "unstructured", description="unstructured: the smallest weights; structured: whole units (rows of a Linear, filters of a Conv) by L2 norm")
-    fine_tune_epochs: int = Field(2, ge=0, le=100, description="epochs of fine-tuning (pruned weights held at zero) when pruning cost more "
-                                  "than max_metric_drop; 0: never")
-    calibration_rows: int = Field(512, ge=1, le=1_000_000, description="training rows that calibrate int8_static (and the rows timed)")
-    onnx_atol: float = Field(1e-3, gt=0, description="largest absolute difference allowed between the ONNX model's outputs and torch's "
-                             "on the held-out rows")
+        "unstructured",
+        description="unstructured: the smallest weights; structured: whole units (rows of a Linear, filters of a Conv) by L2 norm",
+    )
+    fine_tune_epochs: int = Field(
+        2,
+        ge=0,
+        le=100,
+        description="epochs of fine-tuning (pruned weights held at zero) when pruning cost more "
+        "than max_metric_drop; 0: never",
+    )
+    calibration_rows: int = Field(
+        512, ge=1, le=1_000_000, description="training rows that calibrate int8_static (and the rows timed)"
+    )
+    onnx_atol: float = Field(
+        1e-3,
+        gt=0,
+        description="largest absolute difference allowed between the ONNX model's outputs and torch's "
+        "on the held-out rows",
+    )
     select: Literal["throughput", "latency", "size"] = Field(
-        "throughput", description="which accepted variant is handed on: the highest throughput at batch 256, the lowest p50 latency at "
-        "batch 1, or the smallest file")
-    threads: int = Field(1, ge=1, le=256, description="intra-op threads of torch and ONNX Runtime while timing (recorded with the figures)")
-    latency_runs: int = Field(200, ge=10, le=100_000, description="batch-1 calls timed per variant (p50 and p99 of these)")
+        "throughput",
+        description="which accepted variant is handed on: the highest throughput at batch 256, the lowest p50 latency at "
+        "batch 1, or the smallest file",
+    )
+    threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="intra-op threads of torch and ONNX Runtime while timing (recorded with the figures)",
+    )
+    latency_runs: int = Field(
+        200, ge=10, le=100_000, description="batch-1 calls timed per variant (p50 and p99 of these)"
+    )
     seed: int = Field(0, ge=0, description="seed of the calibration sample and the fine-tuning")
 
     @field_validator("metric")
@@ -68,13 +105,27 @@ class OptimizeModelParams(StrictModel):
 class OptimizeModelConfig(OptimizeModelParams):
     """Everything optimize_model needs, artifacts included."""
 
-    model: str = Field(..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT)
-    data: str = Field(..., min_length=1, description="the snapshot the model was trained on: its held-out rows score every variant, "
-                      "its training rows calibrate and fine-tune", json_schema_extra=SOURCE)
-    calibration_data: str | None = Field(None, description="rows to calibrate int8_static on instead of the training rows (the same columns)",
-                                         json_schema_extra=SOURCE)
-    output_dir: str = Field(..., min_length=1, description="where optimization.json, report.html and the accepted model go",
-                            json_schema_extra=OUTPUT)
+    model: str = Field(
+        ..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT
+    )
+    data: str = Field(
+        ...,
+        min_length=1,
+        description="the snapshot the model was trained on: its held-out rows score every variant, "
+        "its training rows calibrate and fine-tune",
+        json_schema_extra=SOURCE,
+    )
+    calibration_data: str | None = Field(
+        None,
+        description="rows to calibrate int8_static on instead of the training rows (the same columns)",
+        json_schema_extra=SOURCE,
+    )
+    output_dir: str = Field(
+        ...,
+        min_length=1,
+        description="where optimization.json, report.html and the accepted model go",
+        json_schema_extra=OUTPUT,
+    )
 
 
 class Variant(BaseModel):
@@ -94,10 +145,14 @@ class Variant(BaseModel):
     speedup_b256: float = Field(description="this one's throughput over fp32 torch eager's")
     accepted: bool
     reason: str
-    max_abs_diff: float | None = Field(None, description="largest difference from torch's outputs on the held-out rows (ONNX fp32 variants)")
+    max_abs_diff: float | None = Field(
+        None, description="largest difference from torch's outputs on the held-out rows (ONNX fp32 variants)"
+    )
     sparsity: float | None = Field(None, description="share of the prunable weights that are zero")
     fine_tuned_epochs: int = 0
-    metric_before_fine_tune: float | None = Field(None, description="the pruned model's metric before its fine-tune (when it had one)")
+    metric_before_fine_tune: float | None = Field(
+        None, description="the pruned model's metric before its fine-tune (when it had one)"
+    )
 
 
 class OptimizeModelResult(ComponentResult):
@@ -112,7 +167,9 @@ class OptimizeModelResult(ComponentResult):
     cpu: str
     onnxruntime: str
     variants: list[Variant]
-    selected: str | None = Field(description="the accepted variant written to the output, or None when none was accepted")
+    selected: str | None = Field(
+        description="the accepted variant written to the output, or None when none was accepted"
+    )
     reason: str
     model_sha256: str | None = Field(None, description="sha256 of the selected variant's model.onnx")
 
@@ -120,8 +177,10 @@ class OptimizeModelResult(ComponentResult):
         if self.selected is None:
             return f"no variant accepted: {self.reason}"
         v = next(x for x in self.variants if x.name == self.selected)
-        return (f"{self.selected}: {self.metric} {v.metric:.4f} (drop {v.metric_drop:+.4f}), {v.speedup_b256:.2f}x throughput at batch 256, "
-                f"{v.speedup_b1:.2f}x at batch 1, {v.size_ratio:.2f}x size")
+        return (
+            f"{self.selected}: {self.metric} {v.metric:.4f} (drop {v.metric_drop:+.4f}), {v.speedup_b256:.2f}x throughput at batch 256, "
+            f"{v.speedup_b1:.2f}x at batch 1, {v.size_ratio:.2f}x size"
+        )
 
     def figures(self) -> dict[str, float]:
         return {"rows": float(self.n_test)}
@@ -130,14 +189,41 @@ class OptimizeModelResult(ComponentResult):
         out: list[tuple[str, str, dict[str, str], float]] = []
         for v in self.variants:
             labels = {"variant": v.name}
-            out.append(("trainpipe_optimize_metric", f"per variant: {self.metric} on the held-out rows", labels, v.metric))
-            out.append(("trainpipe_optimize_latency_p50_seconds", "per variant: p50 latency at batch 1", labels, v.latency_p50_ms / 1000))
-            out.append(("trainpipe_optimize_throughput_rows_per_second", "per variant: rows a second at batch 256", labels, v.throughput_rows_s))
+            out.append(
+                ("trainpipe_optimize_metric", f"per variant: {self.metric} on the held-out rows", labels, v.metric)
+            )
+            out.append(
+                (
+                    "trainpipe_optimize_latency_p50_seconds",
+                    "per variant: p50 latency at batch 1",
+                    labels,
+                    v.latency_p50_ms / 1000,
+                )
+            )
+            out.append(
+                (
+                    "trainpipe_optimize_throughput_rows_per_second",
+                    "per variant: rows a second at batch 256",
+                    labels,
+                    v.throughput_rows_s,
+                )
+            )
             out.append(("trainpipe_optimize_size_bytes", "per variant: model file size", labels, float(v.size_bytes)))
-            out.append(("trainpipe_optimize_accepted", "per variant: 1 if within max_metric_drop", labels, float(v.accepted)))
+            out.append(
+                ("trainpipe_optimize_accepted", "per variant: 1 if within max_metric_drop", labels, float(v.accepted))
+            )
         return out
 
     def audit_events(self) -> list[dict[str, Any]]:
-        return [{"action": "optimization", "decision": {"selected": self.selected, "reason": self.reason, "metric": self.metric,
-                                                        "accepted": [v.name for v in self.variants if v.accepted and v.name != "fp32"],
-                                                        "model_sha256": self.model_sha256}}]
+        return [
+            {
+                "action": "optimization",
+                "decision": {
+                    "selected": self.selected,
+                    "reason": self.reason,
+                    "metric": self.metric,
+                    "accepted": [v.name for v in self.variants if v.accepted and v.name != "fp32"],
+                    "model_sha256": self.model_sha256,
+                },
+            }
+        ]

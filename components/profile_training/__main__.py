@@ -5,4 +5,9 @@ from trainpipe.components.profile_training.spec import NAME, ProfileTrainingConf
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, ProfileTrainingConfig, profile_training, doc="Report throughput, step-time breakdown and memory of a training run.")
+    main(
+        NAME,
+        ProfileTrainingConfig,
+        profile_training,
+        doc="Report throughput, step-time breakdown and memory of a training run.",
+    )

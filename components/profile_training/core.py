@@ -9,6 +9,7 @@ import json
 import math
 import os
 import statistics
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +89,20 @@ def flops_per_sample(meta: dict[str, Any]) -> float | None:
     builder, args = meta.get("builder"), meta.get("init_args") or {}
     if builder == "builtin:mlp":
         widths = [int(args["features"]), *args.get("hidden_units", []), int(args["n_outputs"])]
-        forward = sum(2 * a * b for a, b in zip(widths, widths[1:]))
+        forward = sum(2 * a * b for a, b in pairwise(widths))
     elif builder == "builtin:cnn":
         c, h, w = args["image_shape"]
-        forward = 2 * (c * 16 * 9 * h * w + 16 * 32 * 9 * h * w + 32 * (h // 2) * (w // 2) * 64 + 64 * int(args["n_outputs"]))
+        forward = 2 * (
+            c * 16 * 9 * h * w + 16 * 32 * 9 * h * w + 32 * (h // 2) * (w // 2) * 64 + 64 * int(args["n_outputs"])
+        )
     else:
         return None
     return 3.0 * forward
 
 
-def summarize(ranks: list[dict[str, Any]], warmup_steps: int, meta: dict[str, Any] | None = None, peak_tflops: float | None = None) -> dict[str, Any]:
+def summarize(
+    ranks: list[dict[str, Any]], warmup_steps: int, meta: dict[str, Any] | None = None, peak_tflops: float | None = None
+) -> dict[str, Any]:
     """Steady-state figures from per-rank step records.
 
     Throughput is the sum over ranks of samples / time spent in steps (ranks run in
@@ -114,7 +119,13 @@ def summarize(ranks: list[dict[str, Any]], warmup_steps: int, meta: dict[str, An
     throughput = sum(sum(s["samples"] for s in rank) / sum(s["step_s"] for s in rank) for rank in steady)
     breakdown = {p: 1000 * statistics.fmean(s[f"{p}_s"] for s in all_steps) for p in PHASES if f"{p}_s" in all_steps[0]}
     threads = int(ranks[0].get("threads") or 1)
-    cpu_util = statistics.fmean(min(1.0, r["cpu_s"] / max(r["wall_s"], 1e-9) / threads) for r in ranks if r.get("cpu_s") is not None) if ranks[0].get("cpu_s") is not None else float("nan")
+    cpu_util = (
+        statistics.fmean(
+            min(1.0, r["cpu_s"] / max(r["wall_s"], 1e-9) / threads) for r in ranks if r.get("cpu_s") is not None
+        )
+        if ranks[0].get("cpu_s") is not None
+        else float("nan")
+    )
     device = str(ranks[0].get("device", "cpu"))
     on_gpu = device.startswith("cuda")
     fps = flops_per_sample(meta or {})
@@ -167,7 +178,9 @@ def summarize(ranks: list[dict[str, Any]], warmup_steps: int, meta: dict[str, An
         "peak_source": source,
         "mfu": (achieved / peak) if achieved and peak else None,
         "collective_ms_per_step": prof.get("collective_ms_per_step") if prof else None,
-        "gpu_utilization_pct": {str(r["rank"]): (r.get("gpu") or {}).get("utilization_pct_mean") for r in ranks} if on_gpu else None,
+        "gpu_utilization_pct": {str(r["rank"]): (r.get("gpu") or {}).get("utilization_pct_mean") for r in ranks}
+        if on_gpu
+        else None,
         "profiled_window": window,
     }
 
@@ -204,12 +217,18 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
             "larger gradient buckets or gradient accumulation, fewer ranks per node, or a faster interconnect."
         )
     if summary["rank_skew"] > 1.25:
-        out.append(f"The slowest rank's steps are {summary['rank_skew']:.2f}x the fastest's: look for a straggler (noisy neighbour, uneven data, thermal throttling).")
+        out.append(
+            f"The slowest rank's steps are {summary['rank_skew']:.2f}x the fastest's: look for a straggler (noisy neighbour, uneven data, thermal throttling)."
+        )
     other = b.get("other", 0.0)
     if step and other / step > 0.25:
-        out.append(f"{other / step:.0%} of the step time is outside the model (metric sync, checkpoint writes): checkpoint less often (checkpoint_every_steps).")
+        out.append(
+            f"{other / step:.0%} of the step time is outside the model (metric sync, checkpoint writes): checkpoint less often (checkpoint_every_steps)."
+        )
     if on_gpu and summary.get("mfu") is not None and summary["mfu"] < 0.05:
-        out.append(f"MFU is {summary['mfu']:.1%}: the model is too small for the device or the input pipeline starves it; try bf16 and larger batches.")
+        out.append(
+            f"MFU is {summary['mfu']:.1%}: the model is too small for the device or the input pipeline starves it; try bf16 and larger batches."
+        )
     return out
 
 
@@ -237,7 +256,7 @@ def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[
     ax.legend(ncol=6, fontsize="small")
     charts.append(("Step-time breakdown", fig))
     fig, ax = plt.subplots(figsize=(7, 2.6))
-    means = [1000 * statistics.fmean(s["step_s"] for s in r["steps"][min(3, len(r["steps"]) - 1):]) for r in ranks]
+    means = [1000 * statistics.fmean(s["step_s"] for s in r["steps"][min(3, len(r["steps"]) - 1) :]) for r in ranks]
     ax.bar([f"rank {r['rank']}" for r in ranks], means)
     ax.set_ylabel("mean step ms")
     charts.append(("Per-rank step time (skew)", fig))
@@ -263,7 +282,10 @@ def render_report(summary: dict[str, Any], charts: list[tuple[str, str]], recomm
     """A self-contained HTML page (charts inlined), viewable in the KFP UI."""
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in summary.items())
     recs = "".join(f"<li>{html.escape(r)}</li>" for r in recommendations) or "<li>No bottleneck stands out.</li>"
-    imgs = "".join(f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>' for t, b in charts)
+    imgs = "".join(
+        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        for t, b in charts
+    )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe training profile</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}</style></head>"
@@ -281,9 +303,20 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     from trainpipe.training import launch
 
     run_dir = out / "pass"
-    settings = {**config.train, "data": config.data, "output_dir": str(run_dir), "checkpoint_dir": str(run_dir / ".ckpt")}
-    settings.update({"max_steps": config.warmup_steps + 5 + config.profile_steps, "epochs": 10_000, "checkpoint_every_steps": 0,
-                     "checkpoint_every_s": 0})
+    settings = {
+        **config.train,
+        "data": config.data,
+        "output_dir": str(run_dir),
+        "checkpoint_dir": str(run_dir / ".ckpt"),
+    }
+    settings.update(
+        {
+            "max_steps": config.warmup_steps + 5 + config.profile_steps,
+            "epochs": 10_000,
+            "checkpoint_every_steps": 0,
+            "checkpoint_every_s": 0,
+        }
+    )
     settings["profile_steps"] = config.profile_steps
     train_cfg = build(TrainModelConfig, settings, where="train")
     check_inputs(train_cfg)
@@ -301,12 +334,21 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     return run_dir
 
 
-def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str, Any], out: Path, policy: Policy) -> None:
+def _log_to_mlflow(
+    config: ProfileTrainingConfig, run_id: str, summary: dict[str, Any], out: Path, policy: Policy
+) -> None:
     from trainpipe import tracking
 
     client = tracking.connect(config.tracking_uri, policy)
     tracking.prepare_artifact_store(client, policy, run_id)
-    for key in ("samples_per_second", "rank_skew", "cpu_utilization", "mfu", "achieved_tflops", "collective_ms_per_step"):
+    for key in (
+        "samples_per_second",
+        "rank_skew",
+        "cpu_utilization",
+        "mfu",
+        "achieved_tflops",
+        "collective_ms_per_step",
+    ):
         value = summary.get(key)
         if isinstance(value, (int, float)) and not math.isnan(value):
             client.log_metric(run_id, f"profile_{key}", float(value))
@@ -318,7 +360,9 @@ def _log_to_mlflow(config: ProfileTrainingConfig, run_id: str, summary: dict[str
             client.log_artifact(run_id, str(out / name), artifact_path="profile_training")
 
 
-def profile_training(config: ProfileTrainingConfig, lineage: Lineage, runtime: Runtime | None = None) -> ProfileTrainingResult:
+def profile_training(
+    config: ProfileTrainingConfig, lineage: Lineage, runtime: Runtime | None = None
+) -> ProfileTrainingResult:
     """Measure a training run: throughput, breakdown, skew, memory, CPU use, MFU, a trace and advice.
 
     Reads a finished run's telemetry (``model``), or runs a short profiling pass on a
@@ -349,10 +393,15 @@ def profile_training(config: ProfileTrainingConfig, lineage: Lineage, runtime: R
     if run_id and (config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
         _log_to_mlflow(config, run_id, summary, out, (runtime or Runtime()).policy)
     result = ProfileTrainingResult(**summary, recommendations=recommendations, trace=trace, mlflow_run_id=run_id)
-    result.lineage = lineage.with_(profile=ProfileLineage(
-        samples_per_second=round(result.samples_per_second, 1), step_time_ms=round(result.step_time_ms["mean"], 3), world_size=result.world_size,
-        mfu=round(result.mfu, 6) if result.mfu is not None else None, recommendations=len(recommendations),
-    ))
+    result.lineage = lineage.with_(
+        profile=ProfileLineage(
+            samples_per_second=round(result.samples_per_second, 1),
+            step_time_ms=round(result.step_time_ms["mean"], 3),
+            world_size=result.world_size,
+            mfu=round(result.mfu, 6) if result.mfu is not None else None,
+            recommendations=len(recommendations),
+        )
+    )
     return result
 
 

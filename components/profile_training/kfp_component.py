@@ -25,14 +25,28 @@ def profile_training(
 
     result = run_entrypoint(
         "profile_training",
-        {"model": model.path if model is not None else "", "data": data.path if data is not None else "", "output_dir": profile.path,
-         "warmup_steps": warmup_steps, "peak_tflops": peak_tflops, "profile_steps": profile_steps, "train": train, "tracking_uri": tracking_uri},
+        {
+            "model": model.path if model is not None else "",
+            "data": data.path if data is not None else "",
+            "output_dir": profile.path,
+            "warmup_steps": warmup_steps,
+            "peak_tflops": peak_tflops,
+            "profile_steps": profile_steps,
+            "train": train,
+            "tracking_uri": tracking_uri,
+        },
         run_id=run_id,
         output=profile.path,
     )
     copy_file(profile.path + "/" + result["report"], report.path)
     log_metrics(
         summary,
-        {"samples_per_second": result["samples_per_second"], "step_time_ms": result["step_time_ms"]["mean"], "rank_skew": result["rank_skew"],
-         "cpu_utilization": result["cpu_utilization"], "mfu": result["mfu"], **{f"{k}_ms": v for k, v in result["breakdown_ms"].items()}},
+        {
+            "samples_per_second": result["samples_per_second"],
+            "step_time_ms": result["step_time_ms"]["mean"],
+            "rank_skew": result["rank_skew"],
+            "cpu_utilization": result["cpu_utilization"],
+            "mfu": result["mfu"],
+            **{f"{k}_ms": v for k, v in result["breakdown_ms"].items()},
+        },
     )

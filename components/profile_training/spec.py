@@ -21,7 +21,10 @@ class ProfileTrainingParams(StrictModel):
 
     warmup_steps: int = Field(3, ge=0, le=1_000_000, description="first steps of each rank left out of steady state")
     peak_tflops: float | None = Field(
-        None, gt=0, le=100_000, description="the device's peak TFLOP/s for MFU (default: from the table of known devices)"
+        None,
+        gt=0,
+        le=100_000,
+        description="the device's peak TFLOP/s for MFU (default: from the table of known devices)",
     )
     profile_steps: int = Field(20, ge=1, le=10_000, description="profiling pass only: steps traced with torch.profiler")
     train: dict[str, Any] = Field(
@@ -33,16 +36,23 @@ class ProfileTrainingParams(StrictModel):
 class ProfileTrainingConfig(ProfileTrainingParams):
     """Everything profile_training needs, artifacts included."""
 
-    model: str | None = Field(None, description="the training run's model artifact (train_model's output)", json_schema_extra=INPUT)
+    model: str | None = Field(
+        None, description="the training run's model artifact (train_model's output)", json_schema_extra=INPUT
+    )
     data: str | None = Field(
-        None, description="a dataset snapshot: run a short profiling pass on it instead of reading a finished run", json_schema_extra=INPUT
+        None,
+        description="a dataset snapshot: run a short profiling pass on it instead of reading a finished run",
+        json_schema_extra=INPUT,
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ProfileTrainingConfig":
+    def _one_source(self) -> ProfileTrainingConfig:
         if (self.model is None) == (self.data is None):
-            raise ValueError("model, data: give exactly one: a training run's model (profile it) or a snapshot (profiling pass)")
+            raise ValueError(
+                "model, data: give exactly one: a training run's model (profile it) or a snapshot (profiling pass)"
+            )
         return self
+
     output_dir: str = Field(..., min_length=1, description="where the report and summary go", json_schema_extra=OUTPUT)
 
 
@@ -65,9 +75,15 @@ class ProfileTrainingResult(ComponentResult):
     peak_tflops: float | None = None
     peak_source: str = ""
     mfu: float | None = Field(None, description="model FLOPs utilization: achieved over peak")
-    gpu_utilization_pct: dict[str, float | None] | None = Field(None, description="NVML utilization per rank (CUDA only)")
-    collective_ms_per_step: float | None = Field(None, description="time in collectives per step (torch.profiler), overlapping backward")
-    profiled_window: dict[str, Any] | None = Field(None, description="the traced steps and their throughput from the telemetry")
+    gpu_utilization_pct: dict[str, float | None] | None = Field(
+        None, description="NVML utilization per rank (CUDA only)"
+    )
+    collective_ms_per_step: float | None = Field(
+        None, description="time in collectives per step (torch.profiler), overlapping backward"
+    )
+    profiled_window: dict[str, Any] | None = Field(
+        None, description="the traced steps and their throughput from the telemetry"
+    )
     recommendations: list[str] = Field(default_factory=list)
     trace: str | None = Field(None, description="Chrome trace file (chrome://tracing, Perfetto)")
     mlflow_run_id: str | None = None

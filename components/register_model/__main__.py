@@ -5,4 +5,6 @@ from trainpipe.components.register_model.spec import NAME, RegisterModelConfig
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, RegisterModelConfig, register_model, doc="Register a gated model in the MLflow registry with its lineage.")
+    main(
+        NAME, RegisterModelConfig, register_model, doc="Register a gated model in the MLflow registry with its lineage."
+    )

@@ -8,7 +8,13 @@ from typing import Any
 
 from trainpipe import registry, signing
 from trainpipe.components.evaluate_model.spec import DECISION_FILE
-from trainpipe.components.register_model.spec import LINEAGE_FILE, MODEL_CARD_FILE, NAME, RegisterModelConfig, RegisterModelResult
+from trainpipe.components.register_model.spec import (
+    LINEAGE_FILE,
+    MODEL_CARD_FILE,
+    NAME,
+    RegisterModelConfig,
+    RegisterModelResult,
+)
 from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.errors import InputError, ServiceUnavailable
@@ -46,16 +52,23 @@ def should_move_champion(decision: dict[str, Any], current: Any | None, version:
     if decision.get("beats_champion") and str(champ.get("version")) == str(current.version):
         return True, f"the gate compared it with champion version {current.version} and it passed"
     if decision.get("beats_champion"):
-        return False, f"the gate compared it with version {champ.get('version')}, but champion is now version {current.version}: champion not moved"
+        return (
+            False,
+            f"the gate compared it with version {champ.get('version')}, but champion is now version {current.version}: champion not moved",
+        )
     return False, f"the gate did not decide against champion version {current.version}: registered as challenger only"
 
 
-def model_card(config: RegisterModelConfig, version: str, decision: dict[str, Any], record: Lineage, meta: dict[str, Any]) -> str:
+def model_card(
+    config: RegisterModelConfig, version: str, decision: dict[str, Any], record: Lineage, meta: dict[str, Any]
+) -> str:
     """The model card: what the model is for, what it was trained on, how it scored, why it was accepted."""
     lineage = record.to_dict()
     snap, train, ev = lineage.get("snapshot", {}), lineage.get("training", {}), lineage.get("evaluation", {})
     source = lineage.get("source", {})
-    metrics = "\n".join(f"| {k} | {v:.4f} |" for k, v in sorted(decision.get("metrics", {}).items()) if isinstance(v, (int, float)))
+    metrics = "\n".join(
+        f"| {k} | {v:.4f} |" for k, v in sorted(decision.get("metrics", {}).items()) if isinstance(v, (int, float))
+    )
     reasons = "\n".join(f"- {r}" for r in decision.get("reasons", []))
     champ = decision.get("champion") or {}
     compared = (
@@ -69,22 +82,22 @@ def model_card(config: RegisterModelConfig, version: str, decision: dict[str, An
 {config.intended_use}
 
 ## Model
-- Built by: `{meta.get('builder')}` from training function `{meta.get('train_function')}` ({meta.get('task', 'classification')}){', classes: ' + ', '.join(map(str, meta.get('classes', []))) if meta.get('classes') else ''}
-- Inputs: {len(meta.get('feature_columns', []))} feature columns ({', '.join(meta.get('feature_columns', [])[:8])}{', …' if len(meta.get('feature_columns', [])) > 8 else ''}); label `{meta.get('label_column')}`
-- Trained with: {train.get('backend')} on {train.get('world_size')} x {train.get('device')} ({train.get('dist_backend')}), precision {train.get('precision', 'fp32')}
-- Weights sha256: `{train.get('model_sha256')}`; MLflow training run `{train.get('mlflow_run_id')}`
+- Built by: `{meta.get("builder")}` from training function `{meta.get("train_function")}` ({meta.get("task", "classification")}){", classes: " + ", ".join(map(str, meta.get("classes", []))) if meta.get("classes") else ""}
+- Inputs: {len(meta.get("feature_columns", []))} feature columns ({", ".join(meta.get("feature_columns", [])[:8])}{", …" if len(meta.get("feature_columns", [])) > 8 else ""}); label `{meta.get("label_column")}`
+- Trained with: {train.get("backend")} on {train.get("world_size")} x {train.get("device")} ({train.get("dist_backend")}), precision {train.get("precision", "fp32")}
+- Weights sha256: `{train.get("model_sha256")}`; MLflow training run `{train.get("mlflow_run_id")}`
 
 ## Data
-- Source: `{source.get('uri', '')}` (md5 `{source.get('md5', '')}`), validated by suite `{lineage.get('validation', {}).get('suite', '')}`
-- Snapshot: DVC md5 `{snap.get('md5')}`, revision `{snap.get('rev', '')}`, remote `{snap.get('remote', '')}`
-- Held-out split: {int(100 * meta.get('split', {}).get('test_fraction', 0))}% (seed {meta.get('split', {}).get('seed')}), {ev.get('n_test')} rows
+- Source: `{source.get("uri", "")}` (md5 `{source.get("md5", "")}`), validated by suite `{lineage.get("validation", {}).get("suite", "")}`
+- Snapshot: DVC md5 `{snap.get("md5")}`, revision `{snap.get("rev", "")}`, remote `{snap.get("remote", "")}`
+- Held-out split: {int(100 * meta.get("split", {}).get("test_fraction", 0))}% (seed {meta.get("split", {}).get("seed")}), {ev.get("n_test")} rows
 
 ## Evaluation
 | metric | value |
 |---|---|
 {metrics}
 
-## Gate decision: {'passed' if decision.get('passed') else 'NOT passed'}
+## Gate decision: {"passed" if decision.get("passed") else "NOT passed"}
 {compared}
 
 {reasons}
@@ -95,7 +108,9 @@ version; `trainpipe lineage models:/{config.model_name}/{version}` prints and ve
 """
 
 
-def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> RegisterModelResult:
+def register_model(
+    config: RegisterModelConfig, lineage: Lineage, runtime: Runtime | None = None
+) -> RegisterModelResult:
     """Register the model when its gate passed; idempotent for identical model and data.
 
     Every new version gets the ``challenger`` alias; the serving alias (``champion``)
@@ -121,7 +136,13 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
     if not decision.get("passed"):
         reason = "gate not passed: " + "; ".join(decision.get("failures") or decision.get("reasons", []))
         return RegisterModelResult(
-            registered=False, created=False, model_name=config.model_name, version=None, alias=None, model_uri=None, reason=reason,
+            registered=False,
+            created=False,
+            model_name=config.model_name,
+            version=None,
+            alias=None,
+            model_uri=None,
+            reason=reason,
             lineage=lineage.with_(registration=RegistrationLineage(registered=False)),
         )
     training, snapshot = lineage.training, lineage.snapshot
@@ -129,7 +150,9 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
         raise InputError("model: its lineage lacks the training run or the snapshot; it was not made by this pipeline")
     sha = file_digest(Path(config.model) / MODEL_FILE, "sha256")
     if sha != training.model_sha256:
-        raise InputError("model: model.safetensors does not match the hash train_model recorded (the artifact was changed)")
+        raise InputError(
+            "model: model.safetensors does not match the hash train_model recorded (the artifact was changed)"
+        )
     meta = read_json(Path(config.model) / MODEL_META)
 
     from trainpipe import tracking
@@ -139,30 +162,58 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
     try:
         existing = find_existing(client, config.model_name, sha, snapshot.md5)
         created = existing is None
-        version = existing.version if existing is not None else _create_version(client, config, lineage, decision, meta, sha, snapshot.md5, training.mlflow_run_id)
+        version = (
+            existing.version
+            if existing is not None
+            else _create_version(client, config, lineage, decision, meta, sha, snapshot.md5, training.mlflow_run_id)
+        )
         version = str(version)
         # signed before any alias points at it: a serving alias never names an unsigned version
-        signature = registry.sign_version(client, config.model_name, version, sha, MODEL_FILE) if signing.signing_enabled() else None
+        signature = (
+            registry.sign_version(client, config.model_name, version, sha, MODEL_FILE)
+            if signing.signing_enabled()
+            else None
+        )
         current = registry.alias_version(client, config.model_name, config.alias)
         move, why = should_move_champion(decision, current, version)
         if move and not config.move_alias:
-            move, why = False, f"registered as challenger only: with require_approval the {config.alias} alias moves after a person approves " \
-                f"(`trainpipe promote models:/{config.model_name}/{version}`)"
+            move, why = (
+                False,
+                f"registered as challenger only: with require_approval the {config.alias} alias moves after a person approves "
+                f"(`trainpipe promote models:/{config.model_name}/{version}`)",
+            )
         aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
         for name in aliases_set:
             client.set_registered_model_alias(config.model_name, name, version)
         aliases = sorted(client.get_model_version(config.model_name, version).aliases)
-        optimized = register_optimized(client, config, lineage, version, aliases_set, snapshot.md5, training) if config.optimized else None
+        optimized = (
+            register_optimized(client, config, lineage, version, aliases_set, snapshot.md5, training)
+            if config.optimized
+            else None
+        )
     except (InputError, ServiceUnavailable):
         raise
     except Exception as exc:
         raise tracking.classify(exc, f"tracking_uri: registering {config.model_name!r} in MLflow", "failed") from None
-    alias = config.alias if config.alias in aliases else (config.challenger_alias if config.challenger_alias in aliases else None)
+    alias = (
+        config.alias
+        if config.alias in aliases
+        else (config.challenger_alias if config.challenger_alias in aliases else None)
+    )
     uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
-    lineage = lineage.with_(registration=RegistrationLineage(model_name=config.model_name, version=version, aliases=aliases, champion_moved=move,
-                                                             signature_sha256=signature))
+    lineage = lineage.with_(
+        registration=RegistrationLineage(
+            model_name=config.model_name,
+            version=version,
+            aliases=aliases,
+            champion_moved=move,
+            signature_sha256=signature,
+        )
+    )
     if optimized is not None and lineage.optimization is not None:
-        lineage = lineage.with_(optimization=lineage.optimization.model_copy(update={"model_name": optimized[0], "version": optimized[1]}))
+        lineage = lineage.with_(
+            optimization=lineage.optimization.model_copy(update={"model_name": optimized[0], "version": optimized[1]})
+        )
     out = Path(config.output_dir)
     atomic_write_json(out / LINEAGE_FILE, lineage.to_dict())
     atomic_write_text(out / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
@@ -185,8 +236,15 @@ def register_model(config: RegisterModelConfig, lineage: Lineage, runtime: Runti
     )
 
 
-def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineage, parent_version: str, aliases_set: list[str], md5: str,
-                       training: Any) -> tuple[str, str, str | None] | None:
+def register_optimized(
+    client: Any,
+    config: RegisterModelConfig,
+    lineage: Lineage,
+    parent_version: str,
+    aliases_set: list[str],
+    md5: str,
+    training: Any,
+) -> tuple[str, str, str | None] | None:
     """Register optimize_model's accepted variant as a version of ``optimized_model_name`` (an MLflow
     pyfunc on onnxruntime), tagged with its parent version, with the aliases this run set on the parent;
     the parent version is tagged with it. Idempotent like the parent. None when no variant was accepted.
@@ -207,7 +265,9 @@ def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineag
     meta = read_json(folder / MODEL_META)
     sha = file_digest(folder / ONNX_FILE, "sha256")
     if sha != record.get("model_sha256"):
-        raise InputError("optimized: model.onnx does not match the hash optimize_model recorded (the artifact was changed)")
+        raise InputError(
+            "optimized: model.onnx does not match the hash optimize_model recorded (the artifact was changed)"
+        )
     if (meta.get("parent") or {}).get("model_sha256") != training.model_sha256:
         raise InputError("optimized: it was made from another model than the one being registered")
     name = config.optimized_model_name or f"{config.model_name}-onnx"
@@ -217,10 +277,16 @@ def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineag
     else:
         uri = package.log_onnx_model(training.mlflow_run_id, folder)
         tags = version_tags(lineage, sha, md5, training.mlflow_run_id)
-        tags.update({registry.PARENT_TAG: f"{config.model_name}/{parent_version}", "trainpipe.variant": str(meta["variant"])})
+        tags.update(
+            {registry.PARENT_TAG: f"{config.model_name}/{parent_version}", "trainpipe.variant": str(meta["variant"])}
+        )
         version = str(mlflow.register_model(uri, name, tags=tags).version)
-        client.update_model_version(name, version, description=f"{meta['variant']} of {config.model_name} version {parent_version} "
-                                    f"(optimize_model; figures in the lineage tags)")
+        client.update_model_version(
+            name,
+            version,
+            description=f"{meta['variant']} of {config.model_name} version {parent_version} "
+            f"(optimize_model; figures in the lineage tags)",
+        )
     signature = registry.sign_version(client, name, version, sha, ONNX_FILE) if signing.signing_enabled() else None
     for alias in aliases_set:
         client.set_registered_model_alias(name, alias, version)
@@ -229,7 +295,14 @@ def register_optimized(client: Any, config: RegisterModelConfig, lineage: Lineag
 
 
 def _create_version(
-    client: Any, config: RegisterModelConfig, lineage: Lineage, decision: dict[str, Any], meta: dict[str, Any], sha: str, md5: str, run_id: str,
+    client: Any,
+    config: RegisterModelConfig,
+    lineage: Lineage,
+    decision: dict[str, Any],
+    meta: dict[str, Any],
+    sha: str,
+    md5: str,
+    run_id: str,
 ) -> str:
     """A new version from the MLflow model train_model logged (it loads without trainpipe), with the
     lineage as tags and ``lineage.json`` and the model card beside it in the training run."""
@@ -237,7 +310,9 @@ def _create_version(
 
     model_uri = lineage.training.model_uri if lineage.training else ""
     if not model_uri:
-        raise InputError("model: its lineage names no MLflow model (train_model logs one); it was not made by this version of train_model")
+        raise InputError(
+            "model: its lineage names no MLflow model (train_model logs one); it was not made by this version of train_model"
+        )
     with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
         atomic_write_json(Path(tmp) / LINEAGE_FILE, lineage.to_dict())
         mlflow.log_artifact(str(Path(tmp) / LINEAGE_FILE), artifact_path="trainpipe")
@@ -247,7 +322,9 @@ def _create_version(
     with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
         atomic_write_text(Path(tmp) / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
         mlflow.log_artifact(str(Path(tmp) / MODEL_CARD_FILE), artifact_path="trainpipe")
-    client.update_model_version(config.model_name, version, description=f"Model card: runs:/{run_id}/trainpipe/{MODEL_CARD_FILE}")
+    client.update_model_version(
+        config.model_name, version, description=f"Model card: runs:/{run_id}/trainpipe/{MODEL_CARD_FILE}"
+    )
     return version
 
 

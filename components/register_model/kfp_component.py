@@ -30,13 +30,35 @@ def register_model(
 
     result = run_entrypoint(
         "register_model",
-        {"model": model.path, "decision": decision.path, "profile": profile.path if profile is not None else "",
-         "optimized": optimized.path if optimized is not None else "", "optimized_model_name": optimized_model_name, "output_dir": registration.path,
-         "model_name": model_name, "alias": alias, "challenger_alias": challenger_alias, "intended_use": intended_use, "tracking_uri": tracking_uri,
-         "move_alias": move_alias},
+        {
+            "model": model.path,
+            "decision": decision.path,
+            "profile": profile.path if profile is not None else "",
+            "optimized": optimized.path if optimized is not None else "",
+            "optimized_model_name": optimized_model_name,
+            "output_dir": registration.path,
+            "model_name": model_name,
+            "alias": alias,
+            "challenger_alias": challenger_alias,
+            "intended_use": intended_use,
+            "tracking_uri": tracking_uri,
+            "move_alias": move_alias,
+        },
         run_id=run_id,
         output=registration.path,
     )
-    registration.metadata.update({k: result[k] or "" for k in ("model_name", "version", "alias", "model_uri", "created", "optimized_model_uri",
-                                                                "signature_sha256")})
+    registration.metadata.update(
+        {
+            k: result[k] or ""
+            for k in (
+                "model_name",
+                "version",
+                "alias",
+                "model_uri",
+                "created",
+                "optimized_model_uri",
+                "signature_sha256",
+            )
+        }
+    )
     return namedtuple("RegisterOutputs", ["model_uri", "version"])(result["model_uri"] or "", result["version"] or "")

@@ -26,7 +26,9 @@ class RegisterModelParams(StrictModel):
         pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$",
         description="the serving alias: it moves to the new version only when the gate decided against the current holder (or none exists)",
     )
-    challenger_alias: str = Field("challenger", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias every new registration gets")
+    challenger_alias: str = Field(
+        "challenger", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias every new registration gets"
+    )
     intended_use: str = Field(
         "Predictions on rows shaped like the training snapshot. Not assessed for other populations or for decisions about people without review.",
         max_length=4000,
@@ -34,22 +36,38 @@ class RegisterModelParams(StrictModel):
     )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     move_alias: bool = Field(
-        True, description="move the serving alias when the gate decided so; False (the pipeline's require_approval): register the "
-        "challenger only, and a person moves the alias later (`trainpipe promote`, or the DAG's approval)")
+        True,
+        description="move the serving alias when the gate decided so; False (the pipeline's require_approval): register the "
+        "challenger only, and a person moves the alias later (`trainpipe promote`, or the DAG's approval)",
+    )
     optimized_model_name: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
-        description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: <model_name>-onnx)")
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
+        description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: <model_name>-onnx)",
+    )
 
 
 class RegisterModelConfig(RegisterModelParams):
     """Everything register_model needs, artifacts included."""
 
-    model: str = Field(..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT)
-    decision: str = Field(..., min_length=1, description="the gate decision (evaluate_model's output)", json_schema_extra=INPUT)
-    profile: str | None = Field(None, description="the profile (profile_training's output), for the lineage", json_schema_extra=INPUT)
-    optimized: str | None = Field(None, description="optimize_model's output: its accepted variant is registered beside the model, with "
-                                  "the same aliases", json_schema_extra=INPUT)
-    output_dir: str = Field(..., min_length=1, description="where the registration record goes", json_schema_extra=OUTPUT)
+    model: str = Field(
+        ..., min_length=1, description="the model artifact (train_model's output)", json_schema_extra=INPUT
+    )
+    decision: str = Field(
+        ..., min_length=1, description="the gate decision (evaluate_model's output)", json_schema_extra=INPUT
+    )
+    profile: str | None = Field(
+        None, description="the profile (profile_training's output), for the lineage", json_schema_extra=INPUT
+    )
+    optimized: str | None = Field(
+        None,
+        description="optimize_model's output: its accepted variant is registered beside the model, with "
+        "the same aliases",
+        json_schema_extra=INPUT,
+    )
+    output_dir: str = Field(
+        ..., min_length=1, description="where the registration record goes", json_schema_extra=OUTPUT
+    )
 
 
 class RegisterModelResult(ComponentResult):
@@ -65,27 +83,57 @@ class RegisterModelResult(ComponentResult):
     champion_moved: bool = False
     aliases_set: list[str] = Field(default_factory=list, description="aliases this run pointed at the version")
     reason: str
-    optimized_version: str | None = Field(None, description="the version of optimized_model_name made (or found) from optimize_model's variant")
+    optimized_version: str | None = Field(
+        None, description="the version of optimized_model_name made (or found) from optimize_model's variant"
+    )
     optimized_model_uri: str | None = None
-    signature_sha256: str | None = Field(None, description="sha256 of the version's signature (model.sig), when the platform signs")
+    signature_sha256: str | None = Field(
+        None, description="sha256 of the version's signature (model.sig), when the platform signs"
+    )
     optimized_signature_sha256: str | None = None
 
     def audit_events(self) -> list[dict[str, Any]]:
         """Each alias this run set, as a record of the audit trail."""
         if not self.registered:
             return []
-        events = [{"action": "sign", "decision": {"model_name": model, "version": version, "signature_sha256": sha}}
-                  for model, version, sha in ((self.model_name, self.version, self.signature_sha256),
-                                              (self.lineage.optimization.model_name if self.lineage.optimization else None,
-                                               self.optimized_version, self.optimized_signature_sha256)) if sha]
+        events = [
+            {"action": "sign", "decision": {"model_name": model, "version": version, "signature_sha256": sha}}
+            for model, version, sha in (
+                (self.model_name, self.version, self.signature_sha256),
+                (
+                    self.lineage.optimization.model_name if self.lineage.optimization else None,
+                    self.optimized_version,
+                    self.optimized_signature_sha256,
+                ),
+            )
+            if sha
+        ]
         events += [
-            {"action": "alias", "decision": {"model_name": self.model_name, "version": self.version, "alias": a, "new_version": self.created}}
+            {
+                "action": "alias",
+                "decision": {
+                    "model_name": self.model_name,
+                    "version": self.version,
+                    "alias": a,
+                    "new_version": self.created,
+                },
+            }
             for a in self.aliases_set
         ]
         if self.optimized_version is not None:
             opt = self.lineage.optimization
-            events += [{"action": "alias", "decision": {"model_name": opt.model_name if opt else None, "version": self.optimized_version,
-                                                        "alias": a, "parent_version": self.version}} for a in self.aliases_set]
+            events += [
+                {
+                    "action": "alias",
+                    "decision": {
+                        "model_name": opt.model_name if opt else None,
+                        "version": self.optimized_version,
+                        "alias": a,
+                        "parent_version": self.version,
+                    },
+                }
+                for a in self.aliases_set
+            ]
         return events
 
     def summary(self) -> str:

@@ -5,4 +5,9 @@ from trainpipe.components.snapshot_dataset.spec import NAME, SnapshotDatasetConf
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, SnapshotDatasetConfig, snapshot_dataset, doc="Snapshot a validated dataset with DVC and push it to a remote.")
+    main(
+        NAME,
+        SnapshotDatasetConfig,
+        snapshot_dataset,
+        doc="Snapshot a validated dataset with DVC and push it to a remote.",
+    )

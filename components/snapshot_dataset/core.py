@@ -9,10 +9,10 @@ from typing import Any
 
 from trainpipe.components.snapshot_dataset.spec import NAME, SnapshotDatasetConfig, SnapshotDatasetResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable
+from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, link_or_copy
 from trainpipe.contract.lineage import Lineage, SnapshotLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, link_or_copy
 from trainpipe.tabular import SUPPORTED_SUFFIXES, find_dataset
 
 _GIT_ID = ["-c", "user.name=trainpipe", "-c", "user.email=trainpipe@localhost", "-c", "commit.gpgsign=false"]
@@ -21,7 +21,9 @@ _GIT_ID = ["-c", "user.name=trainpipe", "-c", "user.email=trainpipe@localhost", 
 def _git(repo: Path, *args: str) -> str:
     proc = subprocess.run(["git", "-C", str(repo), *_GIT_ID, *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise InputError(f"repo_dir: git {args[0]} failed in {str(repo)!r}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+        raise InputError(
+            f"repo_dir: git {args[0]} failed in {str(repo)!r}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+        )
     return proc.stdout.strip()
 
 
@@ -40,7 +42,9 @@ def remote_settings(config: SnapshotDatasetConfig, policy: Policy) -> dict[str, 
     policy_mod.check_scheme("remote_url", url, REMOTE_SCHEMES)
     if "://" not in url:
         if ".." in Path(url).parts:
-            raise InputError(f"remote_url: {url!r} climbs out with '..' (path traversal is refused; give the path itself)")
+            raise InputError(
+                f"remote_url: {url!r} climbs out with '..' (path traversal is refused; give the path itself)"
+            )
         url = str(Path(url).resolve())
     settings: dict[str, Any] = {"url": url}
     # boto's own variables fill what the config leaves unset (a platform sets them on every pod)
@@ -62,7 +66,9 @@ def remote_settings(config: SnapshotDatasetConfig, policy: Policy) -> dict[str, 
             settings["sse"] = sse
             if sse == "aws:kms":
                 if not kms:
-                    raise InputError("remote_sse_kms_key_id: aws:kms encryption needs a key id (here or in the policy's sse_kms_key_id)")
+                    raise InputError(
+                        "remote_sse_kms_key_id: aws:kms encryption needs a key id (here or in the policy's sse_kms_key_id)"
+                    )
                 settings["sse_kms_key_id"] = kms
     elif config.remote_region or config.remote_endpoint_url or config.remote_sse:
         raise InputError("remote_region/remote_endpoint_url/remote_sse: apply only to an s3:// remote_url")
@@ -79,7 +85,9 @@ def _is_git_worktree(path: Path) -> bool:
     """Whether ``path`` is the top of a git working tree (a half-made ``.git`` is not)."""
     if not (path / ".git").exists():
         return False
-    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+    )
     return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()
 
 
@@ -103,8 +111,10 @@ def _create_workspace(repo_dir: Path) -> None:
     if repo_dir.exists():
         foreign = sorted(p.name for p in repo_dir.iterdir() if p.name not in _INIT_LEFTOVERS)
         if foreign:
-            raise InputError(f"repo_dir: {str(repo_dir)!r} exists, is not a git repository and holds files ({', '.join(foreign[:5])}); "
-                             "give an empty folder, a git repository, or a new path")
+            raise InputError(
+                f"repo_dir: {str(repo_dir)!r} exists, is not a git repository and holds files ({', '.join(foreign[:5])}); "
+                "give an empty folder, a git repository, or a new path"
+            )
     repo_dir.parent.mkdir(parents=True, exist_ok=True)
     for stale in repo_dir.parent.glob(f".{repo_dir.name}.init-*"):  # creations killed before their rename
         shutil.rmtree(stale, ignore_errors=True)
@@ -130,7 +140,9 @@ def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
 
     if not _is_git_worktree(repo_dir):
         _create_workspace(repo_dir)
-    elif not (repo_dir / ".dvc" / "config").is_file():  # a git repository of the user's, or a DVC init that was cut short
+    elif not (
+        repo_dir / ".dvc" / "config"
+    ).is_file():  # a git repository of the user's, or a DVC init that was cut short
         Repo.init(str(repo_dir), force=True)
     repo = Repo(str(repo_dir))
     conf = repo.config.read("repo")
@@ -141,7 +153,9 @@ def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     return repo
 
 
-def snapshot_dataset(config: SnapshotDatasetConfig, lineage: Lineage, runtime: Runtime | None = None) -> SnapshotDatasetResult:
+def snapshot_dataset(
+    config: SnapshotDatasetConfig, lineage: Lineage, runtime: Runtime | None = None
+) -> SnapshotDatasetResult:
     """Add the dataset to the DVC workspace, commit, and push it to the remote.
 
     The same bytes always give the same md5; a rerun on unchanged data makes no
@@ -167,13 +181,23 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: Lineage, runtime: R
     rel = Path("data") / config.dataset_name / src.name
     target = repo_dir / rel
     for stale in target.parent.glob("*") if target.parent.exists() else []:
-        tracked = stale.suffix in SUPPORTED_SUFFIXES if stale.is_file() else (stale.is_dir() and not stale.name.startswith("."))
+        tracked = (
+            stale.suffix in SUPPORTED_SUFFIXES
+            if stale.is_file()
+            else (stale.is_dir() and not stale.name.startswith("."))
+        )
         if tracked and stale.name != src.name:
-            raise InputError(f"dataset_name: {config.dataset_name!r} already tracks {stale.name!r}; use another dataset_name per dataset")
+            raise InputError(
+                f"dataset_name: {config.dataset_name!r} already tracks {stale.name!r}; use another dataset_name per dataset"
+            )
     if src.is_dir():  # a folder of Parquet files: DVC tracks the folder (one .dir hash)
-        if not target.is_dir() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(src, f"{NAME}: hashing the data"):
+        if not target.is_dir() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(
+            src, f"{NAME}: hashing the data"
+        ):
             copy_tree_atomic(src, target)
-    elif not target.exists() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(src, f"{NAME}: hashing the data"):
+    elif not target.exists() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(
+        src, f"{NAME}: hashing the data"
+    ):
         atomic_copy(src, target)
     try:
         (stage,) = repo.add(str(target))
@@ -187,9 +211,20 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: Lineage, runtime: R
     try:
         pushed = int(repo.push(targets=[str(target)], remote=config.remote_name) or 0)
     except Exception as exc:
-        raise ServiceUnavailable(f"remote_url: pushing to DVC remote {config.remote_url!r} failed: {_first_line(exc)}") from None
+        raise ServiceUnavailable(
+            f"remote_url: pushing to DVC remote {config.remote_url!r} failed: {_first_line(exc)}"
+        ) from None
     dvc_file = rel.with_name(rel.name + ".dvc")
-    _git(repo_dir, "add", "--", ".dvc/config", ".dvcignore", ".dvc/.gitignore", str(dvc_file), str(rel.parent / ".gitignore"))
+    _git(
+        repo_dir,
+        "add",
+        "--",
+        ".dvc/config",
+        ".dvcignore",
+        ".dvc/.gitignore",
+        str(dvc_file),
+        str(rel.parent / ".gitignore"),
+    )
     staged = subprocess.run(["git", "-C", str(repo_dir), "diff", "--cached", "--quiet"], check=False).returncode != 0
     if staged:
         _git(repo_dir, "commit", "-q", "-m", f"snapshot {config.dataset_name}: md5 {md5}")
@@ -212,7 +247,9 @@ def snapshot_dataset(config: SnapshotDatasetConfig, lineage: Lineage, runtime: R
         committed=staged,
         data_file=src.name,
     )
-    result.lineage = Lineage.of(lineage).with_(snapshot=SnapshotLineage(md5=md5, rev=rev, path=str(rel), remote=url, repo=str(repo_dir)))
+    result.lineage = Lineage.of(lineage).with_(
+        snapshot=SnapshotLineage(md5=md5, rev=rev, path=str(rel), remote=url, repo=str(repo_dir))
+    )
     return result
 
 

@@ -28,9 +28,18 @@ def snapshot_dataset(
 
     result = run_entrypoint(
         "snapshot_dataset",
-        {"data": data.path, "output_dir": snapshot.path, "repo_dir": repo_dir, "remote_url": remote_url, "remote_region": remote_region,
-         "remote_endpoint_url": remote_endpoint_url, "remote_sse": remote_sse, "remote_sse_kms_key_id": remote_sse_kms_key_id,
-         "remote_name": remote_name, "dataset_name": dataset_name},
+        {
+            "data": data.path,
+            "output_dir": snapshot.path,
+            "repo_dir": repo_dir,
+            "remote_url": remote_url,
+            "remote_region": remote_region,
+            "remote_endpoint_url": remote_endpoint_url,
+            "remote_sse": remote_sse,
+            "remote_sse_kms_key_id": remote_sse_kms_key_id,
+            "remote_name": remote_name,
+            "dataset_name": dataset_name,
+        },
         run_id=run_id,
         output=snapshot.path,
     )

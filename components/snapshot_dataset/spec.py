@@ -17,25 +17,42 @@ SNAPSHOT_FILE = "snapshot.json"
 class SnapshotDatasetParams(StrictModel):
     """Settings of snapshot_dataset that are not artifacts."""
 
-    repo_dir: str = Field(..., min_length=1, description="the git+DVC workspace that tracks snapshots (created if missing)")
-    remote_url: str = Field(..., min_length=1, description="DVC remote: a local directory, or s3://, gs://, azure:// … URL")
+    repo_dir: str = Field(
+        ..., min_length=1, description="the git+DVC workspace that tracks snapshots (created if missing)"
+    )
+    remote_url: str = Field(
+        ..., min_length=1, description="DVC remote: a local directory, or s3://, gs://, azure:// … URL"
+    )
     remote_region: str | None = Field(None, description="the S3 remote's region (data residency is checked against it)")
-    remote_endpoint_url: str | None = Field(None, description="an S3-compatible endpoint (MinIO, Ceph …); AWS when unset")
+    remote_endpoint_url: str | None = Field(
+        None, description="an S3-compatible endpoint (MinIO, Ceph …); AWS when unset"
+    )
     remote_sse: Literal["AES256", "aws:kms"] | None = Field(
         None, description="server-side encryption of the S3 remote's objects (default: the policy's sse)"
     )
-    remote_sse_kms_key_id: str | None = Field(None, description="the KMS key of aws:kms encryption (default: the policy's)")
+    remote_sse_kms_key_id: str | None = Field(
+        None, description="the KMS key of aws:kms encryption (default: the policy's)"
+    )
     remote_name: str = Field("storage", pattern=r"^[A-Za-z0-9_-]+$", description="the DVC remote's name")
     dataset_name: str = Field(
-        "dataset", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the dataset's folder in the workspace: data/<name>/"
+        "dataset",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="the dataset's folder in the workspace: data/<name>/",
     )
 
 
 class SnapshotDatasetConfig(SnapshotDatasetParams):
     """Everything snapshot_dataset needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="the validated dataset artifact (validate_data's output)", json_schema_extra=INPUT)
-    output_dir: str = Field(..., min_length=1, description="where the snapshot reference and data go", json_schema_extra=OUTPUT)
+    data: str = Field(
+        ...,
+        min_length=1,
+        description="the validated dataset artifact (validate_data's output)",
+        json_schema_extra=INPUT,
+    )
+    output_dir: str = Field(
+        ..., min_length=1, description="where the snapshot reference and data go", json_schema_extra=OUTPUT
+    )
 
 
 class SnapshotDatasetResult(ComponentResult):

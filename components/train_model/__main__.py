@@ -5,4 +5,9 @@ from trainpipe.components.train_model.spec import NAME, TrainModelConfig
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, TrainModelConfig, train_model, doc="Train a model (torch DDP, TensorFlow multi-worker or Horovod) and log it to MLflow.")
+    main(
+        NAME,
+        TrainModelConfig,
+        train_model,
+        doc="Train a model (torch DDP, TensorFlow multi-worker or Horovod) and log it to MLflow.",
+    )

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainpipe import telemetry
 from trainpipe.components.train_model.spec import (
     ERRORS_DIR,
     METRICS_FILE,
@@ -28,7 +29,6 @@ from trainpipe.components.train_model.spec import (
     TrainModelConfig,
     TrainModelResult,
 )
-from trainpipe import telemetry
 from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
@@ -66,7 +66,9 @@ def check_inputs(config: TrainModelConfig) -> None:
         raise InputError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
     uses_gpus = gpus > 0 and config.device != "cpu"
     if uses_gpus and config.backend != "tensorflow" and config.nproc_per_node > gpus:
-        raise InputError(f"nproc_per_node: {config.nproc_per_node} GPU ranks requested but only {gpus} GPUs are visible on this node")
+        raise InputError(
+            f"nproc_per_node: {config.nproc_per_node} GPU ranks requested but only {gpus} GPUs are visible on this node"
+        )
     fn = config.train_function
     if fn.startswith("builtin:"):
         from trainpipe.training.builtin import parse
@@ -79,7 +81,9 @@ def check_inputs(config: TrainModelConfig) -> None:
         except (ImportError, ValueError):
             found = None
         if found is None:
-            raise InputError(f"train_function: cannot import {top!r} for {fn!r} (is its package installed or on PYTHONPATH?)")
+            raise InputError(
+                f"train_function: cannot import {top!r} for {fn!r} (is its package installed or on PYTHONPATH?)"
+            )
     find_dataset(config.data, "data")
 
 
@@ -137,12 +141,12 @@ class _Tracking(threading.Thread):
                 _log_params_and_input(self.client, self.run_id, c, snapshot)
             # what logging the model needs once the ranks are done, imported while they train (on a
             # busy machine the import shares the cores; after training it would add to the wall time)
-            import mlflow.pyfunc  # noqa: F401
             import mlflow.models  # noqa: F401
+            import mlflow.pyfunc  # noqa: F401
         except BaseException as exc:  # raised in the launcher's thread by result()
             self.error = exc
 
-    def result(self) -> "_Tracking":
+    def result(self) -> _Tracking:
         self.join()
         if self.error is not None:
             raise self.error
@@ -183,7 +187,9 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     if chief:
         from trainpipe import tracking
 
-        tracking.probe(config.tracking_uri, runtime.policy)  # scheme and TLS, and a server that is down: exit 75 before any rank starts
+        tracking.probe(
+            config.tracking_uri, runtime.policy
+        )  # scheme and TLS, and a server that is down: exit 75 before any rank starts
     tracking_thread = _Tracking(config, lineage, runtime.policy) if chief else None
     if tracking_thread is not None:
         tracking_thread.start()
@@ -193,8 +199,12 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     atomic_write_json(config_path, config.model_dump(mode="json"))
     env = rank_env(config)
     env[telemetry.LABELS_ENV] = telemetry.training_labels(
-        lineage.orchestrator.run_id if lineage.orchestrator and lineage.orchestrator.run_id else f"local-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]}",
-        runtime.hardware_profile, config.train_function)
+        lineage.orchestrator.run_id
+        if lineage.orchestrator and lineage.orchestrator.run_id
+        else f"local-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]}",
+        runtime.hardware_profile,
+        config.train_function,
+    )
     t0 = time.perf_counter()
     try:
         abort = (lambda: tracking_thread.error is not None) if tracking_thread is not None else None
@@ -203,7 +213,9 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         config_path.unlink(missing_ok=True)
         shutil.rmtree(out / launch.RENDEZVOUS_DIR, ignore_errors=True)
     wall = time.perf_counter() - t0
-    if tracking_thread is not None and tracking_thread.error is not None and code != 0:  # MLflow failed: the ranks were stopped
+    if (
+        tracking_thread is not None and tracking_thread.error is not None and code != 0
+    ):  # MLflow failed: the ranks were stopped
         _discard_outputs(out)
         tracking_thread.result()
     rank_errors = sorted((out / ERRORS_DIR).glob("rank*.json")) if (out / ERRORS_DIR).exists() else []
@@ -214,11 +226,15 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         if tracking_thread is not None:
             tracking_thread.join()
             if tracking_thread.client is not None and tracking_thread.run_id:
-                tracking_thread.client.set_terminated(tracking_thread.run_id, status="KILLED" if preempted else "FAILED")
+                tracking_thread.client.set_terminated(
+                    tracking_thread.run_id, status="KILLED" if preempted else "FAILED"
+                )
         if err is not None:
             raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
         if preempted:
-            raise errors.Preempted("preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one")
+            raise errors.Preempted(
+                "preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one"
+            )
         raise errors.TrainpipeError(
             f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} restarts (rank logs above)"
         )
@@ -238,7 +254,9 @@ def _discard_outputs(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
-def _report(config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path, wall: float, hardware_profile: str) -> TrainModelResult:
+def _report(
+    config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path, wall: float, hardware_profile: str
+) -> TrainModelResult:
     """Log what the ranks made to the run and build the result."""
     from mlflow.entities import Metric
 
@@ -247,13 +265,23 @@ def _report(config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path,
 
     client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
-    history = [json.loads(line) for line in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
-    last = {k: float(v) for k, v in (history[-1] if history else {}).items() if k not in ("epoch", "step") and isinstance(v, (int, float))}
+    history = [
+        json.loads(line) for line in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+    last = {
+        k: float(v)
+        for k, v in (history[-1] if history else {}).items()
+        if k not in ("epoch", "step") and isinstance(v, (int, float))
+    }
     now = int(time.time() * 1000)
     try:
         if not client.get_metric_history(run_id, "train_wall_seconds"):  # a retried attempt logs its history once
-            metrics = [Metric(f"train_{k}", float(v), now, int(h["epoch"])) for h in history for k, v in h.items()
-                       if k not in ("epoch", "step") and isinstance(v, (int, float)) and v == v]
+            metrics = [
+                Metric(f"train_{k}", float(v), now, int(h["epoch"]))
+                for h in history
+                for k, v in h.items()
+                if k not in ("epoch", "step") and isinstance(v, (int, float)) and v == v
+            ]
             for i in range(0, len(metrics), 1000):
                 client.log_batch(run_id, metrics=metrics[i : i + 1000])
         client.log_metric(run_id, "train_wall_seconds", wall)
@@ -267,7 +295,9 @@ def _report(config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path,
     except errors.TrainpipeError:
         raise
     except Exception as exc:
-        raise tracking.classify(exc, f"tracking_uri: logging the training run to {tracking.redact(t.uri)!r}", "failed") from None
+        raise tracking.classify(
+            exc, f"tracking_uri: logging the training run to {tracking.redact(t.uri)!r}", "failed"
+        ) from None
     telemetry0 = json.loads((out / TELEMETRY_DIR / "rank0.json").read_text(encoding="utf-8"))
     result = TrainModelResult(
         model_file=MODEL_FILE,
@@ -292,16 +322,29 @@ def _report(config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path,
         classes=meta.get("classes", []),
         feature_columns=meta["feature_columns"],
     )
-    result.lineage = lineage.with_(training=TrainingLineage(
-        mlflow_run_id=run_id, experiment_id=t.exp_id, model_uri=model_uri, train_function=config.train_function, task=config.task,
-        backend=config.backend, dist_backend=result.dist_backend, device=result.device, world_size=result.world_size,
-        precision=config.precision, hardware_profile=hardware_profile, model_sha256=sha,
-        final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
-    ))
+    result.lineage = lineage.with_(
+        training=TrainingLineage(
+            mlflow_run_id=run_id,
+            experiment_id=t.exp_id,
+            model_uri=model_uri,
+            train_function=config.train_function,
+            task=config.task,
+            backend=config.backend,
+            dist_backend=result.dist_backend,
+            device=result.device,
+            world_size=result.world_size,
+            precision=config.precision,
+            hardware_profile=hardware_profile,
+            model_sha256=sha,
+            final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
+        )
+    )
     return result
 
 
-def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: SnapshotLineage | None, orchestrator_run: str) -> tuple[str, bool]:
+def _training_run(
+    client: Any, exp_id: str, config: TrainModelConfig, snapshot: SnapshotLineage | None, orchestrator_run: str
+) -> tuple[str, bool]:
     """The MLflow run of this training: a retry of the same orchestrator run on the same data and
     settings reuses the run its earlier attempt opened, so a retried task makes no duplicate run.
 
@@ -310,7 +353,9 @@ def _training_run(client: Any, exp_id: str, config: TrainModelConfig, snapshot: 
     """
     import hashlib
 
-    settings = json.dumps(config.model_dump(mode="json", exclude={"output_dir", "checkpoint_dir", "tracking_uri"}), sort_keys=True)
+    settings = json.dumps(
+        config.model_dump(mode="json", exclude={"output_dir", "checkpoint_dir", "tracking_uri"}), sort_keys=True
+    )
     md5 = snapshot.md5 if snapshot else ""
     key = hashlib.sha256(f"{orchestrator_run}|{md5}|{settings}".encode()).hexdigest()
     if orchestrator_run:
@@ -340,23 +385,55 @@ def _log_params_and_input(client: Any, run_id: str, config: TrainModelConfig, sn
     from trainpipe.tabular import dataset_columns
 
     params = config.model_dump(mode="json", exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster"})
-    flat = [Param(k, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:6000]) for k, v in sorted(params.items())]
+    flat = [
+        Param(k, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:6000]) for k, v in sorted(params.items())
+    ]
     path = find_dataset(config.data, "data")
     source = f"{snapshot.remote}#{snapshot.path}@{snapshot.rev}" if snapshot else str(path)
     schema = json.dumps({"mlflow_colspec": [{"name": c, "type": "double"} for c in dataset_columns(path)]})
-    dataset = Dataset(name=Path(snapshot.path if snapshot else str(path)).name, digest=(snapshot.md5 if snapshot else "")[:36] or "unknown",
-                      source_type="dvc" if snapshot else "local", source=json.dumps({"uri": source}), schema=schema)
+    dataset = Dataset(
+        name=Path(snapshot.path if snapshot else str(path)).name,
+        digest=(snapshot.md5 if snapshot else "")[:36] or "unknown",
+        source_type="dvc" if snapshot else "local",
+        source=json.dumps({"uri": source}),
+        schema=schema,
+    )
     client.log_batch(run_id, params=flat)
-    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "training"),
-                                                                    InputTag("trainpipe.dataset_md5", snapshot.md5 if snapshot else "")])])
+    client.log_inputs(
+        run_id,
+        datasets=[
+            DatasetInput(
+                dataset,
+                tags=[
+                    InputTag("mlflow.data.context", "training"),
+                    InputTag("trainpipe.dataset_md5", snapshot.md5 if snapshot else ""),
+                ],
+            )
+        ],
+    )
 
 
 def _worker_node_result(config: TrainModelConfig, wall: float, lineage: Lineage) -> TrainModelResult:
     """A non-chief node's result: its ranks ran; node 0 reports the model."""
     return TrainModelResult(
-        model_file="", model_sha256="", mlflow_run_id="", tracking_uri="", experiment_id="", train_function=config.train_function,
-        task=config.task, backend=config.backend, dist_backend="", device="", world_size=config.world_size, epochs=config.epochs,
-        wall_seconds=round(wall, 3), resumed_from_step=0, global_steps=0, precision=config.precision, classes=[], feature_columns=[],
+        model_file="",
+        model_sha256="",
+        mlflow_run_id="",
+        tracking_uri="",
+        experiment_id="",
+        train_function=config.train_function,
+        task=config.task,
+        backend=config.backend,
+        dist_backend="",
+        device="",
+        world_size=config.world_size,
+        epochs=config.epochs,
+        wall_seconds=round(wall, 3),
+        resumed_from_step=0,
+        global_steps=0,
+        precision=config.precision,
+        classes=[],
+        feature_columns=[],
         lineage=lineage,
     )
 

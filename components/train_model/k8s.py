@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainpipe import pods
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
-from trainpipe import pods
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import Policy
@@ -102,8 +102,16 @@ def _node_spec(profile: HardwareProfile, name: str, **kwargs: Any) -> dict[str, 
 
 
 def trainjob_manifest(
-    name: str, cluster: ClusterJob, nnodes: int, nproc_per_node: int, node_config: str, result_path: str, profile: HardwareProfile, image: str,
-    env: dict[str, str] | None = None, metrics_port: int = 0,
+    name: str,
+    cluster: ClusterJob,
+    nnodes: int,
+    nproc_per_node: int,
+    node_config: str,
+    result_path: str,
+    profile: HardwareProfile,
+    image: str,
+    env: dict[str, str] | None = None,
+    metrics_port: int = 0,
 ) -> dict[str, Any]:
     """A Kubeflow Trainer ``TrainJob`` on the ``torch-distributed`` runtime (or ``cluster.runtime``)."""
     _check_name(name)
@@ -117,7 +125,9 @@ def trainjob_manifest(
     container["env"] = [e for e in container["env"] if "valueFrom" in e]
     if not container["env"]:
         container.pop("env")
-    trainer_env = [{"name": "TRAINPIPE_JOB_ID", "value": name}] + [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
+    trainer_env = [{"name": "TRAINPIPE_JOB_ID", "value": name}] + [
+        {"name": k, "value": v} for k, v in sorted((env or {}).items())
+    ]
     return {
         "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
         "kind": "TrainJob",
@@ -137,8 +147,23 @@ def trainjob_manifest(
                 {
                     "manager": MANAGER,
                     "trainingRuntimeSpec": {
-                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
-                            "metadata": _pod_metadata(metrics_port, name), "spec": template}}}}]}}
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    "metadata": _pod_metadata(metrics_port, name),
+                                                    "spec": template,
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
                     },
                 }
             ],
@@ -147,14 +172,31 @@ def trainjob_manifest(
 
 
 def pytorchjob_manifest(
-    name: str, cluster: ClusterJob, nnodes: int, nproc_per_node: int, node_config: str, result_path: str,
-    profile: HardwareProfile, image: str, max_restarts: int, env: dict[str, str] | None = None, metrics_port: int = 0,
+    name: str,
+    cluster: ClusterJob,
+    nnodes: int,
+    nproc_per_node: int,
+    node_config: str,
+    result_path: str,
+    profile: HardwareProfile,
+    image: str,
+    max_restarts: int,
+    env: dict[str, str] | None = None,
+    metrics_port: int = 0,
 ) -> dict[str, Any]:
     """A legacy Training Operator ``PyTorchJob`` (kubeflow.org/v1): one Master and ``nnodes - 1`` Workers."""
     _check_name(name)
     command, args = node_command(node_config, result_path)
-    spec = _node_spec(profile, name, container_name="pytorch", image=image, command=command, args=args,  # the name the operator expects
-                      env={"TRAINPIPE_JOB_ID": name, **(env or {})}, pvcs={cluster.shared_pvc: cluster.mount_path})
+    spec = _node_spec(
+        profile,
+        name,
+        container_name="pytorch",
+        image=image,
+        command=command,
+        args=args,  # the name the operator expects
+        env={"TRAINPIPE_JOB_ID": name, **(env or {})},
+        pvcs={cluster.shared_pvc: cluster.mount_path},
+    )
     template = {"metadata": _pod_metadata(metrics_port, name), "spec": spec}
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if nnodes > 1:
@@ -189,7 +231,9 @@ def stage(config: TrainModelConfig, name: str) -> tuple[Path, TrainModelConfig]:
             "checkpoint_dir": None,
             "cluster": None,
             "node_rank": None,
-            "metrics_port": config.metrics_port if config.metrics_port is not None else get_profile(cluster.profile).metrics_port,
+            "metrics_port": config.metrics_port
+            if config.metrics_port is not None
+            else get_profile(cluster.profile).metrics_port,
         }
     )
     atomic_write_json(workdir / "train.json", node.model_dump(mode="json", exclude={"cluster"}))
@@ -203,7 +247,16 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Pol
     image = cluster.image or os.environ.get("TRAINPIPE_IMAGE", "")
     if not image:
         raise InputError("cluster.image: set it (or TRAINPIPE_IMAGE) to the trainpipe image the nodes run")
-    args = (name, cluster, config.nnodes, config.nproc_per_node, str(workdir / "train.json"), str(workdir / "result.json"), profile, image)
+    args = (
+        name,
+        cluster,
+        config.nnodes,
+        config.nproc_per_node,
+        str(workdir / "train.json"),
+        str(workdir / "result.json"),
+        profile,
+        image,
+    )
     port = config.metrics_port if config.metrics_port is not None else profile.metrics_port
     if cluster.launcher == "pytorchjob":
         return pytorchjob_manifest(*args, max_restarts=config.max_restarts, env=_job_env(policy), metrics_port=port)
@@ -212,9 +265,12 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Pol
 
 def _api() -> Any:
     try:
-        from kubernetes import client, config as kconfig
+        from kubernetes import client
+        from kubernetes import config as kconfig
     except ImportError:
-        raise InputError("cluster: submitting a training job needs the kubernetes client (pip install 'trainpipe[kfp]')") from None
+        raise InputError(
+            "cluster: submitting a training job needs the kubernetes client (pip install 'trainpipe[kfp]')"
+        ) from None
     try:
         kconfig.load_incluster_config()
     except kconfig.ConfigException:
@@ -255,7 +311,9 @@ def delete_job(api: Any, manifest: dict[str, Any]) -> None:
         api.delete_namespaced_custom_object(group, version, ns, plural, name, body={"propagationPolicy": "Foreground"})
     except Exception as exc:
         if _status(exc) != 404:
-            raise ServiceUnavailable(f"cluster: deleting {manifest['kind']} {ns}/{name} failed: {str(exc).splitlines()[0]}") from None
+            raise ServiceUnavailable(
+                f"cluster: deleting {manifest['kind']} {ns}/{name} failed: {str(exc).splitlines()[0]}"
+            ) from None
 
 
 def submit_and_wait(manifest: dict[str, Any], poll_s: float, timeout_s: float, api: Any | None = None) -> None:
@@ -323,7 +381,9 @@ def submit_and_wait(manifest: dict[str, Any], poll_s: float, timeout_s: float, a
             signal.signal(signal.SIGTERM, previous)
 
 
-def run_cluster_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime, api: Any | None = None) -> TrainModelResult:
+def run_cluster_job(
+    config: TrainModelConfig, lineage: Lineage, runtime: Runtime, api: Any | None = None
+) -> TrainModelResult:
     """Stage, submit, wait, and bring node 0's model back into ``output_dir``; the nodes run under
     ``runtime``'s policy."""
     cluster = config.cluster
@@ -347,5 +407,9 @@ def run_cluster_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime
     result = TrainModelResult.model_validate(payload)
     if node.training is None:
         raise TrainpipeError(f"cluster: node 0's result at {result_file} carries no training lineage")
-    result.lineage = lineage.with_(training=node.training.model_copy(update={"cluster_job": f"{manifest['kind']}/{manifest['metadata']['namespace']}/{name}"}))
+    result.lineage = lineage.with_(
+        training=node.training.model_copy(
+            update={"cluster_job": f"{manifest['kind']}/{manifest['metadata']['namespace']}/{name}"}
+        )
+    )
     return result

@@ -53,17 +53,53 @@ def train_model(
     check_dataset_hash(data, dataset_md5)
     result = run_entrypoint(
         "train_model",
-        {"data": data.path, "output_dir": model.path, "train_function": train_function, "train_config": train_config, "task": task,
-         "label_column": label_column, "backend": backend, "horovod_binding": horovod_binding, "precision": precision,
-         "nproc_per_node": nproc_per_node, "nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint, "cluster": cluster,
-         "device": device, "dist_backend": dist_backend, "epochs": epochs, "max_steps": max_steps, "batch_size": batch_size,
-         "test_fraction": test_fraction, "seed": seed, "max_restarts": max_restarts, "collective_timeout_s": collective_timeout_s,
-         "device_data_share": device_data_share, "profile_steps": profile_steps, "metrics_port": metrics_port,
-         "checkpoint_every_s": checkpoint_every_s, "checkpoint_every_steps": checkpoint_every_steps, "keep_checkpoints": keep_checkpoints,
-         "serving_requirements": serving_requirements, "tracking_uri": tracking_uri, "experiment_name": experiment_name},
+        {
+            "data": data.path,
+            "output_dir": model.path,
+            "train_function": train_function,
+            "train_config": train_config,
+            "task": task,
+            "label_column": label_column,
+            "backend": backend,
+            "horovod_binding": horovod_binding,
+            "precision": precision,
+            "nproc_per_node": nproc_per_node,
+            "nnodes": nnodes,
+            "node_rank": node_rank,
+            "rdzv_endpoint": rdzv_endpoint,
+            "cluster": cluster,
+            "device": device,
+            "dist_backend": dist_backend,
+            "epochs": epochs,
+            "max_steps": max_steps,
+            "batch_size": batch_size,
+            "test_fraction": test_fraction,
+            "seed": seed,
+            "max_restarts": max_restarts,
+            "collective_timeout_s": collective_timeout_s,
+            "device_data_share": device_data_share,
+            "profile_steps": profile_steps,
+            "metrics_port": metrics_port,
+            "checkpoint_every_s": checkpoint_every_s,
+            "checkpoint_every_steps": checkpoint_every_steps,
+            "keep_checkpoints": keep_checkpoints,
+            "serving_requirements": serving_requirements,
+            "tracking_uri": tracking_uri,
+            "experiment_name": experiment_name,
+        },
         run_id=run_id,
         output=model.path,
     )
-    model.metadata.update({"framework": "pytorch", "task": result["task"], "train_function": result["train_function"], "sha256": result["model_sha256"],
-                           "mlflow_run_id": result["mlflow_run_id"], "model_uri": result["model_uri"]})
-    log_metrics(metrics, {**{f"train_{k}": v for k, v in result["metrics"].items()}, "wall_seconds": result["wall_seconds"]})
+    model.metadata.update(
+        {
+            "framework": "pytorch",
+            "task": result["task"],
+            "train_function": result["train_function"],
+            "sha256": result["model_sha256"],
+            "mlflow_run_id": result["mlflow_run_id"],
+            "model_uri": result["model_uri"],
+        }
+    )
+    log_metrics(
+        metrics, {**{f"train_{k}": v for k, v in result["metrics"].items()}, "wall_seconds": result["wall_seconds"]}
+    )

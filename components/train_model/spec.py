@@ -29,14 +29,23 @@ TASKS = ("classification", "regression")
 class ClusterJob(StrictModel):
     """Where a multi-node job runs on Kubernetes (used when nnodes > 1)."""
 
-    launcher: Literal["trainjob", "pytorchjob"] = Field("trainjob", description="Kubeflow Trainer TrainJob, or the legacy PyTorchJob")
-    namespace: str | None = Field(None, min_length=1, description="where the job goes (default: the profile's team namespace, else kubeflow)")
+    launcher: Literal["trainjob", "pytorchjob"] = Field(
+        "trainjob", description="Kubeflow Trainer TrainJob, or the legacy PyTorchJob"
+    )
+    namespace: str | None = Field(
+        None, min_length=1, description="where the job goes (default: the profile's team namespace, else kubeflow)"
+    )
     runtime: str = Field("torch-distributed", min_length=1, description="the TrainJob's ClusterTrainingRuntime")
     image: str | None = Field(None, description="the trainpipe image every node runs (default: TRAINPIPE_IMAGE)")
     profile: str = Field("gpu", description="hardware profile of each node: cpu, gpu or a YAML file")
     shared_pvc: str = Field(..., min_length=1, description="a ReadWriteMany PVC mounted by this step and by every node")
-    mount_path: str = Field("/mnt/trainpipe", description="where the PVC is mounted, in this step's pod and on the nodes")
-    job_name: str | None = Field(None, description="default: trainpipe-train-<hash of the run id and the step's output>; a retry reattaches to it")
+    mount_path: str = Field(
+        "/mnt/trainpipe", description="where the PVC is mounted, in this step's pod and on the nodes"
+    )
+    job_name: str | None = Field(
+        None,
+        description="default: trainpipe-train-<hash of the run id and the step's output>; a retry reattaches to it",
+    )
     poll_s: float = Field(10, gt=0, le=600)
     timeout_s: float = Field(86_400, gt=0, le=30 * 86_400)
 
@@ -50,9 +59,12 @@ class TrainModelParams(StrictModel):
         description="the training function: builtin:mlp, builtin:cnn, or your own 'package.module:function' called as f(ctx, train_config)",
     )
     train_config: dict[str, Any] = Field(
-        default_factory=dict, description="passed to the training function (the built-ins take hidden_units, learning_rate, momentum, ...)"
+        default_factory=dict,
+        description="passed to the training function (the built-ins take hidden_units, learning_rate, momentum, ...)",
     )
-    task: Literal["classification", "regression"] = Field("classification", description="what the label is: classes or values")
+    task: Literal["classification", "regression"] = Field(
+        "classification", description="what the label is: classes or values"
+    )
     label_column: str = Field("label", min_length=1, description="name of the label column")
     backend: Literal["torch_ddp", "torch_fsdp", "horovod", "tensorflow"] = Field(
         "torch_ddp",
@@ -63,41 +75,68 @@ class TrainModelParams(StrictModel):
     )
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="bf16 runs on CPU and GPU; fp16 needs CUDA")
     nproc_per_node: int = Field(2, ge=1, le=256, description="processes (ranks) on this node")
-    nnodes: int = Field(1, ge=1, le=4096, description="nodes in the job; > 1 needs rdzv_endpoint (or MASTER_ADDR/MASTER_PORT)")
-    node_rank: int | None = Field(None, ge=0, description="this node's rank (default: NODE_RANK / PET_NODE_RANK / RANK from the environment)")
+    nnodes: int = Field(
+        1, ge=1, le=4096, description="nodes in the job; > 1 needs rdzv_endpoint (or MASTER_ADDR/MASTER_PORT)"
+    )
+    node_rank: int | None = Field(
+        None, ge=0, description="this node's rank (default: NODE_RANK / PET_NODE_RANK / RANK from the environment)"
+    )
     rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous (multi-node)")
-    cluster: ClusterJob | None = Field(None, description="run a multi-node job (nnodes > 1) through the Kubeflow Trainer")
+    cluster: ClusterJob | None = Field(
+        None, description="run a multi-node job (nnodes > 1) through the Kubeflow Trainer"
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when present")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on cuda, gloo on cpu")
     epochs: int = Field(10, ge=1, le=100_000)
-    max_steps: int | None = Field(None, ge=1, le=10**9, description="stop after this many optimizer steps (a short profiling pass)")
+    max_steps: int | None = Field(
+        None, ge=1, le=10**9, description="stop after this many optimizer steps (a short profiling pass)"
+    )
     batch_size: int = Field(64, ge=1, le=10_000_000, description="global batch size, split evenly across all ranks")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, the same split evaluate_model uses")
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    max_restarts: int = Field(3, ge=0, le=100, description="restarts of the whole worker group after a failure; each resumes from the newest checkpoint")
-    collective_timeout_s: int = Field(300, ge=10, le=86_400, description="bound on a hung collective: never an endless wait")
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="restarts of the whole worker group after a failure; each resumes from the newest checkpoint",
+    )
+    collective_timeout_s: int = Field(
+        300, ge=10, le=86_400, description="bound on a hung collective: never an endless wait"
+    )
     device_data_share: float = Field(
-        0.25, ge=0, le=0.9,
+        0.25,
+        ge=0,
+        le=0.9,
         description="on a GPU, in-memory training rows move to the device when they take at most this share of its free memory "
         "(batches are then gathered there); otherwise each batch is copied ahead from pinned host memory; 0: always from the host",
     )
     profile_steps: int = Field(
-        0, ge=0, le=10_000, description="trace this many steps with torch.profiler on rank 0 (after 4 warm-up steps); 0: off"
+        0,
+        ge=0,
+        le=10_000,
+        description="trace this many steps with torch.profiler on rank 0 (after 4 warm-up steps); 0: off",
     )
     metrics_port: int | None = Field(
-        None, ge=0, le=65_535,
+        None,
+        ge=0,
+        le=65_535,
         description="serve each rank's Prometheus metrics on this port + its local rank while it trains; "
         "0: off (on a KFP face 0 is unset: turn it off in the profile); default: the hardware profile's",
     )
     checkpoint_every_s: float = Field(
-        300, ge=0, le=30 * 86_400,
+        300,
+        ge=0,
+        le=30 * 86_400,
         description="checkpoint once this many seconds passed since the last (at the next step's end, an epoch's end included); "
         "the last step, and a preemption (SIGTERM, SIGUSR1), always checkpoint; 0: not by time",
     )
-    checkpoint_every_steps: int = Field(0, ge=0, le=10**9, description="also checkpoint every N optimizer steps (0: not by count)")
+    checkpoint_every_steps: int = Field(
+        0, ge=0, le=10**9, description="also checkpoint every N optimizer steps (0: not by count)"
+    )
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     serving_requirements: list[str] = Field(
-        default_factory=list, description="extra pip requirements of the registered model (your model code's own dependencies)"
+        default_factory=list,
+        description="extra pip requirements of the registered model (your model code's own dependencies)",
     )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     experiment_name: str = Field("trainpipe", min_length=1)
@@ -107,7 +146,7 @@ class TrainModelParams(StrictModel):
         return self.nproc_per_node * self.nnodes
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainModelParams":
+    def _check(self) -> TrainModelParams:
         if self.batch_size % self.world_size:
             raise ValueError(
                 f"batch_size: {self.batch_size} must be divisible by the world size {self.world_size} (nproc_per_node x nnodes)"
@@ -116,30 +155,46 @@ class TrainModelParams(StrictModel):
             raise ValueError("dist_backend: nccl needs device cuda")
         if self.train_function.startswith("builtin:"):
             if self.train_function.split(":", 1)[1] not in BUILTIN_FUNCTIONS:
-                raise ValueError(f"train_function: unknown built-in {self.train_function!r} (built in: {', '.join('builtin:' + f for f in BUILTIN_FUNCTIONS)})")
+                raise ValueError(
+                    f"train_function: unknown built-in {self.train_function!r} (built in: {', '.join('builtin:' + f for f in BUILTIN_FUNCTIONS)})"
+                )
         elif not _is_entry_point(self.train_function):
-            raise ValueError(f"train_function: {self.train_function!r} is neither builtin:mlp, builtin:cnn nor 'package.module:function'")
+            raise ValueError(
+                f"train_function: {self.train_function!r} is neither builtin:mlp, builtin:cnn nor 'package.module:function'"
+            )
         if self.backend == "horovod" and self.horovod_binding == "tensorflow":
             raise ValueError(
                 "horovod_binding: tensorflow is not available: Horovod 0.28.1's TensorFlow ops do not build against "
                 "TensorFlow 2.21; use backend tensorflow (MultiWorkerMirroredStrategy) or horovod with the torch binding"
             )
         if self.nnodes > 1 and self.backend == "horovod":
-            raise ValueError("nnodes: multi-node horovod runs under an MPIJob or horovodrun with hosts; use torch_ddp, torch_fsdp or tensorflow for nnodes > 1")
+            raise ValueError(
+                "nnodes: multi-node horovod runs under an MPIJob or horovodrun with hosts; use torch_ddp, torch_fsdp or tensorflow for nnodes > 1"
+            )
         return self
 
 
 def _is_entry_point(value: str) -> bool:
     module, sep, func = value.partition(":")
-    return bool(sep) and all(p.isidentifier() for p in module.split(".")) and all(p.isidentifier() for p in func.split("."))
+    return (
+        bool(sep)
+        and all(p.isidentifier() for p in module.split("."))
+        and all(p.isidentifier() for p in func.split("."))
+    )
 
 
 class TrainModelConfig(TrainModelParams):
     """Everything train_model needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="the dataset snapshot (snapshot_dataset's output)", json_schema_extra=SOURCE)
-    output_dir: str = Field(..., min_length=1, description="where the model, checkpoints and telemetry go", json_schema_extra=OUTPUT)
-    checkpoint_dir: str | None = Field(None, description="checkpoints (default: <output_dir>/checkpoints); a rerun resumes from it")
+    data: str = Field(
+        ..., min_length=1, description="the dataset snapshot (snapshot_dataset's output)", json_schema_extra=SOURCE
+    )
+    output_dir: str = Field(
+        ..., min_length=1, description="where the model, checkpoints and telemetry go", json_schema_extra=OUTPUT
+    )
+    checkpoint_dir: str | None = Field(
+        None, description="checkpoints (default: <output_dir>/checkpoints); a rerun resumes from it"
+    )
 
 
 class TrainModelResult(ComponentResult, TrainingRun):
@@ -147,11 +202,17 @@ class TrainModelResult(ComponentResult, TrainingRun):
 
     model_file: str
     model_sha256: str
-    model_uri: str = Field("", description="the MLflow pyfunc model logged to the training run (loads without trainpipe)")
+    model_uri: str = Field(
+        "", description="the MLflow pyfunc model logged to the training run (loads without trainpipe)"
+    )
     tracking_uri: str
     epochs: int
-    final_loss: float | None = Field(None, description="the last epoch's mean of the logged loss, when the function logs one")
-    metrics: dict[str, float] = Field(default_factory=dict, description="the last epoch's mean of every value the function logged")
+    final_loss: float | None = Field(
+        None, description="the last epoch's mean of the logged loss, when the function logs one"
+    )
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="the last epoch's mean of every value the function logged"
+    )
     wall_seconds: float
     resumed_from_step: int
     global_steps: int

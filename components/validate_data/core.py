@@ -19,9 +19,9 @@ from trainpipe.components.validate_data.spec import (
     ValidateDataResult,
 )
 from trainpipe.contract.errors import InputError, ValidationFailed
+from trainpipe.contract.io import atomic_copy, atomic_write_json, copy_tree_atomic, dataset_digest
 from trainpipe.contract.lineage import Lineage, SourceLineage, ValidationLineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.contract.io import atomic_copy, atomic_write_json, copy_tree_atomic, dataset_digest
 from trainpipe.tabular import dataset_columns, find_dataset, parquet_files, read_table
 
 #: Table-level expectations whose outcome over a Parquet directory is decided on all its files together.
@@ -47,8 +47,14 @@ def load_suite(suite: str, label_column: str, columns: list[str] | None = None, 
         from trainpipe.preconditions import training_suite
 
         c = config
-        return training_suite(list(columns or [label_column]), label_column, getattr(c, "task", "classification"),
-                              getattr(c, "batch_size", 64), getattr(c, "test_fraction", 0.2), getattr(c, "seed", 0))
+        return training_suite(
+            list(columns or [label_column]),
+            label_column,
+            getattr(c, "task", "classification"),
+            getattr(c, "batch_size", 64),
+            getattr(c, "test_fraction", 0.2),
+            getattr(c, "seed", 0),
+        )
     path = Path(suite)
     if not path.is_file():
         raise InputError(f"suite: {suite!r} does not exist")
@@ -60,14 +66,23 @@ def load_suite(suite: str, label_column: str, columns: list[str] | None = None, 
     if not isinstance(doc, dict) or not isinstance(doc.get("expectations"), list) or not doc["expectations"]:
         raise InputError(f"suite: {str(path)!r} must be an object with a non-empty 'expectations' list")
     for i, exp in enumerate(doc["expectations"]):
-        if not isinstance(exp, dict) or not isinstance(exp.get("type"), str) or not isinstance(exp.get("kwargs", {}), dict):
+        if (
+            not isinstance(exp, dict)
+            or not isinstance(exp.get("type"), str)
+            or not isinstance(exp.get("kwargs", {}), dict)
+        ):
             raise InputError(f"suite: expectation #{i} must be an object with a 'type' string and a 'kwargs' object")
     doc.setdefault("name", path.stem)
     return doc
 
 
-def _aggregate(suite: dict[str, Any], runs: list[list[ExpectationOutcome]], rows: int, distinct: dict[str, set[Any]],
-               files: list[Path]) -> list[ExpectationOutcome]:
+def _aggregate(
+    suite: dict[str, Any],
+    runs: list[list[ExpectationOutcome]],
+    rows: int,
+    distinct: dict[str, set[Any]],
+    files: list[Path],
+) -> list[ExpectationOutcome]:
     """One outcome per expectation over every file: row-level ones pass when they pass in every
     file; the table-level ones (row count, distinct values) are decided on the whole directory."""
     out = []
@@ -79,16 +94,36 @@ def _aggregate(suite: dict[str, Any], runs: list[list[ExpectationOutcome]], rows
             observed = rows if exp["type"] == AGGREGATED[0] else len(distinct.get(kwargs.get("column"), set()))
             lo, hi = kwargs.get("min_value"), kwargs.get("max_value")
             ok = (lo is None or observed >= lo) and (hi is None or observed <= hi)
-            out.append(ExpectationOutcome(type=first.type, kwargs=first.kwargs, success=ok,
-                                          exception=None if ok else f"observed {observed} over all files"))
+            out.append(
+                ExpectationOutcome(
+                    type=first.type,
+                    kwargs=first.kwargs,
+                    success=ok,
+                    exception=None if ok else f"observed {observed} over all files",
+                )
+            )
             continue
         counts = [o.unexpected_count for o in per_file if o.unexpected_count is not None]
         exceptions = [o.exception for o in per_file if o.exception]
-        examples = [f"{files[k].name}: {o.example}" if len(files) > 1 else o.example for k, o in enumerate(per_file) if o.example]
-        reasons = [f"{files[k].name}: {o.reason}" if len(files) > 1 else o.reason for k, o in enumerate(per_file) if o.reason]
-        out.append(ExpectationOutcome(type=first.type, kwargs=first.kwargs, success=all(o.success for o in per_file),
-                                      unexpected_count=sum(counts) if counts else None, example=examples[0] if examples else None,
-                                      reason=reasons[0] if reasons else None, exception=exceptions[0] if exceptions else None))
+        examples = [
+            f"{files[k].name}: {o.example}" if len(files) > 1 else o.example
+            for k, o in enumerate(per_file)
+            if o.example
+        ]
+        reasons = [
+            f"{files[k].name}: {o.reason}" if len(files) > 1 else o.reason for k, o in enumerate(per_file) if o.reason
+        ]
+        out.append(
+            ExpectationOutcome(
+                type=first.type,
+                kwargs=first.kwargs,
+                success=all(o.success for o in per_file),
+                unexpected_count=sum(counts) if counts else None,
+                example=examples[0] if examples else None,
+                reason=reasons[0] if reasons else None,
+                exception=exceptions[0] if exceptions else None,
+            )
+        )
     return out
 
 
@@ -104,13 +139,19 @@ def _rules(suite_doc: dict[str, Any], config: Any, columns: list[str]) -> dict[s
     return {r.name: r for r in rules}
 
 
-def _explain(outcomes: list[ExpectationOutcome], suite_doc: dict[str, Any], rules: dict[str, Any], df: Any, whole_table: bool) -> None:
+def _explain(
+    outcomes: list[ExpectationOutcome], suite_doc: dict[str, Any], rules: dict[str, Any], df: Any, whole_table: bool
+) -> None:
     """A failed precondition says what train_model would say: the column, and a row and its value
     (or the rows the split needs), instead of GX's bare observed value."""
+
     def key(kind: str, kwargs: dict[str, Any]) -> str:
         return json.dumps([kind, {k: v for k, v in kwargs.items() if k != "batch_id"}], sort_keys=True, default=str)
 
-    named = {key(e["type"], e.get("kwargs", {})): (e.get("meta") or {}).get("trainpipe_rule") for e in suite_doc["expectations"]}
+    named = {
+        key(e["type"], e.get("kwargs", {})): (e.get("meta") or {}).get("trainpipe_rule")
+        for e in suite_doc["expectations"]
+    }
     for outcome in outcomes:  # GX reports results in an order of its own: matched by what they expect
         rule = rules.get(named.get(key(outcome.type, outcome.kwargs)))
         if outcome.success or rule is None or (outcome.type in AGGREGATED and not whole_table):
@@ -139,8 +180,11 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
         values, rows = res.get("partial_unexpected_list") or [], res.get("partial_unexpected_index_list") or []
         example = None
         if values:
-            example = (f"row {rows[0]} holds {values[0]!r}" if rows else f"value {values[0]!r}") if values[0] is not None else (
-                f"row {rows[0]} is empty" if rows else None)
+            example = (
+                (f"row {rows[0]} holds {values[0]!r}" if rows else f"value {values[0]!r}")
+                if values[0] is not None
+                else (f"row {rows[0]} is empty" if rows else None)
+            )
         elif not r["success"] and res.get("observed_value") is not None:
             example = f"observed {res['observed_value']!r}"
         out.append(
@@ -200,7 +244,9 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
 
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    batch = ctx.data_sources.add_pandas("trainpipe").add_dataframe_asset("data").add_batch_definition_whole_dataframe("all")
+    batch = (
+        ctx.data_sources.add_pandas("trainpipe").add_dataframe_asset("data").add_batch_definition_whole_dataframe("all")
+    )
     # GX would drop an expectation it does not know (printing a traceback) and run the rest:
     # a suite must run whole, so an unknown type is bad input
     from great_expectations.expectations.registry import get_expectation_impl
@@ -255,7 +301,9 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
         rows += int(df.shape[0])
         for col in aggregated_columns:
             if col in df.columns:
-                distinct.setdefault(col, set()).update(v.item() if hasattr(v, "item") else v for v in df[col].dropna().unique())
+                distinct.setdefault(col, set()).update(
+                    v.item() if hasattr(v, "item") else v for v in df[col].dropna().unique()
+                )
         del df
         if progress is not None:
             progress.update(rows)
@@ -285,9 +333,14 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     )
     result.lineage = Lineage.of(lineage).with_(
         source=SourceLineage(uri=str(src.resolve()), md5=result.data_md5, rows=result.rows, columns=result.columns),
-        validation=ValidationLineage(suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful),
+        validation=ValidationLineage(
+            suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful
+        ),
     )
-    atomic_write_json(out / VALIDATION_FILE, {"result": result.model_dump(mode="json"), "gx": validations[0] if len(validations) == 1 else validations})
+    atomic_write_json(
+        out / VALIDATION_FILE,
+        {"result": result.model_dump(mode="json"), "gx": validations[0] if len(validations) == 1 else validations},
+    )
     if not result.success:
         if data_out.is_dir():
             shutil.rmtree(data_out, ignore_errors=True)
@@ -295,7 +348,8 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
             data_out.unlink(missing_ok=True)
         failed = [o for o in outcomes if not o.success]
         raise ValidationFailed(
-            f"suite {result.suite_name!r} failed {len(failed)} of {len(outcomes)} expectations: " + "; ".join(_first_per_column(failed))
+            f"suite {result.suite_name!r} failed {len(failed)} of {len(outcomes)} expectations: "
+            + "; ".join(_first_per_column(failed))
         )
     if src.is_dir():
         copy_tree_atomic(src, data_out)

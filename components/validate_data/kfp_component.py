@@ -24,8 +24,17 @@ def validate_data(
 
     result = run_entrypoint(
         "validate_data",
-        {"data": data.path, "output_dir": validated.path, "label_column": label_column, "suite": suite, "result_format": result_format,
-         "task": task, "batch_size": batch_size, "test_fraction": test_fraction, "seed": seed},
+        {
+            "data": data.path,
+            "output_dir": validated.path,
+            "label_column": label_column,
+            "suite": suite,
+            "result_format": result_format,
+            "task": task,
+            "batch_size": batch_size,
+            "test_fraction": test_fraction,
+            "seed": seed,
+        },
         run_id=run_id,
         output=validated.path,
     )

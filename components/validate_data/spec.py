@@ -31,7 +31,9 @@ class ValidateDataParams(StrictModel):
         min_length=1,
         description="Great Expectations suite: a JSON file path, or builtin:default (train_model's preconditions)",
     )
-    task: Literal["classification", "regression"] = Field("classification", description="as train_model's: what the label is")
+    task: Literal["classification", "regression"] = Field(
+        "classification", description="as train_model's: what the label is"
+    )
     batch_size: int = Field(64, ge=1, le=10_000_000, description="as train_model's: the rows one global batch needs")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="as train_model's: the held-out share")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="as train_model's: the split's seed")
@@ -43,9 +45,17 @@ class ValidateDataParams(StrictModel):
 class ValidateDataConfig(ValidateDataParams):
     """Everything validate_data needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files", json_schema_extra=SOURCE)
+    data: str = Field(
+        ...,
+        min_length=1,
+        description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files",
+        json_schema_extra=SOURCE,
+    )
     output_dir: str = Field(
-        ..., min_length=1, description="where the validated dataset, the result and Data Docs go", json_schema_extra=OUTPUT
+        ...,
+        min_length=1,
+        description="where the validated dataset, the result and Data Docs go",
+        json_schema_extra=OUTPUT,
     )
 
 
@@ -57,13 +67,19 @@ class ExpectationOutcome(BaseModel):
     success: bool
     unexpected_count: int | None = None
     example: str | None = Field(None, description="the first unexpected row and value, when GX reports them")
-    reason: str | None = Field(None, description="a training precondition that failed: what train_model would say (column, row, value)")
+    reason: str | None = Field(
+        None, description="a training precondition that failed: what train_model would say (column, row, value)"
+    )
     exception: str | None = None
 
     def describe(self) -> str:
         """One short phrase: ``expect_x(column=label): 3 unexpected (first: row 4 holds 'N/A')``."""
-        args = ", ".join(f"{k}={v}" for k, v in sorted(self.kwargs.items()) if k not in ("batch_id", "type_list", "min_value", "max_value")
-                         or (k in ("min_value", "max_value") and abs(v or 0) < 1e38))
+        args = ", ".join(
+            f"{k}={v}"
+            for k, v in sorted(self.kwargs.items())
+            if k not in ("batch_id", "type_list", "min_value", "max_value")
+            or (k in ("min_value", "max_value") and abs(v or 0) < 1e38)
+        )
         tail = f": {self.unexpected_count} unexpected" if self.unexpected_count else ""
         if self.example:
             tail += f" ({'first: ' if self.unexpected_count else ''}{self.example})"
@@ -82,7 +98,9 @@ class ValidateDataResult(ComponentResult):
     evaluated: int
     successful: int
     outcomes: list[ExpectationOutcome]
-    data_file: str = Field(description="the validated dataset (a file, or a folder of .parquet files) inside output_dir")
+    data_file: str = Field(
+        description="the validated dataset (a file, or a folder of .parquet files) inside output_dir"
+    )
     files: int = Field(1, description="data files validated (a Parquet directory's parts, one at a time)")
     data_md5: str
     rows: int

@@ -20,7 +20,11 @@ import typer
 from trainpipe import COMPONENTS
 from trainpipe.contract.errors import InputError, TrainpipeError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reusable ML pipeline components for Kubeflow Pipelines and Airflow.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Reusable ML pipeline components for Kubeflow Pipelines and Airflow.",
+)
 
 
 def _fail(exc: TrainpipeError) -> None:
@@ -47,7 +51,9 @@ for _name in COMPONENTS:
 CONFIG_ENV = "TRAINPIPE_CONFIG"
 #: Where a config is looked for when none is named: the current folder, then the demo's.
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
-STEP_LINE = re.compile(r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model|detect_drift|optimize_model)(?::| \S+:).*)")
+STEP_LINE = re.compile(
+    r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model|detect_drift|optimize_model)(?::| \S+:).*)"
+)
 
 
 def default_config(config: Path | None, required: bool = True) -> Path | None:
@@ -71,7 +77,7 @@ def default_config(config: Path | None, required: bool = True) -> Path | None:
     return None
 
 
-def _tail(path: Path, stop: threading.Event, show: "typing.Callable[[str], None]") -> None:
+def _tail(path: Path, stop: threading.Event, show: typing.Callable[[str], None]) -> None:
     """Show the engine log's step lines as they are written, until ``stop``."""
     seen: set[str] = set()
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -79,7 +85,9 @@ def _tail(path: Path, stop: threading.Event, show: "typing.Callable[[str], None]
             line = fh.readline()
             if line:
                 m = STEP_LINE.search(line)
-                text = re.sub(r"\s+\[airflow\.task\.operators\..*$", "", m.group(0)) if m else ""  # Airflow's logger suffix
+                text = (
+                    re.sub(r"\s+\[airflow\.task\.operators\..*$", "", m.group(0)) if m else ""
+                )  # Airflow's logger suffix
                 if text and text not in seen:  # an engine may repeat a step's line in its own report
                     seen.add(text)
                     show("  " + text[:400])
@@ -104,8 +112,13 @@ def run_engine(engine: str, config_path: Path, workspace: Path) -> tuple[int, Pa
     with open(log, "w", encoding="utf-8") as out:
         tail = threading.Thread(target=_tail, args=(log, stop, lambda t: typer.echo(t, err=True)), daemon=True)
         tail.start()
-        proc = subprocess.run([sys.executable, "-m", "trainpipe.runner", engine, str(config_path)], stdout=out, stderr=subprocess.STDOUT,
-                              env=env, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "trainpipe.runner", engine, str(config_path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
     stop.set()
     tail.join(timeout=5)
     report = json.loads(failure.read_text(encoding="utf-8")) if failure.exists() else None
@@ -113,10 +126,11 @@ def run_engine(engine: str, config_path: Path, workspace: Path) -> tuple[int, Pa
     return proc.returncode, log, report
 
 
-def _apply_policy(cfg: "typing.Any") -> None:
+def _apply_policy(cfg: typing.Any) -> None:
     """Check the config against its policy before anything runs, and hand the policy, the
     workspace and the audit log to every step (they check again at run time)."""
-    from trainpipe.contract import audit, policy as policy_mod
+    from trainpipe.contract import audit
+    from trainpipe.contract import policy as policy_mod
 
     policy = cfg.check_policy()
     os.environ[policy_mod.ENV] = policy_mod.to_env(policy)
@@ -127,7 +141,9 @@ def _apply_policy(cfg: "typing.Any") -> None:
 
 @app.command()
 def run(
-    config: Path = typer.Option(None, "--config", "-c", help="pipeline config YAML (default: TRAINPIPE_CONFIG, ./pipeline.yaml)"),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="pipeline config YAML (default: TRAINPIPE_CONFIG, ./pipeline.yaml)"
+    ),
     engine: str = typer.Option("kfp-local", help="kfp-local or airflow-local"),
 ) -> None:
     """Run the reference training pipeline end to end on this machine.
@@ -153,16 +169,28 @@ def run(
         code, log, failed = run_engine(engine, path.resolve(), Path(cfg.workspace))
         if code != 0:
             if failed:
-                typer.echo(f"trainpipe run: step {failed['component']} failed (exit {failed['exit_code']}): {failed['message']}", err=True)
+                typer.echo(
+                    f"trainpipe run: step {failed['component']} failed (exit {failed['exit_code']}): {failed['message']}",
+                    err=True,
+                )
                 typer.echo(f"trainpipe run: full log: {log}", err=True)
                 raise typer.Exit(int(failed["exit_code"]) or 1)
-            typer.echo(f"trainpipe run: the {engine} engine failed before any step reported (exit {code}); full log: {log}", err=True)
+            typer.echo(
+                f"trainpipe run: the {engine} engine failed before any step reported (exit {code}); full log: {log}",
+                err=True,
+            )
             raise typer.Exit(1)
         root = Path(cfg.workspace) / ("kfp-local" if engine == "kfp-local" else "airflow-runs")
         from trainpipe.pipelines.compile import compile_pipeline
 
-        yaml_path = compile_pipeline(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg.profile, policy=cfg.effective_policy(),
-                                     trusted_code=cfg.trusted_code(), optimize=cfg.optimize, require_approval=cfg.require_approval)
+        yaml_path = compile_pipeline(
+            Path(cfg.workspace) / "pipeline.kfp.yaml",
+            cfg.profile,
+            policy=cfg.effective_policy(),
+            trusted_code=cfg.trusted_code(),
+            optimize=cfg.optimize,
+            require_approval=cfg.require_approval,
+        )
         results = collect_results(root, since=started)
     except TrainpipeError as exc:
         _fail(exc)
@@ -174,10 +202,16 @@ def run(
 @app.command(name="compile")
 def compile_cmd(
     output: Path = typer.Option(Path("pipeline.yaml"), "--output", "-o", help="where to write the IR YAML"),
-    profile: str = typer.Option(None, help="hardware profile: cpu, cpu-smb, gpu, or a YAML file (default: the config's, else cpu)"),
-    policy: Path = typer.Option(None, help="policy YAML put on every task (default: the config's, else TRAINPIPE_POLICY)"),
+    profile: str = typer.Option(
+        None, help="hardware profile: cpu, cpu-smb, gpu, or a YAML file (default: the config's, else cpu)"
+    ),
+    policy: Path = typer.Option(
+        None, help="policy YAML put on every task (default: the config's, else TRAINPIPE_POLICY)"
+    ),
     pipeline_root: str = typer.Option(None, help="where KFP keeps the run's artifacts, checked against the policy"),
-    config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, if any)"),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, if any)"
+    ),
 ) -> None:
     """Compile the reference pipeline to KFP IR YAML."""
     from trainpipe.contract.policy import load_policy
@@ -189,14 +223,21 @@ def compile_cmd(
         cfg = load_pipeline_config(path) if path else None
         rules = load_policy(str(policy)) if policy else (cfg.effective_policy() if cfg else None)
         hw = profile or (cfg.profile if cfg else "cpu")
-        out = compile_pipeline(output, hw, policy=rules, pipeline_root=pipeline_root, trusted_code=cfg.trusted_code() if cfg else "",
-                               optimize=cfg.optimize if cfg else None, require_approval=bool(cfg and cfg.require_approval))
+        out = compile_pipeline(
+            output,
+            hw,
+            policy=rules,
+            pipeline_root=pipeline_root,
+            trusted_code=cfg.trusted_code() if cfg else "",
+            optimize=cfg.optimize if cfg else None,
+            require_approval=bool(cfg and cfg.require_approval),
+        )
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(str(out))
 
 
-def _print_kfp_result(call: "typing.Callable[[], dict]") -> None:
+def _print_kfp_result(call: typing.Callable[[], dict]) -> None:
     """Run a kfp.Client call with kfp's own prints sent to stderr; stdout carries the JSON result only."""
     import contextlib
     import json
@@ -233,11 +274,20 @@ def schedule(
     version_id: str = typer.Option(None, help="default: the newest version"),
     experiment: str = typer.Option("trainpipe"),
     job_name: str = typer.Option("trainpipe-training-schedule"),
-    config: Path = typer.Option(None, "--config", "-c", help="pipeline config whose values become the run's parameters (default: TRAINPIPE_CONFIG, ./pipeline.yaml)"),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="pipeline config whose values become the run's parameters (default: TRAINPIPE_CONFIG, ./pipeline.yaml)",
+    ),
     namespace: str = typer.Option(None),
     caching: bool = typer.Option(True, help="--no-caching runs every task afresh (with --package)"),
-    package: Path = typer.Option(None, help="submit this compiled pipeline with the schedule instead of an uploaded version"),
-    service_account: str = typer.Option(None, help="Kubernetes service account of the runs' pods (default: the config's hardware profile's)"),
+    package: Path = typer.Option(
+        None, help="submit this compiled pipeline with the schedule instead of an uploaded version"
+    ),
+    service_account: str = typer.Option(
+        None, help="Kubernetes service account of the runs' pods (default: the config's hardware profile's)"
+    ),
 ) -> None:
     """Create a recurring run of the uploaded pipeline."""
 
@@ -253,8 +303,19 @@ def schedule(
             cfg.check_policy()
         params = cfg.pipeline_arguments() if cfg else {}
         account = service_account or (get_profile(cfg.profile).service_account if cfg else None)
-        return do_schedule(host, pipeline_name, cron, experiment, job_name, params, version_id, namespace, caching, package,
-                           service_account=account)
+        return do_schedule(
+            host,
+            pipeline_name,
+            cron,
+            experiment,
+            job_name,
+            params,
+            version_id,
+            namespace,
+            caching,
+            package,
+            service_account=account,
+        )
 
     _print_kfp_result(call)
 
@@ -268,24 +329,30 @@ def scaffold(
     """Write a new component on the trainpipe contract (every role) and a passing test."""
     from trainpipe.scaffold import scaffold as do_scaffold
 
-    _wrote(lambda: do_scaffold(name, components_dir, tests_dir),
-           f"next: add \"trainpipe.components.{name}\" to [tool.setuptools] packages in pyproject.toml, then make test")
+    _wrote(
+        lambda: do_scaffold(name, components_dir, tests_dir),
+        f'next: add "trainpipe.components.{name}" to [tool.setuptools] packages in pyproject.toml, then make test',
+    )
 
 
 @app.command(name="scaffold-training")
 def scaffold_training(
     name: str = typer.Argument(..., help="the new package's name (a lowercase Python identifier)"),
-    directory: Path = typer.Option(Path("."), help="where the package goes (put this folder on PYTHONPATH, or install the package)"),
+    directory: Path = typer.Option(
+        Path("."), help="where the package goes (put this folder on PYTHONPATH, or install the package)"
+    ),
     tests_dir: Path = typer.Option(Path("tests/integration"), help="where its test goes"),
 ) -> None:
     """Write a team package with a training function on trainpipe's context (``train_function: NAME.train:train``) and its test."""
     from trainpipe.scaffold import scaffold_training as do_scaffold
 
-    _wrote(lambda: do_scaffold(name, directory, tests_dir),
-           f"next: run it with --train-function {name}.train:train (its folder on PYTHONPATH), then change the loop")
+    _wrote(
+        lambda: do_scaffold(name, directory, tests_dir),
+        f"next: run it with --train-function {name}.train:train (its folder on PYTHONPATH), then change the loop",
+    )
 
 
-def _wrote(write: "typing.Callable[[], list[Path]]", next_step: str) -> None:
+def _wrote(write: typing.Callable[[], list[Path]], next_step: str) -> None:
     """Run a scaffold: the paths it wrote on stdout, the next step on stderr (a refusal: one line)."""
     try:
         paths = write()
@@ -326,8 +393,12 @@ def default_tracking_uri(tracking_uri: str | None, config: Path | None) -> str |
 @app.command()
 def lineage(
     model_uri: str = typer.Argument(..., help="models:/<name>@<alias> or models:/<name>/<version>"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's)"),
-    config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, the demo's)"),
+    tracking_uri: str = typer.Option(
+        None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's)"
+    ),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, the demo's)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the lineage and the verification as JSON"),
     verify: bool = typer.Option(True, help="fetch the snapshot from its DVC remote and check its hash"),
 ) -> None:
@@ -351,13 +422,23 @@ def lineage(
 @app.command()
 def promote(
     model_uri: str = typer.Argument(..., help="models:/<name>/<version>: the version to serve"),
-    reason: str = typer.Option(..., "--reason", help="why it may serve (or, with --reject, why not): goes into the tags and the audit log"),
+    reason: str = typer.Option(
+        ..., "--reason", help="why it may serve (or, with --reject, why not): goes into the tags and the audit log"
+    ),
     alias: str = typer.Option(None, help="the serving alias (default: the config's alias, else champion)"),
     reject: bool = typer.Option(False, "--reject", help="record a rejection instead: nothing moves"),
-    approver: str = typer.Option(None, help="who decided (default: TRAINPIPE_IDENTITY, the service account, or the OS user)"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's)"),
-    config: Path = typer.Option(None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, the demo's)"),
-    as_json: bool = typer.Option(False, "--json", help="print what was done as one JSON line (the Airflow task's XCom)"),
+    approver: str = typer.Option(
+        None, help="who decided (default: TRAINPIPE_IDENTITY, the service account, or the OS user)"
+    ),
+    tracking_uri: str = typer.Option(
+        None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's)"
+    ),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, the demo's)"
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="print what was done as one JSON line (the Airflow task's XCom)"
+    ),
 ) -> None:
     """Move the serving alias to a version a person approved (with require_approval, register_model
     registers the challenger only). The version must carry a passed gate decision and verify against
@@ -377,9 +458,15 @@ def promote(
 
             cfg = load_pipeline_config(str(cfg_path))
             _apply_policy(cfg)
-        record = promote_mod.promote(model_uri, reason, alias=alias or (cfg.alias if cfg else "champion"),
-                                     decision="rejected" if reject else "approved", approver=approver,
-                                     tracking_uri=default_tracking_uri(tracking_uri, config), policy=load_policy())
+        record = promote_mod.promote(
+            model_uri,
+            reason,
+            alias=alias or (cfg.alias if cfg else "champion"),
+            decision="rejected" if reject else "approved",
+            approver=approver,
+            tracking_uri=default_tracking_uri(tracking_uri, config),
+            policy=load_policy(),
+        )
     except TrainpipeError as exc:
         _fail(exc)
     if as_json:
@@ -391,7 +478,10 @@ def promote(
         typer.echo(promote_mod.summary(record))
 
 
-audit_app = typer.Typer(no_args_is_help=True, help="The audit trail: an append-only, hash-chained log of every execution, gate decision and alias change.")
+audit_app = typer.Typer(
+    no_args_is_help=True,
+    help="The audit trail: an append-only, hash-chained log of every execution, gate decision and alias change.",
+)
 app.add_typer(audit_app, name="audit")
 
 
@@ -408,7 +498,9 @@ def audit_verify(
         if path is None:
             from trainpipe.contract.errors import InputError
 
-            raise InputError("audit_log: no log given, and neither TRAINPIPE_AUDIT_LOG nor the policy's audit_log is set")
+            raise InputError(
+                "audit_log: no log given, and neither TRAINPIPE_AUDIT_LOG nor the policy's audit_log is set"
+            )
         summary = audit.verify(Path(path))
     except TrainpipeError as exc:
         _fail(exc)
@@ -419,7 +511,10 @@ def audit_verify(
 def demo(
     workspace: Path = typer.Option(Path(".trainpipe/demo"), help="where the demo keeps its data and state"),
     engine: str = typer.Option("kfp-local", help="kfp-local or airflow-local"),
-    profile: str = typer.Option("cpu", help="hardware profile: cpu, or cpu-smb (the model is also optimized for CPU serving: ONNX, int8, pruned)"),
+    profile: str = typer.Option(
+        "cpu",
+        help="hardware profile: cpu, or cpu-smb (the model is also optimized for CPU serving: ONNX, int8, pruned)",
+    ),
 ) -> None:
     """Write scikit-learn's digits as raw CSV and run the reference pipeline on it."""
     from trainpipe.demo import write_demo_config

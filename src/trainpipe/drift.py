@@ -80,7 +80,7 @@ class DriftResult:
         return out
 
 
-def _kind(series: "pd.Series", categorical: set[str]) -> str:
+def _kind(series: pd.Series, categorical: set[str]) -> str:
     import pandas as pd
 
     if series.name in categorical:
@@ -90,7 +90,7 @@ def _kind(series: "pd.Series", categorical: set[str]) -> str:
     return "numeric"
 
 
-def sample(df: "pd.DataFrame", size: int, seed: int) -> "pd.DataFrame":
+def sample(df: pd.DataFrame, size: int, seed: int) -> pd.DataFrame:
     """At most ``size`` rows of ``df``, drawn without replacement with ``seed`` (all of it when smaller)."""
     if len(df) <= size:
         return df
@@ -115,7 +115,7 @@ def _numeric(method: str, ref: Any, cur: Any) -> float:
     return float(np.sum((q - p) * np.log(q / p)))
 
 
-def _categorical(method: str, ref: "pd.Series", cur: "pd.Series") -> float:
+def _categorical(method: str, ref: pd.Series, cur: pd.Series) -> float:
     import numpy as np
     from scipy import stats
     from scipy.spatial.distance import jensenshannon
@@ -130,10 +130,19 @@ def _categorical(method: str, ref: "pd.Series", cur: "pd.Series") -> float:
     return float(jensenshannon(counts[0] / counts[0].sum(), counts[1] / counts[1].sum()))
 
 
-def compare(reference: "pd.DataFrame", current: "pd.DataFrame", *, columns: list[str] | None = None,
-            categorical: list[str] | tuple[str, ...] = (), label: str | None = None, drift_share: float = 0.5,
-            methods: dict[str, str] | None = None, thresholds: dict[str, float] | None = None,
-            sample_size: int = DEFAULT_SAMPLE_SIZE, seed: int = 0) -> DriftResult:
+def compare(
+    reference: pd.DataFrame,
+    current: pd.DataFrame,
+    *,
+    columns: list[str] | None = None,
+    categorical: list[str] | tuple[str, ...] = (),
+    label: str | None = None,
+    drift_share: float = 0.5,
+    methods: dict[str, str] | None = None,
+    thresholds: dict[str, float] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+) -> DriftResult:
     """Compare each column of ``current`` with ``reference``; see the module's text.
 
     ``columns`` defaults to the reference's; ``label`` is compared too and marked as the label
@@ -169,7 +178,9 @@ def compare(reference: "pd.DataFrame", current: "pd.DataFrame", *, columns: list
     for col in names:
         kind = _kind(reference[col], cat)
         if _kind(current[col], cat) != kind:
-            raise InputError(f"current: column {col!r} is {_kind(current[col], cat)} but {kind} in the reference (the schemas differ)")
+            raise InputError(
+                f"current: column {col!r} is {_kind(current[col], cat)} but {kind} in the reference (the schemas differ)"
+            )
         r, c = ref[col].dropna(), cur[col].dropna()
         if len(r) == 0 or len(c) == 0:
             raise InputError(f"{'reference' if len(r) == 0 else 'current'}: column {col!r} has no values")
@@ -178,7 +189,11 @@ def compare(reference: "pd.DataFrame", current: "pd.DataFrame", *, columns: list
             raise InputError(f"methods.{col}: {method} compares {METHODS[method][0]} columns; {col!r} is {kind}")
         figure, default = METHODS[method][1], METHODS[method][2]
         threshold = float(thresholds.get(col, default))
-        value = _numeric(method, r.to_numpy(dtype=float), c.to_numpy(dtype=float)) if kind == "numeric" else _categorical(method, r, c)
+        value = (
+            _numeric(method, r.to_numpy(dtype=float), c.to_numpy(dtype=float))
+            if kind == "numeric"
+            else _categorical(method, r, c)
+        )
         drifted = value < threshold if figure == "p_value" else value >= threshold
         out.append(ColumnDrift(col, kind, method, value, threshold, bool(drifted), len(r), len(c), col == label))
     share = sum(c.drifted for c in out) / len(out)
@@ -191,7 +206,7 @@ def _default_method(kind: str, rows: int) -> str:
     return "chisquare" if rows <= SMALL_SAMPLE else "jensenshannon"
 
 
-def _label_is_categorical(series: "pd.Series") -> bool:
+def _label_is_categorical(series: pd.Series) -> bool:
     """A classification label: not numeric, or integers with few distinct values."""
     import pandas as pd
 

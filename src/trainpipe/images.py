@@ -32,9 +32,17 @@ class Image:
 
 
 IMAGES: dict[str, Image] = {
-    "data": Image("data", ("validate_data", "snapshot_dataset"), "Great Expectations, DVC, pandas/pyarrow, the kfp runtime"),
-    "cpu": Image("cpu", COMPONENTS, "torch (CPU), TensorFlow, Horovod (gloo), MLflow, GX, DVC, matplotlib, the kfp runtime"),
-    "gpu": Image("gpu", ("train_model", "profile_training"), "torch (CUDA 12, cuDNN, NCCL from its wheels), Horovod (NCCL), MLflow, the kfp runtime"),
+    "data": Image(
+        "data", ("validate_data", "snapshot_dataset"), "Great Expectations, DVC, pandas/pyarrow, the kfp runtime"
+    ),
+    "cpu": Image(
+        "cpu", COMPONENTS, "torch (CPU), TensorFlow, Horovod (gloo), MLflow, GX, DVC, matplotlib, the kfp runtime"
+    ),
+    "gpu": Image(
+        "gpu",
+        ("train_model", "profile_training"),
+        "torch (CUDA 12, cuDNN, NCCL from its wheels), Horovod (NCCL), MLflow, the kfp runtime",
+    ),
 }
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
 
-URI = re.compile(r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<alias>[A-Za-z][A-Za-z0-9_-]*)|/(?P<version>\d+))$")
+URI = re.compile(
+    r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<alias>[A-Za-z][A-Za-z0-9_-]*)|/(?P<version>\d+))$"
+)
 
 
 class LineageBroken(TrainpipeError):
@@ -52,9 +54,13 @@ def fetch(model_uri: str, tracking_uri: str | None) -> tuple[Any, dict[str, Any]
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = mlflow.artifacts.download_artifacts(artifact_uri=f"runs:/{run_id}/trainpipe/lineage.json", dst_path=tmp)
+            path = mlflow.artifacts.download_artifacts(
+                artifact_uri=f"runs:/{run_id}/trainpipe/lineage.json", dst_path=tmp
+            )
         except Exception as exc:
-            raise InputError(f"model_uri: version {version.version} has no trainpipe lineage ({tracking.first_line(exc)})") from None
+            raise InputError(
+                f"model_uri: version {version.version} has no trainpipe lineage ({tracking.first_line(exc)})"
+            ) from None
         return version, json.loads(Path(path).read_text(encoding="utf-8"))
 
 
@@ -74,24 +80,47 @@ def verify_snapshot(lineage: dict[str, Any]) -> dict[str, Any]:
         try:
             # An empty cache: the bytes come from the remote, not from a local copy.
             with dvc.api.open(
-                snap["path"], repo=snap["repo"], rev=snap["rev"], mode="rb",
-                config={"cache": {"dir": cache}, "core": {"remote": "verify"}, "remote": {"verify": {"url": snap["remote"]}}},
+                snap["path"],
+                repo=snap["repo"],
+                rev=snap["rev"],
+                mode="rb",
+                config={
+                    "cache": {"dir": cache},
+                    "core": {"remote": "verify"},
+                    "remote": {"verify": {"url": snap["remote"]}},
+                },
             ) as fh:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(chunk)
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            return {"ok": False, "message": f"snapshot {snap['path']}@{snap['rev'][:10]} cannot be fetched from {snap['remote']}: {first}"}
+            return {
+                "ok": False,
+                "message": f"snapshot {snap['path']}@{snap['rev'][:10]} cannot be fetched from {snap['remote']}: {first}",
+            }
     got = digest.hexdigest()
     if got != snap["md5"]:
-        return {"ok": False, "md5": got, "message": f"snapshot {snap['path']} fetched from {snap['remote']} has md5 {got}, the lineage recorded {snap['md5']}: the remote's copy changed"}
-    return {"ok": True, "md5": got, "message": f"snapshot {snap['path']}@{snap['rev'][:10]} fetched from {snap['remote']}: md5 {got} matches"}
+        return {
+            "ok": False,
+            "md5": got,
+            "message": f"snapshot {snap['path']} fetched from {snap['remote']} has md5 {got}, the lineage recorded {snap['md5']}: the remote's copy changed",
+        }
+    return {
+        "ok": True,
+        "md5": got,
+        "message": f"snapshot {snap['path']}@{snap['rev'][:10]} fetched from {snap['remote']}: md5 {got} matches",
+    }
 
 
 def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, Any] | None) -> str:
     """The chain, newest first: model version → gate → evaluation → training → snapshot → validation → raw data."""
     reg, ev, tr = lineage.get("registration", {}), lineage.get("evaluation", {}), lineage.get("training", {})
-    prof, snap, val, src = lineage.get("profile", {}), lineage.get("snapshot", {}), lineage.get("validation", {}), lineage.get("source", {})
+    prof, snap, val, src = (
+        lineage.get("profile", {}),
+        lineage.get("snapshot", {}),
+        lineage.get("validation", {}),
+        lineage.get("source", {}),
+    )
     code, orch = lineage.get("code", {}), lineage.get("orchestrator", {})
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in (ev.get("metrics") or {}).items() if isinstance(v, (int, float)))
     lines = [
@@ -137,8 +166,16 @@ def lineage_command(model_uri: str, tracking_uri: str | None, as_json: bool, ver
     check = verify_snapshot(lineage) if verify else None
     name = URI.match(model_uri)["name"]  # type: ignore[index]
     if as_json:
-        doc = {"model": {"name": name, "version": str(version.version), "aliases": sorted(version.aliases), "signature_sha256": signature},
-               "lineage": lineage, "verification": check}
+        doc = {
+            "model": {
+                "name": name,
+                "version": str(version.version),
+                "aliases": sorted(version.aliases),
+                "signature_sha256": signature,
+            },
+            "lineage": lineage,
+            "verification": check,
+        }
         return json.dumps(doc, indent=2, sort_keys=True, default=str), check is None or check["ok"]
     text = render(name, version, lineage, check)
     sig_line = f"  signature  {'verified, sha256 ' + signature[:16] + '…' if signature else 'none (unsigned)'}"

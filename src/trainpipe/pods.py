@@ -12,7 +12,6 @@ from typing import Any
 
 from trainpipe.images import RUN_AS
 
-
 #: The label the shipped PodMonitor selects (monitoring/podmonitor.yaml): a pod whose ranks serve metrics.
 METRICS_LABEL = "trainpipe.io/metrics"
 #: The main container of each kind of pod trainpipe's training runs in (KFP, Airflow's
@@ -57,23 +56,41 @@ def metrics_metadata(base: int) -> tuple[dict[str, str], dict[str, str]]:
     (a TrainJob's patch and a KFP task cannot declare one)."""
     if not base:
         return {}, {}
-    return {METRICS_LABEL: "true"}, {"prometheus.io/scrape": "true", "prometheus.io/port": str(base), "prometheus.io/path": "/metrics"}
+    return {METRICS_LABEL: "true"}, {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(base),
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def pod_security() -> dict[str, Any]:
     """Pod Security Standard "restricted", pod part: non-root as trainpipe's user, RuntimeDefault seccomp."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def container_security() -> dict[str, Any]:
     """Pod Security Standard "restricted", container part."""
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def secret_env(profile: Any) -> list[dict[str, Any]]:
     """The profile's secrets as environment variables (names only; Kubernetes injects the values)."""
-    return [{"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-            for secret, keys in sorted(profile.secrets_as_env.items()) for key, env in sorted(keys.items())]
+    return [
+        {"name": env, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for secret, keys in sorted(profile.secrets_as_env.items())
+        for key, env in sorted(keys.items())
+    ]
 
 
 def scheduling(profile: Any) -> dict[str, Any]:
@@ -84,8 +101,13 @@ def scheduling(profile: Any) -> dict[str, Any]:
     if profile.tolerations:
         spec["tolerations"] = [t.as_k8s() for t in profile.tolerations]
     if profile.node_affinity:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [dict(e) for e in profile.node_affinity]}]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [dict(e) for e in profile.node_affinity]}]
+                }
+            }
+        }
     if profile.service_account:
         spec["serviceAccountName"] = profile.service_account
     if getattr(profile, "priority_class", None):
@@ -95,11 +117,24 @@ def scheduling(profile: Any) -> dict[str, Any]:
     return spec
 
 
-def container(profile: Any, resources: Any, *, name: str, image: str | None = None, command: list[str] | None = None,
-              args: list[str] | None = None, env: dict[str, str] | None = None, mounts: dict[str, str] | None = None) -> dict[str, Any]:
+def container(
+    profile: Any,
+    resources: Any,
+    *,
+    name: str,
+    image: str | None = None,
+    command: list[str] | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    mounts: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The main container: resources, the profile's secrets and ``env``, the restricted context, ``mounts`` (volume -> path)."""
-    c: dict[str, Any] = {"name": name, "securityContext": container_security(), "resources": resources.as_k8s(),
-                         "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())] + secret_env(profile)}
+    c: dict[str, Any] = {
+        "name": name,
+        "securityContext": container_security(),
+        "resources": resources.as_k8s(),
+        "env": [{"name": k, "value": v} for k, v in sorted((env or {}).items())] + secret_env(profile),
+    }
     if image:
         c["image"] = image
         c["imagePullPolicy"] = profile.image_pull_policy
@@ -112,9 +147,18 @@ def container(profile: Any, resources: Any, *, name: str, image: str | None = No
     return c
 
 
-def pod_spec(profile: Any, resources: Any, *, container_name: str, image: str | None = None, command: list[str] | None = None,
-             args: list[str] | None = None, env: dict[str, str] | None = None, pvcs: dict[str, str] | None = None,
-             training: bool = False) -> dict[str, Any]:
+def pod_spec(
+    profile: Any,
+    resources: Any,
+    *,
+    container_name: str,
+    image: str | None = None,
+    command: list[str] | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    pvcs: dict[str, str] | None = None,
+    training: bool = False,
+) -> dict[str, Any]:
     """A whole core/v1 PodSpec: :func:`scheduling`, one :func:`container`, and ``pvcs`` (claim -> mount path) as volumes.
     A training pod (``training``) gets the profile's termination grace: after SIGTERM its ranks
     finish their step and write a checkpoint before the kubelet kills them."""
@@ -122,8 +166,20 @@ def pod_spec(profile: Any, resources: Any, *, container_name: str, image: str | 
     spec = scheduling(profile)
     if training:
         spec["terminationGracePeriodSeconds"] = profile.termination_grace_s
-    spec["containers"] = [container(profile, resources, name=container_name, image=image, command=command, args=args, env=env,
-                                    mounts={v: path for v, (_, path) in volumes.items()})]
+    spec["containers"] = [
+        container(
+            profile,
+            resources,
+            name=container_name,
+            image=image,
+            command=command,
+            args=args,
+            env=env,
+            mounts={v: path for v, (_, path) in volumes.items()},
+        )
+    ]
     if volumes:
-        spec["volumes"] = [{"name": v, "persistentVolumeClaim": {"claimName": claim}} for v, (claim, _) in volumes.items()]
+        spec["volumes"] = [
+            {"name": v, "persistentVolumeClaim": {"claimName": claim}} for v, (claim, _) in volumes.items()
+        ]
     return spec

@@ -10,8 +10,9 @@ pandas is imported inside the functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
 
@@ -22,8 +23,27 @@ if TYPE_CHECKING:  # pragma: no cover
 FLOAT32_MAX = 3.4028234663852886e38
 #: The column types Great Expectations reports for numeric pandas columns.
 NUMERIC_TYPES = [
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64",
-    "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "UInt8",
+    "UInt16",
+    "UInt32",
+    "UInt64",
+    "Float32",
+    "Float64",
 ]
 TASKS = ("classification", "regression")
 
@@ -35,12 +55,12 @@ class Rule:
     name: str
     expectation_type: str
     kwargs: dict[str, Any]
-    check: Callable[["pd.DataFrame"], str | None]
+    check: Callable[[pd.DataFrame], str | None]
 
     def expectation(self) -> dict[str, Any]:
         return {"type": self.expectation_type, "kwargs": dict(self.kwargs), "meta": {"trainpipe_rule": self.name}}
 
-    def explain(self, df: "pd.DataFrame") -> str | None:
+    def explain(self, df: pd.DataFrame) -> str | None:
         """Why ``df`` fails this rule, or None. A rule about a column the frame lacks says nothing:
         the rule that the column exists names it (its expectation fails too)."""
         column = self.kwargs.get("column")
@@ -49,7 +69,7 @@ class Rule:
         return self.check(df)
 
 
-def _first_bad(series: "pd.Series", bad: "pd.Series") -> str:
+def _first_bad(series: pd.Series, bad: pd.Series) -> str:
     if not bad.any():
         return ""
     row = bad.idxmax()
@@ -57,7 +77,7 @@ def _first_bad(series: "pd.Series", bad: "pd.Series") -> str:
     return f"row {row} holds {value.item() if hasattr(value, 'item') else value!r}"
 
 
-def _not_numeric(series: "pd.Series") -> "pd.Series":
+def _not_numeric(series: pd.Series) -> pd.Series:
     import pandas as pd
 
     if pd.api.types.is_bool_dtype(series):
@@ -67,7 +87,7 @@ def _not_numeric(series: "pd.Series") -> "pd.Series":
     return series.notna() & pd.to_numeric(series, errors="coerce").isna()
 
 
-def _out_of_range(series: "pd.Series") -> "pd.Series":
+def _out_of_range(series: pd.Series) -> pd.Series:
     import numpy as np
     import pandas as pd
 
@@ -76,23 +96,40 @@ def _out_of_range(series: "pd.Series") -> "pd.Series":
 
 
 def _numeric_column(column: str, role: str) -> list[Rule]:
-    def numeric(df: "pd.DataFrame") -> str | None:
+    def numeric(df: pd.DataFrame) -> str | None:
         bad = _not_numeric(df[column])
         return f"{role} {column!r} is not numeric: {_first_bad(df[column], bad)}" if bad.any() else None
 
-    def present(df: "pd.DataFrame") -> str | None:
+    def present(df: pd.DataFrame) -> str | None:
         bad = df[column].isna()
-        return f"{role} {column!r} has {int(bad.sum())} missing values (first at row {bad.idxmax()})" if bad.any() else None
+        return (
+            f"{role} {column!r} has {int(bad.sum())} missing values (first at row {bad.idxmax()})"
+            if bad.any()
+            else None
+        )
 
-    def finite(df: "pd.DataFrame") -> str | None:
+    def finite(df: pd.DataFrame) -> str | None:
         bad = _out_of_range(df[column])
-        return f"{role} {column!r} holds a value outside float32's range: {_first_bad(df[column], bad)}" if bad.any() else None
+        return (
+            f"{role} {column!r} holds a value outside float32's range: {_first_bad(df[column], bad)}"
+            if bad.any()
+            else None
+        )
 
     return [
-        Rule(f"{column} is numeric", "expect_column_values_to_be_in_type_list", {"column": column, "type_list": NUMERIC_TYPES}, numeric),
+        Rule(
+            f"{column} is numeric",
+            "expect_column_values_to_be_in_type_list",
+            {"column": column, "type_list": NUMERIC_TYPES},
+            numeric,
+        ),
         Rule(f"{column} has no missing values", "expect_column_values_to_not_be_null", {"column": column}, present),
-        Rule(f"{column} is finite in float32", "expect_column_values_to_be_between",
-             {"column": column, "min_value": -FLOAT32_MAX, "max_value": FLOAT32_MAX}, finite),
+        Rule(
+            f"{column} is finite in float32",
+            "expect_column_values_to_be_between",
+            {"column": column, "min_value": -FLOAT32_MAX, "max_value": FLOAT32_MAX},
+            finite,
+        ),
     ]
 
 
@@ -102,22 +139,35 @@ def column_rules(columns: list[str], label_column: str, task: str) -> list[Rule]
     if task not in TASKS:
         raise InputError(f"task: {task!r} is not one of {', '.join(TASKS)}")
 
-    def label_exists(df: "pd.DataFrame") -> str | None:
+    def label_exists(df: pd.DataFrame) -> str | None:
         if label_column in df.columns:
             return None
         shown = ", ".join(map(str, list(df.columns)[:10])) + ("…" if len(df.columns) > 10 else "")
         return f"label_column: {label_column!r} is not a column of the data (columns: {shown})"
 
-    def label_present(df: "pd.DataFrame") -> str | None:
+    def label_present(df: pd.DataFrame) -> str | None:
         bad = df[label_column].isna()
-        return f"label_column: {label_column!r} has {int(bad.sum())} missing values (first at row {bad.idxmax()})" if bad.any() else None
+        return (
+            f"label_column: {label_column!r} has {int(bad.sum())} missing values (first at row {bad.idxmax()})"
+            if bad.any()
+            else None
+        )
 
     rules = [
         Rule("the label column exists", "expect_column_to_exist", {"column": label_column}, label_exists),
-        Rule("the label has no missing values", "expect_column_values_to_not_be_null", {"column": label_column}, label_present),
+        Rule(
+            "the label has no missing values",
+            "expect_column_values_to_not_be_null",
+            {"column": label_column},
+            label_present,
+        ),
     ]
     if task == "regression":
-        rules += [r for r in _numeric_column(label_column, "label_column:") if r.expectation_type != "expect_column_values_to_not_be_null"]
+        rules += [
+            r
+            for r in _numeric_column(label_column, "label_column:")
+            if r.expectation_type != "expect_column_values_to_not_be_null"
+        ]
     for column in columns:
         if column != label_column:
             rules += _numeric_column(column, "data: feature column")
@@ -130,38 +180,57 @@ def table_rules(label_column: str, task: str, batch_size: int, test_fraction: fl
 
     need = min_rows(batch_size, test_fraction, seed)
 
-    def rows(df: "pd.DataFrame") -> str | None:
+    def rows(df: pd.DataFrame) -> str | None:
         n = len(df)
-        return (f"data: {n} rows, but batch_size {batch_size} with test_fraction {test_fraction} (seed {seed}) needs at least {need}"
-                if n < need else None)
+        return (
+            f"data: {n} rows, but batch_size {batch_size} with test_fraction {test_fraction} (seed {seed}) needs at least {need}"
+            if n < need
+            else None
+        )
 
     rules = [Rule(f"at least {need} rows", "expect_table_row_count_to_be_between", {"min_value": need}, rows)]
     if task == "classification":
-        def classes(df: "pd.DataFrame") -> str | None:
-            values = df[label_column].dropna().unique()
-            return (f"label_column: {label_column!r} has a single class ({values[0]!r}); nothing to learn"
-                    if len(values) < 2 else None)
 
-        rules.append(Rule("the label has two classes or more", "expect_column_unique_value_count_to_be_between",
-                          {"column": label_column, "min_value": 2}, classes))
+        def classes(df: pd.DataFrame) -> str | None:
+            values = df[label_column].dropna().unique()
+            return (
+                f"label_column: {label_column!r} has a single class ({values[0]!r}); nothing to learn"
+                if len(values) < 2
+                else None
+            )
+
+        rules.append(
+            Rule(
+                "the label has two classes or more",
+                "expect_column_unique_value_count_to_be_between",
+                {"column": label_column, "min_value": 2},
+                classes,
+            )
+        )
     return rules
 
 
-def training_suite(columns: list[str], label_column: str, task: str, batch_size: int, test_fraction: float, seed: int) -> dict[str, Any]:
+def training_suite(
+    columns: list[str], label_column: str, task: str, batch_size: int, test_fraction: float, seed: int
+) -> dict[str, Any]:
     """validate_data's default suite: every precondition of train_model, as GX expectations."""
     rules = column_rules(columns, label_column, task)
     if label_column in columns:
         rules += table_rules(label_column, task, batch_size, test_fraction, seed)
     else:
-        rules += [r for r in table_rules(label_column, task, batch_size, test_fraction, seed) if "column" not in r.kwargs]
+        rules += [
+            r for r in table_rules(label_column, task, batch_size, test_fraction, seed) if "column" not in r.kwargs
+        ]
     return {
         "name": "trainpipe_default",
-        "meta": {"description": f"train_model's preconditions for task {task}, batch_size {batch_size}, test_fraction {test_fraction}"},
+        "meta": {
+            "description": f"train_model's preconditions for task {task}, batch_size {batch_size}, test_fraction {test_fraction}"
+        },
         "expectations": [r.expectation() for r in rules],
     }
 
 
-def check_frame(df: "pd.DataFrame", label_column: str, task: str, feature_columns: list[str] | None = None) -> None:
+def check_frame(df: pd.DataFrame, label_column: str, task: str, feature_columns: list[str] | None = None) -> None:
     """Run the per-row rules on a frame (training or evaluation data); the first failure is an InputError.
 
     Raises:
@@ -181,7 +250,9 @@ def check_frame(df: "pd.DataFrame", label_column: str, task: str, feature_column
             raise InputError(message if message.startswith(("data:", "label_column:")) else f"data: {message}")
 
 
-def check_table(df: "pd.DataFrame", label_column: str, task: str, batch_size: int, test_fraction: float, seed: int) -> None:
+def check_table(
+    df: pd.DataFrame, label_column: str, task: str, batch_size: int, test_fraction: float, seed: int
+) -> None:
     """Run the whole-table rules (rows, classes).
 
     Raises:

@@ -68,39 +68,63 @@ class HardwareProfile(StrictModel):
         default_factory=dict,
         description="Kubernetes secret name -> {key: ENV_VAR}; the value never enters the compiled pipeline (e.g. MLflow credentials)",
     )
-    volumes: dict[str, str] = Field(default_factory=dict, description="PVC name -> mount path on the training step (the shared volume of multi-node jobs)")
+    volumes: dict[str, str] = Field(
+        default_factory=dict,
+        description="PVC name -> mount path on the training step (the shared volume of multi-node jobs)",
+    )
     timeout_s: int = Field(3600, ge=60, le=7 * 86_400, description="timeout of every step but training")
     train_timeout_s: int = Field(6 * 3600, ge=60, le=30 * 86_400, description="timeout of the training step")
     metrics_port: int = Field(
-        9450, ge=0, le=65_535,
+        9450,
+        ge=0,
+        le=65_535,
         description="training ranks serve Prometheus metrics on this port + their local rank (the PodMonitor scrapes the pods' metrics-N ports); 0: off",
     )
     optimize: bool = Field(
-        False, description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its config's "
-        "optimize.enabled says otherwise")
+        False,
+        description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its config's "
+        "optimize.enabled says otherwise",
+    )
     namespace: str | None = Field(
-        None, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        description="the team's namespace: Airflow's pods and multi-node training jobs run there (KFP runs in its profile's namespace)")
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="the team's namespace: Airflow's pods and multi-node training jobs run there (KFP runs in its profile's namespace)",
+    )
     priority_class: str | None = Field(
-        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="a PriorityClass (priorityClassName of the pods trainpipe writes) and, with kueue_queue, the Kueue "
-        "WorkloadPriorityClass of the same name (kueue.x-k8s.io/priority-class: KFP's pods too)")
+        "WorkloadPriorityClass of the same name (kueue.x-k8s.io/priority-class: KFP's pods too)",
+    )
     kueue_queue: str | None = Field(
-        None, pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="the Kueue LocalQueue of the team's namespace: the kueue.x-k8s.io/queue-name label on KFP pods, Airflow pods, "
-        "TrainJobs and PyTorchJobs, so Kueue admits them against the team's quota")
+        "TrainJobs and PyTorchJobs, so Kueue admits them against the team's quota",
+    )
     rank_spread: Literal["required", "preferred", "none"] = Field(
-        "preferred", description="pod anti-affinity between the nodes of one multi-node training job: one per machine "
-        "(required), where possible (preferred), or not asked")
-    queue: str = Field("default", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
-                       description="Airflow's Celery queue for every step but training (CeleryExecutor; other executors ignore it)")
-    train_queue: str = Field("train", pattern=r"^[A-Za-z0-9_.-]{1,128}$",
-                             description="Airflow's Celery queue for train_model: the workers on the training machines serve it")
+        "preferred",
+        description="pod anti-affinity between the nodes of one multi-node training job: one per machine "
+        "(required), where possible (preferred), or not asked",
+    )
+    queue: str = Field(
+        "default",
+        pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+        description="Airflow's Celery queue for every step but training (CeleryExecutor; other executors ignore it)",
+    )
+    train_queue: str = Field(
+        "train",
+        pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+        description="Airflow's Celery queue for train_model: the workers on the training machines serve it",
+    )
     termination_grace_s: int = Field(
-        120, ge=1, le=86_400,
+        120,
+        ge=1,
+        le=86_400,
         description="seconds a training pod has after SIGTERM (deleted, preempted, its spot node reclaimed) to finish its step and "
         "write a checkpoint: terminationGracePeriodSeconds of training pods (Airflow's, TrainJobs', PyTorchJobs'; a KFP task pod "
-        "keeps Kubernetes' 30 s, which kfp-kubernetes cannot set)")
+        "keeps Kubernetes' 30 s, which kfp-kubernetes cannot set)",
+    )
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 

@@ -23,7 +23,12 @@ from trainpipe.contract.errors import InputError, TrainpipeError
 
 URI = re.compile(r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)/(?P<version>\d+)$")
 #: The tags a decision leaves on the version.
-APPROVAL_TAGS = ("trainpipe.approval.decision", "trainpipe.approval.by", "trainpipe.approval.at", "trainpipe.approval.reason")
+APPROVAL_TAGS = (
+    "trainpipe.approval.decision",
+    "trainpipe.approval.by",
+    "trainpipe.approval.at",
+    "trainpipe.approval.reason",
+)
 GATE_TAG = "lineage.evaluation.passed"
 
 
@@ -33,8 +38,17 @@ class PromotionRefused(TrainpipeError):
     exit_code = 4  # the gate's own code: a failed gate is permanent
 
 
-def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: str = "approved", approver: str | None = None,
-            tracking_uri: str | None = None, policy: Any = None, run: dict[str, Any] | None = None) -> dict[str, Any]:
+def promote(
+    model_uri: str,
+    reason: str,
+    *,
+    alias: str = "champion",
+    decision: str = "approved",
+    approver: str | None = None,
+    tracking_uri: str | None = None,
+    policy: Any = None,
+    run: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Move ``alias`` to the version (approved), or record that it was rejected.
 
     Args:
@@ -83,9 +97,13 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
     signature = None
     if decision == "approved":
         if gate is None:
-            raise PromotionRefused(f"model_uri: {model_uri} carries no gate decision ({GATE_TAG}): it was not registered by the pipeline; not promoted")
+            raise PromotionRefused(
+                f"model_uri: {model_uri} carries no gate decision ({GATE_TAG}): it was not registered by the pipeline; not promoted"
+            )
         if gate.lower() != "true":
-            raise PromotionRefused(f"model_uri: {model_uri} did not pass its gate (evaluate_model's decision it carries); not promoted")
+            raise PromotionRefused(
+                f"model_uri: {model_uri} did not pass its gate (evaluate_model's decision it carries); not promoted"
+            )
         try:
             signature = registry.verify_version(client, mv, model_uri)
         except ValueError as exc:
@@ -98,13 +116,24 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
         except (SignatureInvalid, ServiceUnavailable):
             raise
         except Exception as exc:  # noqa: BLE001
-            raise InputError(f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}") from None
+            raise InputError(
+                f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}"
+            ) from None
     previous = registry.alias_version(client, name, alias)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    record = {"model_name": name, "version": version, "alias": alias, "decision": decision, "approver": who["identity"], "reason": reason,
-              "previous_version": str(previous.version) if previous is not None else None, "gate_passed": gate, "signature_sha256": signature}
+    record = {
+        "model_name": name,
+        "version": version,
+        "alias": alias,
+        "decision": decision,
+        "approver": who["identity"],
+        "reason": reason,
+        "previous_version": str(previous.version) if previous is not None else None,
+        "gate_passed": gate,
+        "signature_sha256": signature,
+    }
     try:
-        for key, value in zip(APPROVAL_TAGS, (decision, who["identity"], now, reason[:5000])):
+        for key, value in zip(APPROVAL_TAGS, (decision, who["identity"], now, reason[:5000]), strict=True):
             client.set_model_version_tag(name, version, key, value)
         if decision == "approved":
             client.set_registered_model_alias(name, alias, version)
@@ -116,8 +145,22 @@ def promote(model_uri: str, reason: str, *, alias: str = "champion", decision: s
         raise tracking.classify(exc, f"tracking_uri: promoting {model_uri}", "failed") from None
     log = audit.log_path(getattr(policy, "audit_log", None))
     if log is not None:
-        audit.append(log, [{"component": "promote", "who": who, "action": "promote" if decision == "approved" else "reject",
-                            "run": run or {"orchestrator": os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual", "run_id": os.environ.get("TRAINPIPE_RUN_ID")}, "decision": record}])
+        audit.append(
+            log,
+            [
+                {
+                    "component": "promote",
+                    "who": who,
+                    "action": "promote" if decision == "approved" else "reject",
+                    "run": run
+                    or {
+                        "orchestrator": os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual",
+                        "run_id": os.environ.get("TRAINPIPE_RUN_ID"),
+                    },
+                    "decision": record,
+                }
+            ],
+        )
     return record
 
 
@@ -127,4 +170,6 @@ def summary(record: dict[str, Any]) -> str:
     if record["decision"] != "approved":
         return f"trainpipe promote: {uri} rejected by {record['approver']}: {record['reason']} ({record['alias']} not moved)"
     was = f" (was version {record['previous_version']})" if record.get("previous_version") else ""
-    return f"trainpipe promote: {uri} is now {record['alias']}{was}, approved by {record['approver']}: {record['reason']}"
+    return (
+        f"trainpipe promote: {uri} is now {record['alias']}{was}, approved by {record['approver']}: {record['reason']}"
+    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 HASH_TAG = "trainpipe.model_sha256"
 DATA_TAG = "trainpipe.dataset_md5"
 RUN_TAG = "trainpipe.training_run_id"
@@ -48,7 +47,7 @@ def logged_model_id(version: Any) -> str | None:
     if model_id:
         return str(model_id)
     source = str(getattr(version, "source", "") or "")
-    return source[len("models:/"):].split("/")[0] if source.startswith("models:/m-") else None
+    return source[len("models:/") :].split("/")[0] if source.startswith("models:/m-") else None
 
 
 def version_model(client: Any, version: Any, runtime: Any, what: str | None = None) -> tuple[Any | None, str]:
@@ -83,11 +82,15 @@ def version_model(client: Any, version: Any, runtime: Any, what: str | None = No
 def _weights_location(client: Any, version: Any) -> tuple[str, str]:
     model_id = logged_model_id(version)
     if model_id is None:
-        raise ValueError(f"version {version.version} was not registered from a trainpipe model (source {version.source})")
+        raise ValueError(
+            f"version {version.version} was not registered from a trainpipe model (source {version.source})"
+        )
     return model_id, client.get_logged_model(model_id).artifact_location.rstrip("/")
 
 
-def download_weights(client: Any, version: Any, dest: str | Path, *, what: str | None = None, verify: bool = True) -> Path:
+def download_weights(
+    client: Any, version: Any, dest: str | Path, *, what: str | None = None, verify: bool = True
+) -> Path:
     """Download a version's weights-only artifact (``model.safetensors`` or ``model.onnx``, and
     ``model.json``, inside its MLflow model at ``artifacts/model/``) into ``dest``, and verify its
     signature (``model.sig``, beside them) before anything reads it. Nothing is unpickled.
@@ -107,11 +110,17 @@ def download_weights(client: Any, version: Any, dest: str | Path, *, what: str |
     from trainpipe.serving.package import WEIGHTS_DIR
 
     _, location = _weights_location(client, version)
-    path = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{location}/artifacts/{WEIGHTS_DIR}", dst_path=str(dest)))
+    path = Path(
+        mlflow.artifacts.download_artifacts(artifact_uri=f"{location}/artifacts/{WEIGHTS_DIR}", dst_path=str(dest))
+    )
     if verify:
         recorded = (getattr(version, "tags", None) or {}).get(signing.SIGNATURE_TAG)
-        signing.verify(path, what or f"models:/{version.name}/{version.version}", required=signing.verification_required(),
-                       expected_digest=recorded)
+        signing.verify(
+            path,
+            what or f"models:/{version.name}/{version.version}",
+            required=signing.verification_required(),
+            expected_digest=recorded,
+        )
     return path
 
 
@@ -163,7 +172,9 @@ def sign_version(client: Any, name: str, version: str, model_sha256: str, model_
     with tempfile.TemporaryDirectory(prefix="trainpipe-sign-") as tmp:
         weights = download_weights(client, mv, Path(tmp) / "copy", verify=False)
         if file_digest(weights / model_file, "sha256") != model_sha256:
-            raise InputError(f"model: the registry's copy of models:/{name}/{version} is not the model that passed the gate; not signed")
+            raise InputError(
+                f"model: the registry's copy of models:/{name}/{version} is not the model that passed the gate; not signed"
+            )
         stage = Path(tmp) / "stage" / "artifacts" / WEIGHTS_DIR
         stage.mkdir(parents=True)
         sha = signing.sign(weights, stage / signing.SIGNATURE_FILE)

@@ -32,5 +32,7 @@ def threads_per_rank(local_ranks: int) -> int:
     """``max(1, usable_cpus // local_ranks)``; logs when ranks outnumber CPUs."""
     cpus = usable_cpus()
     if local_ranks > cpus:
-        print(f"trainpipe: {local_ranks} ranks on {cpus} usable CPUs: oversubscribed, expect slow steps", file=sys.stderr)
+        print(
+            f"trainpipe: {local_ranks} ranks on {cpus} usable CPUs: oversubscribed, expect slow steps", file=sys.stderr
+        )
     return max(1, cpus // max(1, local_ranks))

@@ -39,12 +39,14 @@ def run_airflow_local(config_path: Path) -> int:
     home = Path(cfg.workspace) / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     folder = dags_folder()
-    os.environ.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "TRAINPIPE_CONFIG": str(config_path),
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "TRAINPIPE_CONFIG": str(config_path),
+        }
+    )
     from airflow.dag_processing.dagbag import DagBag
     from airflow.utils import db
 
@@ -65,7 +67,10 @@ def main(argv: list[str]) -> int:
     try:
         return ENGINES[engine](config)
     except Exception as exc:  # the engine's own report (kfp.local raises on a failed task) is in this log
-        print(f"trainpipe: engine {engine} stopped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        print(
+            f"trainpipe: engine {engine} stopped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -32,7 +32,9 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
     if drift and not drift.get("retrain"):
         lines.append(f"registered model : none (not retrained: {drift['reasons'][0]})")
     elif reg and reg.get("registered"):
-        lines.append(f"registered model : {reg['model_name']} version {reg['version']} alias @{reg['alias']} ({'new' if reg['created'] else 'existing version, nothing duplicated'})")
+        lines.append(
+            f"registered model : {reg['model_name']} version {reg['version']} alias @{reg['alias']} ({'new' if reg['created'] else 'existing version, nothing duplicated'})"
+        )
     elif reg:
         lines.append(f"registered model : none ({reg.get('reason')})")
     else:
@@ -40,18 +42,24 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
     lines.append(f"MLflow tracking  : {tracking_uri}")
     if tracking_uri.startswith("sqlite:///"):
         db = tracking_uri[len("sqlite:///") :]
-        lines.append(f"look at it with  : mlflow ui --backend-store-uri {tracking_uri} --default-artifact-root {Path(db).parent / 'mlartifacts'}")
+        lines.append(
+            f"look at it with  : mlflow ui --backend-store-uri {tracking_uri} --default-artifact-root {Path(db).parent / 'mlartifacts'}"
+        )
     else:
         lines.append(f"look at it with  : open {tracking_uri}")
     if "snapshot_dataset" in results:
         s = results["snapshot_dataset"]
         lines.append(f"DVC snapshot     : md5 {s['md5']} rev {s['rev'][:12]} remote {s['remote_url']}")
     if drift:
-        lines.append(f"drift report     : {Path(drift['_path']) / 'report.html'} ({len(drift['drifted_columns'])} of {len(drift['columns'])} columns drifted; "
-                     f"{'retrain' if drift['retrain'] else 'no retrain'})")
+        lines.append(
+            f"drift report     : {Path(drift['_path']) / 'report.html'} ({len(drift['drifted_columns'])} of {len(drift['columns'])} columns drifted; "
+            f"{'retrain' if drift['retrain'] else 'no retrain'})"
+        )
     if "optimize_model" in results:
         o = results["optimize_model"]
-        lines.append(f"optimization     : {Path(o['_path']) / 'report.html'} ({o['selected'] or 'no variant accepted'})")
+        lines.append(
+            f"optimization     : {Path(o['_path']) / 'report.html'} ({o['selected'] or 'no variant accepted'})"
+        )
     if reg and reg.get("optimized_model_uri"):
         lines.append(f"optimized model  : {reg['optimized_model_uri']} (loads with MLflow + onnxruntime)")
     if "validate_data" in results:

@@ -123,7 +123,7 @@ class {cls}Operator(TrainpipeOperator):
 
     component = "{name}"
 ''',
-    "README.md": '''# {name}
+    "README.md": """# {name}
 
 Counts a dataset's rows and refuses one with fewer than `min_rows` (a scaffold: change it).
 
@@ -134,13 +134,13 @@ python -m trainpipe.components.{name} --help
 
 Exit codes: 0 ok, 1 internal error, 2 bad input, 75 service unavailable (retry).
 Faces: `kfp_component.py` (KFP v2), `airflow_task.py` (Airflow 3).
-''',
-    "metadata.yaml": '''name: {name}
+""",
+    "metadata.yaml": """name: {name}
 stability: alpha
 entrypoint: python -m trainpipe.components.{name}
 image: {image}
 external_services: []
-''',
+""",
 }
 
 TEST = '''"""{name}: the scaffold's own tests (entrypoint, bad input, both faces)."""

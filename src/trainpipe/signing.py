@@ -113,8 +113,11 @@ def sign(model_dir: str | Path, signature: str | Path | None = None) -> str:
     config = signing.Config().set_hashing_config(hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE]))
     try:
         if os.environ.get(SIGNING_CERT_ENV):
-            config.use_certificate_signer(private_key=_existing(SIGNING_KEY_ENV), signing_certificate=_existing(SIGNING_CERT_ENV),
-                                          certificate_chain=_chain(SIGNING_CHAIN_ENV))
+            config.use_certificate_signer(
+                private_key=_existing(SIGNING_KEY_ENV),
+                signing_certificate=_existing(SIGNING_CERT_ENV),
+                certificate_chain=_chain(SIGNING_CHAIN_ENV),
+            )
         else:
             config.use_elliptic_key_signer(private_key=_existing(SIGNING_KEY_ENV))
         with tempfile.TemporaryDirectory() as tmp:  # written whole, then moved in: never a half signature
@@ -135,7 +138,9 @@ def _verifier() -> Any:
     if os.environ.get(VERIFY_KEY_ENV):
         return config.use_elliptic_key_verifier(public_key=_existing(VERIFY_KEY_ENV))
     if os.environ.get(SIGNING_CERT_ENV):
-        return config.use_certificate_verifier(certificate_chain=_chain(SIGNING_CHAIN_ENV) or [_existing(SIGNING_CERT_ENV)])
+        return config.use_certificate_verifier(
+            certificate_chain=_chain(SIGNING_CHAIN_ENV) or [_existing(SIGNING_CERT_ENV)]
+        )
     if signing_enabled():  # the public half of the signing key
         from cryptography.hazmat.primitives import serialization
 
@@ -144,13 +149,21 @@ def _verifier() -> Any:
         os.close(fd)
         atexit.register(_remove, name)
         public = Path(name)
-        public.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        public.write_bytes(
+            private.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
         return config.use_elliptic_key_verifier(public_key=public)
-    raise InputError(f"{VERIFY_KEY_ENV}: the model is signed but no key to verify it with is set "
-                     f"({VERIFY_KEY_ENV}, {VERIFY_CHAIN_ENV} or {SIGNING_KEY_ENV})")
+    raise InputError(
+        f"{VERIFY_KEY_ENV}: the model is signed but no key to verify it with is set "
+        f"({VERIFY_KEY_ENV}, {VERIFY_CHAIN_ENV} or {SIGNING_KEY_ENV})"
+    )
 
 
-def verify(model_dir: str | Path, what: str, *, required: bool = False, expected_digest: str | None = None) -> str | None:
+def verify(
+    model_dir: str | Path, what: str, *, required: bool = False, expected_digest: str | None = None
+) -> str | None:
     """Verify ``model_dir`` against the ``model.sig`` beside its files, before anything reads them.
 
     Args:
@@ -173,12 +186,16 @@ def verify(model_dir: str | Path, what: str, *, required: bool = False, expected
     signature = model_dir / SIGNATURE_FILE
     if not signature.is_file():
         if required or expected_digest:
-            raise SignatureInvalid(f"{what}: carries no signature ({SIGNATURE_FILE}); this platform loads only signed models")
+            raise SignatureInvalid(
+                f"{what}: carries no signature ({SIGNATURE_FILE}); this platform loads only signed models"
+            )
         return None
     found = file_digest(signature, "sha256")
     if expected_digest and found != expected_digest:
-        raise SignatureInvalid(f"{what}: its signature is not the one recorded at registration (sha256 {found[:12]}…, "
-                               f"recorded {expected_digest[:12]}…)")
+        raise SignatureInvalid(
+            f"{what}: its signature is not the one recorded at registration (sha256 {found[:12]}…, "
+            f"recorded {expected_digest[:12]}…)"
+        )
     try:
         _verifier().verify(model_dir, signature)
     except InputError:
@@ -219,6 +236,10 @@ def keypair(private: str | Path, public: str | Path) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    Path(private).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    Path(private).write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     os.chmod(private, 0o600)
-    Path(public).write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    Path(public).write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )

@@ -8,9 +8,10 @@ functions: importing this module is cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
 
@@ -52,13 +53,17 @@ def find_dataset(path: str | os.PathLike[str], field_name: str = "data") -> Path
     if (p / MARKER).is_file():
         folders = [d for d in sorted(p.iterdir()) if d.is_dir() and _is_parquet_dir(d)]
         if len(files) + len(folders) != 1:
-            raise InputError(f"{field_name}: artifact {str(p)!r} must hold exactly one dataset (a .csv/.parquet file or a folder of .parquet files), found {len(files) + len(folders)}")
+            raise InputError(
+                f"{field_name}: artifact {str(p)!r} must hold exactly one dataset (a .csv/.parquet file or a folder of .parquet files), found {len(files) + len(folders)}"
+            )
         return files[0] if files else folders[0]
     if len(files) == 1:
         return files[0]
     if len(files) > 1 and _is_parquet_dir(p):
         return p
-    raise InputError(f"{field_name}: directory {str(p)!r} must hold one .csv or .parquet file, or .parquet files only; found {len(files)} data files")
+    raise InputError(
+        f"{field_name}: directory {str(p)!r} must hold one .csv or .parquet file, or .parquet files only; found {len(files)} data files"
+    )
 
 
 # Kept for callers that take only a single file (a directory of Parquet files is refused there).
@@ -79,7 +84,9 @@ def _parse_error(field_name: str, f: Path, exc: BaseException) -> InputError:
     return InputError(f"{field_name}: {str(f)!r} cannot be parsed as {f.suffix.lstrip('.')}: {msg}")
 
 
-def read_table(path: str | os.PathLike[str], field_name: str = "data", columns: list[str] | None = None) -> "pd.DataFrame":
+def read_table(
+    path: str | os.PathLike[str], field_name: str = "data", columns: list[str] | None = None
+) -> pd.DataFrame:
     """Read a whole dataset (a file, or every file of a Parquet directory) into memory.
 
     Raises:
@@ -158,7 +165,9 @@ def row_groups(path: str | os.PathLike[str], field_name: str = "data") -> list[R
         if schema is None:
             schema = names
         elif names != schema:
-            raise InputError(f"{field_name}: {part.name} has columns {names[:6]} but {files[0].name} has {schema[:6]}: every part must share one schema")
+            raise InputError(
+                f"{field_name}: {part.name} has columns {names[:6]} but {files[0].name} has {schema[:6]}: every part must share one schema"
+            )
         for i in range(meta.num_row_groups):
             n = meta.row_group(i).num_rows
             out.append(RowGroup(part, i, n, first))
@@ -168,7 +177,7 @@ def row_groups(path: str | os.PathLike[str], field_name: str = "data") -> list[R
     return out
 
 
-def read_row_group(group: RowGroup, columns: list[str]) -> "pd.DataFrame":
+def read_row_group(group: RowGroup, columns: list[str]) -> pd.DataFrame:
     """One row group's ``columns`` as a DataFrame."""
     import pyarrow.parquet as pq
 
@@ -178,7 +187,9 @@ def read_row_group(group: RowGroup, columns: list[str]) -> "pd.DataFrame":
         raise _parse_error("data", group.file, exc) from None
 
 
-def iter_chunks(path: str | os.PathLike[str], columns: list[str] | None = None, field_name: str = "data") -> Iterator[tuple[int, "pd.DataFrame"]]:
+def iter_chunks(
+    path: str | os.PathLike[str], columns: list[str] | None = None, field_name: str = "data"
+) -> Iterator[tuple[int, pd.DataFrame]]:
     """``(first row number, frame)`` per chunk: row groups of Parquet data, the whole table of a CSV."""
     f = find_dataset(path, field_name)
     if f.suffix.lower() == ".csv" and f.is_file():
@@ -256,7 +267,9 @@ def min_rows(batch_size: int, test_fraction: float, seed: int) -> int:
 # --- features and labels --------------------------------------------------------------------------
 
 
-def features_and_label(df: "pd.DataFrame", label_column: str, feature_columns: list[str] | None = None, task: str = "classification") -> tuple[list[str], Any, Any]:
+def features_and_label(
+    df: pd.DataFrame, label_column: str, feature_columns: list[str] | None = None, task: str = "classification"
+) -> tuple[list[str], Any, Any]:
     """Split a frame into float32 features and the label column, refusing what training cannot use.
 
     Every refusal names the column and an offending row and value (see :mod:`trainpipe.preconditions`).

@@ -33,7 +33,8 @@ import resource
 import sys
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 #: Labels every training series carries (JSON), set by train_model for its ranks.
@@ -85,8 +86,15 @@ def _label(value: Any) -> str:
 
 def training_labels(run_id: str, hardware_profile: str, model: str) -> str:
     """The JSON train_model hands its ranks in :data:`LABELS_ENV` (names and ids only, never a secret)."""
-    return json.dumps({"run_id": _label(run_id), "component": "train_model", "hardware_profile": _label(hardware_profile),
-                       "model": _label(model)}, sort_keys=True)
+    return json.dumps(
+        {
+            "run_id": _label(run_id),
+            "component": "train_model",
+            "hardware_profile": _label(hardware_profile),
+            "model": _label(model),
+        },
+        sort_keys=True,
+    )
 
 
 # --- live training metrics ---------------------------------------------------------------------------
@@ -119,7 +127,7 @@ class TrainingCollector:
     def _fold(self) -> None:
         records = self.ctx.step_records
         n = len(records) if self.final else max(len(records) - 1, self._seen)
-        for rec in records[self._seen:n]:
+        for rec in records[self._seen : n]:
             step_s = float(rec.get("step_s", 0.0))
             self._samples += rec.get("samples", 0)
             self._steps += 1
@@ -152,42 +160,91 @@ class TrainingCollector:
                 out.append(fam)
 
             s = ctx.settings
-            info = GaugeMetricFamily("trainpipe_training_info", "the run's settings (value 1)",
-                                     labels=names + ["backend", "dist_backend", "precision", "world_size", "train_function"])
-            info.add_metric(values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)], 1.0)
+            info = GaugeMetricFamily(
+                "trainpipe_training_info",
+                "the run's settings (value 1)",
+                labels=names + ["backend", "dist_backend", "precision", "world_size", "train_function"],
+            )
+            info.add_metric(
+                values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)],
+                1.0,
+            )
             out.append(info)
             gauge("trainpipe_training_global_step", "optimizer steps taken, resumed ones included", ctx.global_step)
-            gauge("trainpipe_training_epoch", "the epoch in progress, from 1 (0 before the first batch)", ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0)
+            gauge(
+                "trainpipe_training_epoch",
+                "the epoch in progress, from 1 (0 before the first batch)",
+                ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0,
+            )
             gauge("trainpipe_training_epochs", "epochs the run is configured for", s.epochs)
             progress = ctx.progress_ratio()
             gauge("trainpipe_training_progress_ratio", "share of the run's batches done (0-1)", progress)
-            gauge("trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds())
-            gauge("trainpipe_training_start_timestamp_seconds", "when this process started training (unix time)", self.started_unix)
+            gauge(
+                "trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds()
+            )
+            gauge(
+                "trainpipe_training_start_timestamp_seconds",
+                "when this process started training (unix time)",
+                self.started_unix,
+            )
             gauge("trainpipe_training_restarts", "restarts of the worker group before this attempt", ctx.restarts)
-            gauge("trainpipe_training_last_checkpoint_timestamp_seconds", "when the newest checkpoint was started (unix time)", ctx.last_checkpoint_unix)
-            gauge("trainpipe_training_learning_rate", "the optimizer's learning rate (its first parameter group)", ctx.learning_rate())
+            gauge(
+                "trainpipe_training_last_checkpoint_timestamp_seconds",
+                "when the newest checkpoint was started (unix time)",
+                ctx.last_checkpoint_unix,
+            )
+            gauge(
+                "trainpipe_training_learning_rate",
+                "the optimizer's learning rate (its first parameter group)",
+                ctx.learning_rate(),
+            )
             for key, value in sorted(ctx.last_logged().items()):
-                gauge("trainpipe_training_logged", "the newest value the training function logged with ctx.log", value, {"key": key})
-            gauge("trainpipe_training_peak_rss_bytes", "peak resident memory of this rank",
-                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0)
+                gauge(
+                    "trainpipe_training_logged",
+                    "the newest value the training function logged with ctx.log",
+                    value,
+                    {"key": key},
+                )
+            gauge(
+                "trainpipe_training_peak_rss_bytes",
+                "peak resident memory of this rank",
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
+            )
             device = ctx.device_figures()
-            gauge("trainpipe_training_device_peak_memory_bytes", "peak accelerator memory allocated by this rank", device.get("peak_memory_bytes"))
+            gauge(
+                "trainpipe_training_device_peak_memory_bytes",
+                "peak accelerator memory allocated by this rank",
+                device.get("peak_memory_bytes"),
+            )
             for gpu in device.get("gpus", []):
                 idx = {"gpu": str(gpu["index"])}
-                gauge("trainpipe_gpu_utilization_ratio", "NVML: share of time a kernel ran (0-1)", gpu.get("utilization"), idx)
+                gauge(
+                    "trainpipe_gpu_utilization_ratio",
+                    "NVML: share of time a kernel ran (0-1)",
+                    gpu.get("utilization"),
+                    idx,
+                )
                 gauge("trainpipe_gpu_memory_used_bytes", "NVML: device memory in use", gpu.get("memory_used"), idx)
                 gauge("trainpipe_gpu_power_watts", "NVML: board power draw", gpu.get("power"), idx)
 
             samples = CounterMetricFamily("trainpipe_training_samples", "samples this rank trained on", labels=names)
             samples.add_metric(values, self._samples)
-            steps = CounterMetricFamily("trainpipe_training_batches", "batches this rank ran (this process)", labels=names)
+            steps = CounterMetricFamily(
+                "trainpipe_training_batches", "batches this rank ran (this process)", labels=names
+            )
             steps.add_metric(values, float(self._steps))
-            phases = CounterMetricFamily("trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"])
+            phases = CounterMetricFamily(
+                "trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"]
+            )
             for phase, secs in self._phases.items():
                 if secs or phase in ("data", "other"):
                     phases.add_metric(values + [phase], secs)
-            hist = HistogramMetricFamily("trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names)
-            cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets)] + [("+Inf", float(self._steps))]
+            hist = HistogramMetricFamily(
+                "trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names
+            )
+            cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets, strict=True)] + [
+                ("+Inf", float(self._steps))
+            ]
             hist.add_metric(values, cumulative, sum_value=self._sum)
             out += [samples, steps, phases, hist]
         self.last_scrape = time.monotonic()
@@ -292,7 +349,7 @@ class TrainingMetrics:
         self.collector, self._server, self.port = collector, server, port
 
     @classmethod
-    def serve(cls, ctx: Any, port: int, local_index: int, local_world: int = 1) -> "TrainingMetrics | None":
+    def serve(cls, ctx: Any, port: int, local_index: int, local_world: int = 1) -> TrainingMetrics | None:
         """Serve ``ctx``'s figures on ``port + local_index`` (local rank 0: with its
         ``local_world - 1`` peers'); None, and one warning, if it cannot."""
         labels = {}
@@ -306,14 +363,20 @@ class TrainingMetrics:
         address = os.environ.get(ADDRESS_ENV) or "0.0.0.0"
         where = port + local_index
         loopback = "127.0.0.1" if address in ("0.0.0.0", "", "::") else address
-        peers = _PeerCollector([f"http://{loopback}:{port + i}/metrics" for i in range(1, local_world)]) if local_index == 0 and local_world > 1 else None
+        peers = (
+            _PeerCollector([f"http://{loopback}:{port + i}/metrics" for i in range(1, local_world)])
+            if local_index == 0 and local_world > 1
+            else None
+        )
         try:
             server = _serve(_app(_Node(collector, peers), peers), address, where)
         except ImportError:
             warn("prometheus_client is not installed; this rank's metrics are not served")
             return None
         except OSError as exc:
-            warn(f"metrics_port: cannot serve rank {ctx.rank}'s metrics on {address}:{where} ({exc.strerror or exc}); training goes on without them")
+            warn(
+                f"metrics_port: cannot serve rank {ctx.rank}'s metrics on {address}:{where} ({exc.strerror or exc}); training goes on without them"
+            )
             return None
         return cls(collector, server, where)
 
@@ -343,8 +406,16 @@ class TrainingMetrics:
 # --- batch-job metrics -------------------------------------------------------------------------------
 
 
-def push_component(name: str, exit_code: int, seconds: float, run_id: str | None, figures: dict[str, float],
-                   hardware_profile: str, url: str | None = None, series: list[tuple[str, str, dict[str, str], float]] | None = None) -> bool:
+def push_component(
+    name: str,
+    exit_code: int,
+    seconds: float,
+    run_id: str | None,
+    figures: dict[str, float],
+    hardware_profile: str,
+    url: str | None = None,
+    series: list[tuple[str, str, dict[str, str], float]] | None = None,
+) -> bool:
     """Push one component run's figures to the Pushgateway (``TRAINPIPE_PUSHGATEWAY``), if one is set.
 
     Grouped by job ``trainpipe``, the component and the run id, and pushed with PUT: a rerun or a
@@ -383,11 +454,18 @@ def push_component(name: str, exit_code: int, seconds: float, run_id: str | None
         gauge = gauges.get(metric) or gauges.setdefault(metric, Gauge(metric, doc, keys, registry=registry))
         gauge.labels(**{k: _label(v) for k, v in {**labels, **extra}.items()}).set(float(value))
     try:
-        push_to_gateway(url, job=PUSH_JOB, registry=registry, timeout=3,
-                        grouping_key={"component": name, "run_id": _label(run_id) or "manual"})
+        push_to_gateway(
+            url,
+            job=PUSH_JOB,
+            registry=registry,
+            timeout=3,
+            grouping_key={"component": name, "run_id": _label(run_id) or "manual"},
+        )
     except Exception as exc:  # noqa: BLE001 (telemetry never fails a run)
         reason = getattr(exc, "reason", None) or exc
-        warn(f"{PUSHGATEWAY_ENV}: cannot push {name}'s figures to {redact(url)} ({str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__})")
+        warn(
+            f"{PUSHGATEWAY_ENV}: cannot push {name}'s figures to {redact(url)} ({str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__})"
+        )
         return False
     return True
 
@@ -413,8 +491,18 @@ class Progress:
         rate_unit: The rate's unit and how many of it a unit is (``("samples", 64)``).
     """
 
-    def __init__(self, what: str, total: float, unit: str, *, start: float = 0.0, rate_unit: tuple[str, float] | None = None,
-                 every_s: float | None = None, stream: Any = None, show: bool = True) -> None:
+    def __init__(
+        self,
+        what: str,
+        total: float,
+        unit: str,
+        *,
+        start: float = 0.0,
+        rate_unit: tuple[str, float] | None = None,
+        every_s: float | None = None,
+        stream: Any = None,
+        show: bool = True,
+    ) -> None:
         self.what, self.total, self.unit = what, float(total), unit
         self.rate_name, self.rate_scale = rate_unit or (unit, 1.0)
         self.stream = stream or sys.stderr
@@ -431,11 +519,26 @@ class Progress:
         isatty = getattr(self.stream, "isatty", None)
         if show and isatty is not None and isatty() and self.total > 0:
             try:
-                from rich.progress import BarColumn, Progress as RichProgress, TaskProgressColumn, TextColumn, TimeRemainingColumn
                 from rich.console import Console
+                from rich.progress import (
+                    BarColumn,
+                    TaskProgressColumn,
+                    TextColumn,
+                    TimeRemainingColumn,
+                )
+                from rich.progress import (
+                    Progress as RichProgress,
+                )
 
-                self._bar = RichProgress(TextColumn(what), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
-                                         TimeRemainingColumn(), console=Console(file=self.stream), transient=False)
+                self._bar = RichProgress(
+                    TextColumn(what),
+                    BarColumn(),
+                    TaskProgressColumn(),
+                    TextColumn("{task.fields[rate]}"),
+                    TimeRemainingColumn(),
+                    console=Console(file=self.stream),
+                    transient=False,
+                )
                 self._task = self._bar.add_task(what, total=self.total, completed=self.done, rate="")
                 self._bar.start()
                 self.every = min(self.every, 0.25)
@@ -465,12 +568,16 @@ class Progress:
         total = f"/{self.total:,.0f}" if self.total > 0 else ""
         rate = self.rate() * self.rate_scale
         eta = self.eta()
-        return (f"{self.what}: {self.done:,.0f}{total} {self.unit}{pct}, {rate:,.1f} {self.rate_name}/s, "
-                f"elapsed {_clock(now - self.t0)}" + (f", ETA {_clock(eta)}" if eta is not None else ""))
+        return (
+            f"{self.what}: {self.done:,.0f}{total} {self.unit}{pct}, {rate:,.1f} {self.rate_name}/s, "
+            f"elapsed {_clock(now - self.t0)}" + (f", ETA {_clock(eta)}" if eta is not None else "")
+        )
 
     def _show(self, now: float) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, rate=f"{self.rate() * self.rate_scale:,.1f} {self.rate_name}/s")
+            self._bar.update(
+                self._task, completed=self.done, rate=f"{self.rate() * self.rate_scale:,.1f} {self.rate_name}/s"
+            )
             return
         print(self._line(now), file=self.stream, flush=True)
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.contract.policy import Policy
 
 
-def resolve_tracking_uri(uri: str | None, policy: "Policy | None" = None) -> str:
+def resolve_tracking_uri(uri: str | None, policy: Policy | None = None) -> str:
     """The tracking URI to use: the setting, else ``MLFLOW_TRACKING_URI``.
 
     A bare path or ``sqlite:///relative`` is made absolute, so every step of a run
@@ -56,7 +56,7 @@ def default_artifact_location(uri: str) -> str | None:
     return None
 
 
-def probe(uri: str | None, policy: "Policy | None" = None) -> None:
+def probe(uri: str | None, policy: Policy | None = None) -> None:
     """A quick check that a tracking server answers (``/health``), without importing mlflow.
 
     Raises:
@@ -79,7 +79,7 @@ def probe(uri: str | None, policy: "Policy | None" = None) -> None:
         raise ServiceUnavailable(f"tracking_uri: MLflow at {redact(resolved)!r} is unavailable: {reason}") from None
 
 
-def connect(uri: str | None, policy: "Policy | None" = None) -> Any:
+def connect(uri: str | None, policy: Policy | None = None) -> Any:
     """Point MLflow at the tracking store and check it answers.
 
     Returns:
@@ -126,14 +126,18 @@ def classify(exc: BaseException, what: str, verb: str) -> TrainpipeError:
     another 4xx is a bug or bad input (2), anything else is transient (75)."""
     status = http_status(exc)
     if status in (401, 403):
-        return NotPermitted(f"{what} refused: {'credentials not accepted' if status == 401 else 'permission denied'} "
-                            f"(HTTP {status}; check MLFLOW_TRACKING_USERNAME/PASSWORD or TOKEN and the identity's rights)")
+        return NotPermitted(
+            f"{what} refused: {'credentials not accepted' if status == 401 else 'permission denied'} "
+            f"(HTTP {status}; check MLFLOW_TRACKING_USERNAME/PASSWORD or TOKEN and the identity's rights)"
+        )
     if status is not None and 400 <= status < 500 and status not in (408, 429):
         return InputError(f"{what} refused the request (HTTP {status}): {first_line(exc)}")
     return ServiceUnavailable(f"{what} {verb}: {first_line(exc)}")
 
 
-def prepare_artifact_store(client: Any, policy: "Policy", run_id: str | None = None, experiment_id: str | None = None) -> str:
+def prepare_artifact_store(
+    client: Any, policy: Policy, run_id: str | None = None, experiment_id: str | None = None
+) -> str:
     """Check the run's artifact store against the policy and ask S3 to encrypt what is uploaded.
 
     The store must lie in the allowed locations and regions (the region of an S3 store is
@@ -159,7 +163,11 @@ def prepare_artifact_store(client: Any, policy: "Policy", run_id: str | None = N
     from trainpipe.contract import policy as policy_mod
 
     try:
-        uri = client.get_run(run_id).info.artifact_uri if run_id else client.get_experiment(experiment_id).artifact_location
+        uri = (
+            client.get_run(run_id).info.artifact_uri
+            if run_id
+            else client.get_experiment(experiment_id).artifact_location
+        )
     except Exception as exc:
         raise classify(exc, "tracking_uri: MLflow", "did not answer") from None
     policy_mod.check_store("artifact store", uri, policy.sse, policy=policy)

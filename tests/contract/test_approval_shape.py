@@ -68,17 +68,33 @@ def test_the_dags_wait_for_airflows_approval_between_registration_and_the_alias_
     shapes = {}
     for approval in (True, False):
         cfg.write_text(yaml.safe_dump({"data": "data.csv", "require_approval": approval, "approval_timeout_hours": 2}))
-        env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_CONFIG": str(cfg)}
-        proc = subprocess.run([sys.executable, "-c", SHAPE.format(path=str(REPO / "dags" / dag_file))], capture_output=True, text=True,
-                              env=env, timeout=300, check=False)
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "TRAINPIPE_CONFIG": str(cfg),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", SHAPE.format(path=str(REPO / "dags" / dag_file))],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         shapes[approval] = json.loads(proc.stdout.strip().splitlines()[-1])
     on, off = shapes[True], shapes[False]
-    assert not {"approve", "promote_model", "record_rejection"} & set(off) and "move_alias" not in off["register_model"]["settings"]
+    assert (
+        not {"approve", "promote_model", "record_rejection"} & set(off)
+        and "move_alias" not in off["register_model"]["settings"]
+    )
     assert on["register_model"]["settings"]["move_alias"] is False and on["register_model"]["down"] == ["approve"]
     approve = on["approve"]
     assert "ApprovalOperator" in approve["mro"] and approve["defaults"] == ["Reject"] and approve["timeout_s"] == 7200
     assert approve["params"] == ["reason"] and approve["down"] == ["promote_model"]
     assert on["promote_model"]["down"] == ["record_rejection"] and on["promote_model"]["reject"] is False
     assert on["record_rejection"]["trigger_rule"] == "all_skipped" and on["record_rejection"]["reject"] is True
-    assert on["train_model"]["queue"] == "train" and {t["queue"] for k, t in on.items() if k != "train_model"} == {"default"}
+    assert on["train_model"]["queue"] == "train" and {t["queue"] for k, t in on.items() if k != "train_model"} == {
+        "default"
+    }

@@ -34,7 +34,13 @@ FACES = (
     + [d / "airflow_task.py" for d in COMPONENT_DIRS]
 )
 #: Orchestrator-edge modules that are not faces: the CLI and the local engines drive kfp.local and dag.test().
-EDGE = [REPO / "src/trainpipe/cli.py", REPO / "src/trainpipe/runner.py", REPO / "src/trainpipe/scaffold.py", REPO / "pipelines", REPO / "dags"]
+EDGE = [
+    REPO / "src/trainpipe/cli.py",
+    REPO / "src/trainpipe/runner.py",
+    REPO / "src/trainpipe/scaffold.py",
+    REPO / "pipelines",
+    REPO / "dags",
+]
 
 
 def _files(paths: list[Path]) -> list[Path]:
@@ -73,7 +79,12 @@ def imported_roots(tree: ast.AST, module_level_only: bool) -> list[tuple[str, in
                 found.append((child.module.split(".")[0], child.lineno))
             elif isinstance(child, ast.Call) and isinstance(child.func, (ast.Attribute, ast.Name)):
                 name = child.func.attr if isinstance(child.func, ast.Attribute) else child.func.id
-                if name in ("import_module", "__import__") and child.args and isinstance(child.args[0], ast.Constant) and isinstance(child.args[0].value, str):
+                if (
+                    name in ("import_module", "__import__")
+                    and child.args
+                    and isinstance(child.args[0], ast.Constant)
+                    and isinstance(child.args[0].value, str)
+                ):
                     found.append((child.args[0].value.split(".")[0], child.lineno))
             visit(child, in_function)
 
@@ -83,7 +94,11 @@ def imported_roots(tree: ast.AST, module_level_only: bool) -> list[tuple[str, in
 
 def violations(path: Path, forbidden: tuple[str, ...], module_level_only: bool) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    return [f"{_rel(path)}:{line} imports {root}" for root, line in imported_roots(tree, module_level_only) if root in forbidden]
+    return [
+        f"{_rel(path)}:{line} imports {root}"
+        for root, line in imported_roots(tree, module_level_only)
+        if root in forbidden
+    ]
 
 
 def test_no_core_spec_or_contract_module_imports_an_orchestrator():
@@ -92,14 +107,20 @@ def test_no_core_spec_or_contract_module_imports_an_orchestrator():
     # the guard covers what it claims to: every core and spec, the contract, training and serving
     assert {f"components/{d.name}/core.py" for d in COMPONENT_DIRS} <= names
     assert {f"components/{d.name}/spec.py" for d in COMPONENT_DIRS} <= names
-    assert {"src/trainpipe/contract/entrypoint.py", "src/trainpipe/training/loop.py", "src/trainpipe/serving/loader.py"} <= names
+    assert {
+        "src/trainpipe/contract/entrypoint.py",
+        "src/trainpipe/training/loop.py",
+        "src/trainpipe/serving/loader.py",
+    } <= names
     bad = [v for m in modules for v in violations(m, ORCHESTRATORS, module_level_only=False)]
     assert bad == [], "orchestrator SDK imported outside the faces:\n" + "\n".join(bad)
 
 
 def test_no_dag_pipeline_face_or_spec_imports_a_heavy_library_at_module_level():
     parse_time = _files(FACES + EDGE + [d / "spec.py" for d in COMPONENT_DIRS] + [REPO / "src/trainpipe/__init__.py"])
-    assert any(p.name == "training_dag.py" for p in parse_time) and any(p.name == "training_pipeline.py" for p in parse_time)
+    assert any(p.name == "training_dag.py" for p in parse_time) and any(
+        p.name == "training_pipeline.py" for p in parse_time
+    )
     bad = [v for m in parse_time for v in violations(m, HEAVY, module_level_only=True)]
     assert bad == [], "heavy library imported at module level where DAGs and pipelines are parsed:\n" + "\n".join(bad)
 
@@ -142,7 +163,9 @@ def test_cores_are_given_the_policy_and_profile_instead_of_reading_the_environme
     bad = [v for c in cores for v in platform_reads(c)]
     assert bad == [], "a core reads the platform's settings itself:\n" + "\n".join(bad)
     planted = tmp_path / "core.py"
-    planted.write_text("import os\nfrom trainpipe.contract.policy import load_policy\np = load_policy()\nh = os.environ.get('TRAINPIPE_HARDWARE_PROFILE')\n")
+    planted.write_text(
+        "import os\nfrom trainpipe.contract.policy import load_policy\np = load_policy()\nh = os.environ.get('TRAINPIPE_HARDWARE_PROFILE')\n"
+    )
     assert len(platform_reads(planted)) == 2
 
 
@@ -156,15 +179,25 @@ def test_metadata_agrees_with_the_compiled_component_spec(folder):
     assert meta["name"] == name and meta["entrypoint"] == f"python -m trainpipe.components.{name}"
     executors = spec["deploymentSpec"]["executors"]
     (executor,) = executors.values()
-    assert meta["image"] == executor["container"]["image"] == image_for(name), (meta["image"], executor["container"]["image"])
+    assert meta["image"] == executor["container"]["image"] == image_for(name), (
+        meta["image"],
+        executor["container"]["image"],
+    )
     accelerated = image_for(name, accelerated=True)
     assert meta.get("accelerated_image", meta["image"]) == accelerated
-    assert set(meta) <= {"name", "stability", "entrypoint", "image", "accelerated_image", "external_services", "description"}
+    assert set(meta) <= {
+        "name",
+        "stability",
+        "entrypoint",
+        "image",
+        "accelerated_image",
+        "external_services",
+        "description",
+    }
 
 
 def test_python_versions_are_bounded_only_where_a_dependency_is():
     import tomllib
-
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
@@ -173,4 +206,8 @@ def test_python_versions_are_bounded_only_where_a_dependency_is():
     assert all(admitted.contains(v) for v in ("3.10", "3.11", "3.12", "3.13", "3.14")), project["requires-python"]
     # TensorFlow 2.21 has no wheels for 3.14: the extra says so with a marker, the package does not
     (tf,) = [Requirement(r) for r in project["optional-dependencies"]["tensorflow"]]
-    assert tf.marker is not None and not tf.marker.evaluate({"python_version": "3.14"}) and tf.marker.evaluate({"python_version": "3.13"})
+    assert (
+        tf.marker is not None
+        and not tf.marker.evaluate({"python_version": "3.14"})
+        and tf.marker.evaluate({"python_version": "3.13"})
+    )

@@ -12,13 +12,13 @@ import pytest
 
 from tests.helpers.k8s_schema import validate_pytorchjob, validate_trainjob
 from trainpipe.components.train_model import k8s
-from trainpipe.training import launch
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig
 from trainpipe.contract.errors import InputError, TrainpipeError
 from trainpipe.contract.lineage import Lineage, OrchestratorLineage, SnapshotLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
+from trainpipe.training import launch
 
 pytestmark = pytest.mark.contract
 
@@ -41,7 +41,11 @@ def test_multi_node_torchrun_takes_node_rank_and_endpoint_from_the_trainer_envir
     plan = launch.torch_plan(_cfg(tmp_path, nproc_per_node=2, batch_size=64), Path("c.json"), {})
     assert [e["RANK"] for e in plan.envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in plan.envs} == {"2"}
     first, second = plan.per_attempt(), plan.per_attempt()
-    assert plan.restarts == 3 and first[0] == first[1] and first[0]["TRAINPIPE_STORE_FILE"] != second[0]["TRAINPIPE_STORE_FILE"]
+    assert (
+        plan.restarts == 3
+        and first[0] == first[1]
+        and first[0]["TRAINPIPE_STORE_FILE"] != second[0]["TRAINPIPE_STORE_FILE"]
+    )
 
 
 def test_multi_node_without_a_rendezvous_is_a_one_line_input_error(tmp_path, monkeypatch):
@@ -74,11 +78,22 @@ def test_tf_config_is_generated_locally_and_checked_when_given(tmp_path, monkeyp
 
 
 def _trainjob(profile: HardwareProfile) -> dict:
-    return k8s.trainjob_manifest("trainpipe-train-abc", CLUSTER, 4, 8, "/mnt/trainpipe/j/train.json", "/mnt/trainpipe/j/result.json", profile, "registry.example/trainpipe@sha256:" + "0" * 64)
+    return k8s.trainjob_manifest(
+        "trainpipe-train-abc",
+        CLUSTER,
+        4,
+        8,
+        "/mnt/trainpipe/j/train.json",
+        "/mnt/trainpipe/j/result.json",
+        profile,
+        "registry.example/trainpipe@sha256:" + "0" * 64,
+    )
 
 
 def _pod_patch(manifest: dict) -> dict:
-    return manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
+        "template"
+    ]["spec"]["template"]["spec"]
 
 
 def test_gpu_trainjob_validates_and_puts_gpus_selectors_and_tolerations_where_kubernetes_expects_them():
@@ -93,7 +108,9 @@ def test_gpu_trainjob_validates_and_puts_gpus_selectors_and_tolerations_where_ku
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["securityContext"]["runAsNonRoot"] is True
     c = pod["containers"][0]
-    assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]
+    }
     assert c["volumeMounts"] == [{"name": "pvc-0", "mountPath": "/mnt/trainpipe"}]
 
 
@@ -107,14 +124,18 @@ def test_cpu_trainjob_and_a_mig_profile_validate():
 
 
 def test_gpu_pytorchjob_validates_with_one_master_and_the_rest_workers():
-    m = k8s.pytorchjob_manifest("trainpipe-train-abc", CLUSTER, 3, 4, "/c", "/r", PROFILES["gpu"], "img:1", max_restarts=3)
+    m = k8s.pytorchjob_manifest(
+        "trainpipe-train-abc", CLUSTER, 3, 4, "/c", "/r", PROFILES["gpu"], "img:1", max_restarts=3
+    )
     validate_pytorchjob(m)
     specs = m["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 2
     pod = specs["Worker"]["template"]["spec"]
     assert pod["containers"][0]["name"] == "pytorch"
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert (
+        pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    )
     assert m["spec"]["nprocPerNode"] == "4" and m["spec"]["runPolicy"]["backoffLimit"] == 3
 
 
@@ -123,13 +144,15 @@ def test_the_validators_reject_what_the_schemas_do_not_allow():
     bad["spec"]["trainer"]["gpus"] = 8
     with pytest.raises(AssertionError, match="unknown to the TrainJob schema"):
         validate_trainjob(bad)
-    bad = k8s.pytorchjob_manifest("trainpipe-train-abc", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1", max_restarts=1)
+    bad = k8s.pytorchjob_manifest(
+        "trainpipe-train-abc", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1", max_restarts=1
+    )
     bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["gpu"] = 1
     with pytest.raises(AssertionError, match="unknown to V1Container"):
         validate_pytorchjob(bad)
     bad = _trainjob(PROFILES["gpu"])
     _pod_patch(bad)["tolerations"] = [{"key": "x", "operator": "Exists", "effects": "NoSchedule"}]
-    with pytest.raises(Exception):
+    with pytest.raises(AssertionError, match="fields unknown to the TrainJob schema"):
         validate_trainjob(bad)
 
 
@@ -177,20 +200,54 @@ class StandInAPI:
             return {"status": {"conditions": [{"type": "Created", "status": "True"}]}}
         if self.outcome == "Failed":
             return {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
-        args = body["spec"]["trainer"]["args"] if body["kind"] == "TrainJob" else body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
+        args = (
+            body["spec"]["trainer"]["args"]
+            if body["kind"] == "TrainJob"
+            else body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
+        )
         node_cfg = json.loads(Path(args[1]).read_text())
         model = Path(node_cfg["output_dir"])
         model.mkdir(parents=True, exist_ok=True)
         (model / "model.safetensors").write_bytes(b"weights")
         (model / "model.json").write_text("{}")
         result = {
-            "model_file": "model.safetensors", "model_sha256": "ab", "mlflow_run_id": "r1", "tracking_uri": "http://mlflow", "experiment_id": "1",
-            "train_function": "builtin:mlp", "task": "classification", "backend": "torch_ddp", "dist_backend": "nccl", "device": "cuda",
-            "world_size": 8, "epochs": 1, "final_loss": 0.1, "metrics": {"loss": 0.1}, "wall_seconds": 1.0, "resumed_from_step": 0,
-            "global_steps": 10, "precision": "bf16", "classes": [0, 1], "feature_columns": ["a"], "lineage": {"training": {
-                "mlflow_run_id": "r1", "experiment_id": "1", "model_uri": "models:/m-1", "train_function": "builtin:mlp", "task": "classification",
-                "backend": "torch_ddp", "dist_backend": "nccl", "device": "cuda", "world_size": 8, "precision": "bf16", "hardware_profile": "gpu",
-                "model_sha256": "ab", "final_loss": 0.1}},
+            "model_file": "model.safetensors",
+            "model_sha256": "ab",
+            "mlflow_run_id": "r1",
+            "tracking_uri": "http://mlflow",
+            "experiment_id": "1",
+            "train_function": "builtin:mlp",
+            "task": "classification",
+            "backend": "torch_ddp",
+            "dist_backend": "nccl",
+            "device": "cuda",
+            "world_size": 8,
+            "epochs": 1,
+            "final_loss": 0.1,
+            "metrics": {"loss": 0.1},
+            "wall_seconds": 1.0,
+            "resumed_from_step": 0,
+            "global_steps": 10,
+            "precision": "bf16",
+            "classes": [0, 1],
+            "feature_columns": ["a"],
+            "lineage": {
+                "training": {
+                    "mlflow_run_id": "r1",
+                    "experiment_id": "1",
+                    "model_uri": "models:/m-1",
+                    "train_function": "builtin:mlp",
+                    "task": "classification",
+                    "backend": "torch_ddp",
+                    "dist_backend": "nccl",
+                    "device": "cuda",
+                    "world_size": 8,
+                    "precision": "bf16",
+                    "hardware_profile": "gpu",
+                    "model_sha256": "ab",
+                    "final_loss": 0.1,
+                }
+            },
         }
         Path(args[3]).write_text(json.dumps(result))
         return {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
@@ -200,7 +257,9 @@ def _cluster_cfg(tmp_path: Path, **cluster_kw) -> TrainModelConfig:
     data = tmp_path / "d.csv"
     data.write_text("a,label\n1,0\n2,1\n")
     (tmp_path / "out").mkdir(exist_ok=True)
-    cluster = ClusterJob(shared_pvc="pvc", mount_path=str(tmp_path / "shared"), image="img:1", poll_s=0.01, **cluster_kw)
+    cluster = ClusterJob(
+        shared_pvc="pvc", mount_path=str(tmp_path / "shared"), image="img:1", poll_s=0.01, **cluster_kw
+    )
     return _cfg(tmp_path, nnodes=2, nproc_per_node=4, batch_size=64, cluster=cluster)
 
 
@@ -213,7 +272,11 @@ def test_run_cluster_job_stages_submits_waits_and_brings_the_model_back(tmp_path
     assert (group, version, plural) == ("trainer.kubeflow.org", "v1alpha1", "trainjobs") and ns == "kubeflow"
     validate_trainjob(body)
     node_cfg = json.loads((tmp_path / "shared" / "trainpipe-train-t1" / "train.json").read_text())
-    assert node_cfg["data"].endswith("trainpipe-train-t1/data/d.csv") and node_cfg["nnodes"] == 2 and "cluster" not in node_cfg
+    assert (
+        node_cfg["data"].endswith("trainpipe-train-t1/data/d.csv")
+        and node_cfg["nnodes"] == 2
+        and "cluster" not in node_cfg
+    )
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == b"weights"
     assert result.mlflow_run_id == "r1" and result.lineage.snapshot == snapshot
     assert result.lineage.training.cluster_job == "TrainJob/kubeflow/trainpipe-train-t1"
@@ -240,8 +303,13 @@ def test_job_names_are_deterministic_per_run_and_step_and_a_retry_reattaches(tmp
     assert api.deleted == [name] and name not in api.jobs
     # a retry whose earlier attempt's job is still running reattaches instead of submitting a second job
     api = StandInAPI("Complete", polls_to_finish=3)
-    api.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "kubeflow", "trainjobs",
-                                        k8s.manifest_for(cfg, name, k8s.stage(cfg, name)[0]))
+    api.create_namespaced_custom_object(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "kubeflow",
+        "trainjobs",
+        k8s.manifest_for(cfg, name, k8s.stage(cfg, name)[0]),
+    )
     result = k8s.run_cluster_job(cfg, lineage, Runtime(), api=api)
     assert len(api.created) == 1 and result.lineage.training.cluster_job == f"TrainJob/kubeflow/{name}"
     # an earlier attempt's job that failed is deleted and started again under the same name
@@ -270,21 +338,39 @@ def test_a_killed_step_deletes_its_job(tmp_path):
 def test_job_pods_carry_the_whole_profile_and_the_policy(tmp_path):
     policy = Policy(require_encryption=True)
     profile = HardwareProfile(
-        name="team", train=Resources(accelerator_type="nvidia.com/gpu", accelerator_count=1), node_selector={"pool": "gpu"},
+        name="team",
+        train=Resources(accelerator_type="nvidia.com/gpu", accelerator_count=1),
+        node_selector={"pool": "gpu"},
         node_affinity=[{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["me-central-1a"]}],
-        service_account="trainer", image_pull_secrets=["regcred"], secrets_as_env={"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
+        service_account="trainer",
+        image_pull_secrets=["regcred"],
+        secrets_as_env={"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
     )
     from trainpipe.images import RUN_AS
 
     for launcher in ("trainjob", "pytorchjob"):
         cluster = CLUSTER.model_copy(update={"launcher": launcher})
         args = ("trainpipe-train-abc", cluster, 2, 1, "/c", "/r", profile, "img:1")
-        m = k8s.trainjob_manifest(*args, env=k8s._job_env(policy)) if launcher == "trainjob" else k8s.pytorchjob_manifest(*args, max_restarts=1, env=k8s._job_env(policy))
+        m = (
+            k8s.trainjob_manifest(*args, env=k8s._job_env(policy))
+            if launcher == "trainjob"
+            else k8s.pytorchjob_manifest(*args, max_restarts=1, env=k8s._job_env(policy))
+        )
         (validate_trainjob if launcher == "trainjob" else validate_pytorchjob)(m)
-        pod = _pod_patch(m) if launcher == "trainjob" else m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        pod = (
+            _pod_patch(m) if launcher == "trainjob" else m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        )
         assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["serviceAccountName"] == "trainer"
-        assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "topology.kubernetes.io/zone"
+        assert (
+            pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+                "matchExpressions"
+            ][0]["key"]
+            == "topology.kubernetes.io/zone"
+        )
         assert pod["securityContext"]["runAsUser"] == RUN_AS
         env = pod["containers"][0]["env"] + (m["spec"]["trainer"]["env"] if launcher == "trainjob" else [])
-        assert {"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "mlflow-credentials", "key": "password"}}} in env
+        assert {
+            "name": "MLFLOW_TRACKING_PASSWORD",
+            "valueFrom": {"secretKeyRef": {"name": "mlflow-credentials", "key": "password"}},
+        } in env
         assert {"name": "TRAINPIPE_POLICY", "value": '{"require_encryption":true}'} in env

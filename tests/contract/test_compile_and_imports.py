@@ -38,7 +38,9 @@ def test_import_loads_no_heavy_library(target, tmp_path):
         code = target + "\n"
     code += f"import sys; print('heavy=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "heavy=", f"{target} loaded {proc.stdout.strip()}"
 
@@ -50,8 +52,10 @@ def test_import_loads_no_heavy_library(target, tmp_path):
         ("trainpipe.training.tf_context", ("torch", "horovod")),
         ("trainpipe.training.builtin_tf", ("torch", "horovod")),
         # the driver, the data layer, the rank entrypoint and the launcher load no framework until a rank makes its context
-        ("trainpipe.training.loop, trainpipe.training.data, trainpipe.training.worker, trainpipe.training.launch, trainpipe.training.builtin",
-         ("torch", "tensorflow", "horovod")),
+        (
+            "trainpipe.training.loop, trainpipe.training.data, trainpipe.training.worker, trainpipe.training.launch, trainpipe.training.builtin",
+            ("torch", "tensorflow", "horovod"),
+        ),
     ],
 )
 def test_each_backend_module_imports_only_its_framework(module, forbidden):
@@ -79,7 +83,15 @@ def test_every_task_has_retry_and_resources(compiled):
     for t in spec["components"].values():
         tasks.update(t.get("dag", {}).get("tasks", {}))
     component_tasks = {n: t for n, t in tasks.items() if not n.startswith(("importer", "condition"))}
-    assert set(component_tasks) == {"validate-data", "snapshot-dataset", "detect-drift", "train-model", "profile-training", "evaluate-model", "register-model"}
+    assert set(component_tasks) == {
+        "validate-data",
+        "snapshot-dataset",
+        "detect-drift",
+        "train-model",
+        "profile-training",
+        "evaluate-model",
+        "register-model",
+    }
     for name, task in component_tasks.items():
         policy = task.get("retryPolicy")
         assert policy and policy["maxRetryCount"] >= 1 and policy["backoffFactor"] == 2, name
@@ -110,7 +122,9 @@ def test_the_cpu_smb_profile_optimizes_between_the_gate_and_register(compiled, t
     assert set(gated) == {"optimize-model", "register-model"}
     register = gated["register-model"]
     assert register["dependentTasks"] == ["optimize-model"]
-    assert register["inputs"]["artifacts"]["optimized"] == {"taskOutputArtifact": {"outputArtifactKey": "optimized", "producerTask": "optimize-model"}}
+    assert register["inputs"]["artifacts"]["optimized"] == {
+        "taskOutputArtifact": {"outputArtifactKey": "optimized", "producerTask": "optimize-model"}
+    }
     optimize = gated["optimize-model"]["inputs"]["parameters"]
     assert optimize["seed"] == {"componentInputParameter": "pipelinechannel--seed"}
     assert optimize["max_metric_drop"]["runtimeValue"]["constant"] == 0.005
@@ -150,10 +164,17 @@ def test_compiled_yaml_holds_no_local_paths_or_secrets(compiled):
 
 def test_cli_compile(tmp_path):
     out = tmp_path / "p.yaml"
-    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(out)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(out)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load_all(out.read_text())
-    bad = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "--profile", "tpu", "-o", str(out)], capture_output=True, text=True, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "compile", "--profile", "tpu", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode == 2 and "unknown profile 'tpu'" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -187,7 +208,17 @@ def test_kubernetes_mode_builds_pod_operators(tmp_path):
         "print(type(t).__mro__[1].__name__, t.cmds, t.image)\n"
         "assert '--result' in t.arguments and '/airflow/xcom/return.json' in t.arguments\n"
     )
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "TRAINPIPE_AIRFLOW_MODE": "kubernetes", "TRAINPIPE_IMAGE": "registry.example/trainpipe:1"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "TRAINPIPE_AIRFLOW_MODE": "kubernetes",
+        "TRAINPIPE_IMAGE": "registry.example/trainpipe:1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "KubernetesPodOperator ['python', '-m', 'trainpipe.components.train_model'] registry.example/trainpipe:1" in proc.stdout
+    assert (
+        "KubernetesPodOperator ['python', '-m', 'trainpipe.components.train_model'] registry.example/trainpipe:1"
+        in proc.stdout
+    )

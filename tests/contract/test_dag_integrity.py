@@ -57,20 +57,25 @@ def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
         "TRAINPIPE_AIRFLOW_MODE": mode,
     }
     code = PARSE_GUARDED.format(path=str(REPO / "dags" / dag_file))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok"
 
 
 def test_the_guard_would_catch_a_lookup(tmp_path):
     dag_file = tmp_path / "bad_dag.py"
-    dag_file.write_text(
-        "from airflow.sdk.bases.hook import BaseHook\n"
-        "BaseHook.get_connection('mlflow')\n"
-        "dag = None\n"
-    )
+    dag_file.write_text("from airflow.sdk.bases.hook import BaseHook\nBaseHook.get_connection('mlflow')\ndag = None\n")
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    proc = subprocess.run([sys.executable, "-c", PARSE_GUARDED.format(path=str(dag_file))], capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", PARSE_GUARDED.format(path=str(dag_file))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode != 0 and "a connection lookup while parsing the DAG file" in proc.stderr
 
 
@@ -115,60 +120,127 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
     from tests.helpers.k8s_schema import validate_pod
 
     profile = tmp_path / "gpu-team.yaml"
-    profile.write_text(yaml.safe_dump({
-        "name": "gpu-team",
-        "train": {"cpu_request": "8", "cpu_limit": "16", "memory_request": "32G", "memory_limit": "64G",
-                  "accelerator_type": "nvidia.com/gpu", "accelerator_count": 2},
-        "node_selector": {"nvidia.com/gpu.present": "true"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "service_account": "trainpipe-runner",
-        "image_pull_secrets": ["regcred"],
-        "secrets_as_env": {"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
-    }))
+    profile.write_text(
+        yaml.safe_dump(
+            {
+                "name": "gpu-team",
+                "train": {
+                    "cpu_request": "8",
+                    "cpu_limit": "16",
+                    "memory_request": "32G",
+                    "memory_limit": "64G",
+                    "accelerator_type": "nvidia.com/gpu",
+                    "accelerator_count": 2,
+                },
+                "node_selector": {"nvidia.com/gpu.present": "true"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "service_account": "trainpipe-runner",
+                "image_pull_secrets": ["regcred"],
+                "secrets_as_env": {"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
+            }
+        )
+    )
     cfg = tmp_path / "pipeline.yaml"
-    cfg.write_text(yaml.safe_dump({"data": "s3://bucket/raw.csv", "profile": str(profile),
-                                   "policy": {"allowed_regions": ["me-central-1"], "require_encryption": True}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data": "s3://bucket/raw.csv",
+                "profile": str(profile),
+                "policy": {"allowed_regions": ["me-central-1"], "require_encryption": True},
+            }
+        )
+    )
     # The operator reads a kubeconfig to build the pod; no cluster is contacted (none exists here).
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "offline",
-        "clusters": [{"name": "offline", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "contexts": [{"name": "offline", "context": {"cluster": "offline", "user": "nobody", "namespace": "team-a"}}],
-        "users": [{"name": "nobody", "user": {}}],
-    }))
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_AIRFLOW_MODE": "kubernetes",
-           "TRAINPIPE_CONFIG": str(cfg), "TRAINPIPE_IMAGE_REGISTRY": "registry.example/team-a", "KUBECONFIG": str(kubeconfig)}
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "offline",
+                "clusters": [{"name": "offline", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "contexts": [
+                    {"name": "offline", "context": {"cluster": "offline", "user": "nobody", "namespace": "team-a"}}
+                ],
+                "users": [{"name": "nobody", "user": {}}],
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_AIRFLOW_MODE": "kubernetes",
+        "TRAINPIPE_CONFIG": str(cfg),
+        "TRAINPIPE_IMAGE_REGISTRY": "registry.example/team-a",
+        "KUBECONFIG": str(kubeconfig),
+    }
     env.pop("TRAINPIPE_IMAGE", None)
-    proc = subprocess.run([sys.executable, "-c", POD_CHECK.format(path=str(REPO / "dags" / "training_dag.py"))],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", POD_CHECK.format(path=str(REPO / "dags" / "training_dag.py"))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     pods = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(pods) == {"validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model"}
-    for task_id, pod in pods.items():
+    assert set(pods) == {
+        "validate_data",
+        "snapshot_dataset",
+        "detect_drift",
+        "train_model",
+        "profile_training",
+        "evaluate_model",
+        "register_model",
+    }
+    for pod in pods.values():
         validate_pod(pod["spec"], pod["metadata"])
         spec = pod["spec"]
         c = spec["containers"][0]
-        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert (
+            spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+            and spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+        )
         assert spec["serviceAccountName"] == "trainpipe-runner" and spec["imagePullSecrets"] == [{"name": "regcred"}]
-        assert spec["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert (
+            spec["securityContext"]["runAsNonRoot"] is True
+            and c["securityContext"]["allowPrivilegeEscalation"] is False
+        )
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         _assert_restricted(spec)
         secret_env = [e for e in c.get("env", []) if e.get("valueFrom")]
-        assert secret_env == [{"name": "MLFLOW_TRACKING_PASSWORD", "valueFrom": {"secretKeyRef": {"key": "password", "name": "mlflow-credentials"}}}]
-        policy = {e["name"]: e.get("value") for e in c.get("env", [])}["TRAINPIPE_POLICY"]  # the config's policy, on every pod
+        assert secret_env == [
+            {
+                "name": "MLFLOW_TRACKING_PASSWORD",
+                "valueFrom": {"secretKeyRef": {"key": "password", "name": "mlflow-credentials"}},
+            }
+        ]
+        policy = {e["name"]: e.get("value") for e in c.get("env", [])}[
+            "TRAINPIPE_POLICY"
+        ]  # the config's policy, on every pod
         assert json.loads(policy) == {"allowed_regions": ["me-central-1"], "require_encryption": True}
     assert pods["train_model"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     # the training pod's ranks serve metrics (the profile's metrics_port): the PodMonitor's label and port annotation
     train_meta = pods["train_model"]["metadata"]
-    assert train_meta["labels"]["trainpipe.io/metrics"] == "true" and train_meta["annotations"]["prometheus.io/port"] == "9450"
+    assert (
+        train_meta["labels"]["trainpipe.io/metrics"] == "true"
+        and train_meta["annotations"]["prometheus.io/port"] == "9450"
+    )
     assert "--metrics-port" in pods["train_model"]["spec"]["containers"][0]["args"]
     assert "trainpipe.io/metrics" not in (pods["evaluate_model"]["metadata"].get("labels") or {})
     # one place (trainpipe.images) picks each task's image: GPU training, slim data steps, CPU for the rest
     images = {t: p["spec"]["containers"][0]["image"] for t, p in pods.items()}
-    assert images == {"validate_data": "registry.example/team-a/trainpipe-data:0.1.0", "snapshot_dataset": "registry.example/team-a/trainpipe-data:0.1.0",
-                      "train_model": "registry.example/team-a/trainpipe-gpu:0.1.0", "profile_training": "registry.example/team-a/trainpipe-cpu:0.1.0",
-                      "evaluate_model": "registry.example/team-a/trainpipe-cpu:0.1.0", "register_model": "registry.example/team-a/trainpipe-cpu:0.1.0",
-                      "detect_drift": "registry.example/team-a/trainpipe-cpu:0.1.0"}
+    assert images == {
+        "validate_data": "registry.example/team-a/trainpipe-data:0.1.0",
+        "snapshot_dataset": "registry.example/team-a/trainpipe-data:0.1.0",
+        "train_model": "registry.example/team-a/trainpipe-gpu:0.1.0",
+        "profile_training": "registry.example/team-a/trainpipe-cpu:0.1.0",
+        "evaluate_model": "registry.example/team-a/trainpipe-cpu:0.1.0",
+        "register_model": "registry.example/team-a/trainpipe-cpu:0.1.0",
+        "detect_drift": "registry.example/team-a/trainpipe-cpu:0.1.0",
+    }
     assert "nvidia.com/gpu" not in pods["evaluate_model"]["spec"]["containers"][0]["resources"]["limits"]
 
 
@@ -186,7 +258,9 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
         "print(sorted(m.dag.task_dict))\n"
     )
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert "trainpipe://datasets/dataset" in lines[-3] and lines[-2] == "['trainpipe://datasets/dataset']"

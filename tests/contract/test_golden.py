@@ -18,8 +18,16 @@ from trainpipe.pipelines.compile import validate_pipeline_yaml
 pytestmark = pytest.mark.contract
 
 GOLDEN = REPO / "pipelines" / "golden"
-COMPONENTS = ("validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model", "detect_drift",
-              "optimize_model")
+COMPONENTS = (
+    "validate_data",
+    "snapshot_dataset",
+    "train_model",
+    "profile_training",
+    "evaluate_model",
+    "register_model",
+    "detect_drift",
+    "optimize_model",
+)
 
 
 def _env() -> dict:
@@ -31,8 +39,14 @@ def _env() -> dict:
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
 def test_compiled_pipeline_matches_the_golden_file_and_the_spec(tmp_path, profile):
     out = tmp_path / f"pipeline-{profile}.yaml"
-    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "--profile", profile, "-o", str(out)],
-                          capture_output=True, text=True, env=_env(), timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "compile", "--profile", profile, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     golden = GOLDEN / f"pipeline-{profile}.yaml"
     assert out.read_text() == golden.read_text(), f"{golden.name} is out of date: run `make golden` and review the diff"
@@ -66,8 +80,10 @@ def test_caching_keys_include_the_dvc_content_hash():
     for name in ("detect-drift", "train-model", "evaluate-model"):
         md5 = tasks[name]["inputs"]["parameters"]["dataset_md5"]
         # inside a condition, the snapshot's output reaches the task through the condition's channel
-        assert md5 in ({"taskOutputParameter": {"outputParameterKey": "md5", "producerTask": "snapshot-dataset"}},
-                       {"componentInputParameter": "pipelinechannel--snapshot-dataset-md5"}), name
+        assert md5 in (
+            {"taskOutputParameter": {"outputParameterKey": "md5", "producerTask": "snapshot-dataset"}},
+            {"componentInputParameter": "pipelinechannel--snapshot-dataset-md5"},
+        ), name
     for name in ("train-model", "evaluate-model"):
         assert tasks[name]["cachingOptions"]["enableCache"] is True
     retry = tasks["train-model"]["retryPolicy"]
@@ -77,35 +93,62 @@ def test_caching_keys_include_the_dvc_content_hash():
 def test_component_specs_are_up_to_date_and_load_without_trainpipe(tmp_path):
     from kfp.components import load_component_from_file
 
-    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "components", "export", str(tmp_path)],
-                          capture_output=True, text=True, env=_env(), timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "components", "export", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{c}.yaml" for c in COMPONENTS)
     for name in COMPONENTS:
         shipped = REPO / "components" / name / "component.yaml"
-        assert (tmp_path / f"{name}.yaml").read_text() == shipped.read_text(), f"{shipped} is out of date: run `make golden`"
+        assert (tmp_path / f"{name}.yaml").read_text() == shipped.read_text(), (
+            f"{shipped} is out of date: run `make golden`"
+        )
         comp = load_component_from_file(str(shipped))
         assert comp.name == name.replace("_", "-")
     train = load_component_from_file(str(REPO / "components" / "train_model" / "component.yaml"))
-    assert {"data", "train_function", "train_config", "backend", "precision", "nnodes", "dataset_md5"} <= set(train.component_spec.inputs)
+    assert {"data", "train_function", "train_config", "backend", "precision", "nnodes", "dataset_md5"} <= set(
+        train.component_spec.inputs
+    )
 
 
 def test_profile_settings_reach_the_platform_spec_and_secrets_stay_names(tmp_path):
     profile = tmp_path / "team.yaml"
-    profile.write_text(yaml.safe_dump({
-        "name": "team-a",
-        "train": {"accelerator_type": "nvidia.com/mig-1g.10gb", "accelerator_count": 1},
-        "node_selector": {"pool": "gpu"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "node_affinity": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["me-central-1a"]}],
-        "image_pull_secrets": ["regcred"],
-        "secrets_as_env": {"mlflow-credentials": {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"}},
-        "volumes": {"team-a-train": "/mnt/trainpipe"},
-        "train_timeout_s": 7200,
-    }))
+    profile.write_text(
+        yaml.safe_dump(
+            {
+                "name": "team-a",
+                "train": {"accelerator_type": "nvidia.com/mig-1g.10gb", "accelerator_count": 1},
+                "node_selector": {"pool": "gpu"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "node_affinity": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["me-central-1a"]}
+                ],
+                "image_pull_secrets": ["regcred"],
+                "secrets_as_env": {
+                    "mlflow-credentials": {
+                        "username": "MLFLOW_TRACKING_USERNAME",
+                        "password": "MLFLOW_TRACKING_PASSWORD",
+                    }
+                },
+                "volumes": {"team-a-train": "/mnt/trainpipe"},
+                "train_timeout_s": 7200,
+            }
+        )
+    )
     out = tmp_path / "p.yaml"
-    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "--profile", str(profile), "-o", str(out)],
-                          capture_output=True, text=True, env=_env(), timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "compile", "--profile", str(profile), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     validate_pipeline_yaml(out)
     spec, platform = list(yaml.safe_load_all(out.read_text()))
@@ -116,4 +159,7 @@ def test_profile_settings_reach_the_platform_spec_and_secrets_stay_names(tmp_pat
     assert train["pvcMount"][0]["mountPath"] == "/mnt/trainpipe"
     assert {s["secretName"] for e in execs.values() for s in e.get("secretAsEnv", [])} == {"mlflow-credentials"}
     assert all(e["imagePullSecret"][0]["secretName"] == "regcred" for e in execs.values())
-    assert spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]["accelerator"]["resourceType"] == "nvidia.com/mig-1g.10gb"
+    assert (
+        spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]["accelerator"]["resourceType"]
+        == "nvidia.com/mig-1g.10gb"
+    )

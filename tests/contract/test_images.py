@@ -24,7 +24,7 @@ BUILD_TOOLS = ("build-essential", "cmake", "gcc", "g++", "/usr/local/cuda")
 def _stages(kind: str) -> tuple[dict[str, str], list[list[str]]]:
     """The Dockerfile's ARG defaults and its stages, each as a list of logical instructions."""
     text = (REPO / "images" / kind / "Dockerfile").read_text()
-    lines = [l for l in re.sub(r"\\\n\s*", " ", text).splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    lines = [line for line in re.sub(r"\\\n\s*", " ", text).splitlines() if line.strip() and not line.lstrip().startswith("#")]
     args: dict[str, str] = {}
     stages: list[list[str]] = []
     for line in lines:
@@ -44,7 +44,9 @@ def _from_image(line: str, args: dict[str, str]) -> str:
 
 
 def _lock(kind: str) -> dict[str, str]:
-    return dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+) \\$", (REPO / "images" / kind / "requirements.lock").read_text(), re.M))
+    return dict(
+        re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+) \\$", (REPO / "images" / kind / "requirements.lock").read_text(), re.M)
+    )
 
 
 def _hadolint() -> str:
@@ -55,7 +57,9 @@ def _hadolint() -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_hadolint_passes(kind):
-    proc = subprocess.run([_hadolint(), str(REPO / "images" / kind / "Dockerfile")], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [_hadolint(), str(REPO / "images" / kind / "Dockerfile")], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -74,7 +78,7 @@ def test_every_base_is_pinned_by_digest_and_the_final_stage_is_lean_and_non_root
     for stage in stages:
         assert re.search(r"@sha256:[0-9a-f]{64}$", _from_image(stage[0], args).split(" AS ")[0]), stage[0]
     final = stages[-1]
-    users = [l.split()[1] for l in final if l.startswith("USER ")]
+    users = [line.split()[1] for line in final if line.startswith("USER ")]
     assert users and users[-1] == f"{RUN_AS}:{RUN_AS}", users  # UID ≥ 10000, as the pod specs ask
     assert int(users[-1].split(":")[0]) >= 10000
     body = "\n".join(final)
@@ -85,10 +89,12 @@ def test_every_base_is_pinned_by_digest_and_the_final_stage_is_lean_and_non_root
     assert "COPY --from=build /opt/trainpipe /opt/trainpipe" in body
     # the read-only final stage cannot write bytecode: the build stage compiles all of it, kept
     build = "\n".join(stages[-2])
-    assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash /opt/trainpipe/lib", build), "no bytecode compiled"
+    assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash /opt/trainpipe/lib", build), (
+        "no bytecode compiled"
+    )
     assert "__pycache__" not in build, "bytecode removed after compiling"
     # the build smoke-runs exactly the components this image serves, as the non-root user
-    after_user = body[body.index("USER "):]
+    after_user = body[body.index("USER ") :]
     served = set(re.findall(r"trainpipe\.components\.(\w+)", after_user))
     if "for c in" in after_user:
         served = set(re.search(r"for c in ([\w ]+);", after_user).group(1).split())
@@ -106,11 +112,16 @@ def test_every_locked_requirement_has_a_hash_and_matches_the_pyproject_pins(kind
 
     text = (REPO / "images" / kind / "requirements.lock").read_text()
     reqs = re.findall(r"^([A-Za-z0-9_.\-]+==\S+) \\\n((?:\s+--hash=sha256:[0-9a-f]{64}.*\n)+)", text, re.M)
-    pinned = [l for l in text.splitlines() if re.match(r"^[A-Za-z0-9]", l)]
+    pinned = [line for line in text.splitlines() if re.match(r"^[A-Za-z0-9]", line)]
     assert len(reqs) == len(pinned) > 50, "a requirement without a hash"
     lock = _lock(kind)
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    exact = dict(re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)$", r).groups() for deps in extras.values() for r in deps if re.match(r"^[A-Za-z0-9_.\-]+==\S+$", r))
+    exact = dict(
+        re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)$", r).groups()
+        for deps in extras.values()
+        for r in deps
+        if re.match(r"^[A-Za-z0-9_.\-]+==\S+$", r)
+    )
     for name, version in exact.items():
         if name in lock:
             assert lock[name].split("+")[0] == version, (name, lock[name], version)
@@ -156,7 +167,9 @@ def test_golden_pipelines_use_the_mapped_images_and_run_as_non_root(profile):
     docs = list(yaml.safe_load_all((REPO / "pipelines" / "golden" / f"pipeline-{profile}.yaml").read_text()))
     executors = docs[0]["deploymentSpec"]["executors"]
     images = {name.removeprefix("exec-"): e["container"]["image"] for name, e in executors.items() if "container" in e}
-    assert images["validate-data"].endswith("/trainpipe-data:0.1.0") and images["snapshot-dataset"].endswith("/trainpipe-data:0.1.0")
+    assert images["validate-data"].endswith("/trainpipe-data:0.1.0") and images["snapshot-dataset"].endswith(
+        "/trainpipe-data:0.1.0"
+    )
     assert images["train-model"].endswith(f"/trainpipe-{'gpu' if profile == 'gpu' else 'cpu'}:0.1.0")
     assert images["evaluate-model"].endswith("/trainpipe-cpu:0.1.0")
     k8s = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]

@@ -20,7 +20,9 @@ def _python_blocks() -> list[str]:
 
 def test_kfp_example_compiles(tmp_path):
     (block,) = [b for b in _python_blocks() if "kfp_component import" in b]
-    code = block + f"\nfrom kfp import compiler\ncompiler.Compiler().compile(my_pipeline, {str(tmp_path / 'p.yaml')!r})\n"
+    code = (
+        block + f"\nfrom kfp import compiler\ncompiler.Compiler().compile(my_pipeline, {str(tmp_path / 'p.yaml')!r})\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "validate-data" in (tmp_path / "p.yaml").read_text()
@@ -28,19 +30,33 @@ def test_kfp_example_compiles(tmp_path):
 
 def test_kfp_example_from_the_exported_spec_compiles(tmp_path):
     (block,) = [b for b in _python_blocks() if "load_component_from_file" in b]
-    code = block + f"\nfrom kfp import compiler\ncompiler.Compiler().compile(my_spec_pipeline, {str(tmp_path / 'p.yaml')!r})\n"
+    code = (
+        block
+        + f"\nfrom kfp import compiler\ncompiler.Compiler().compile(my_spec_pipeline, {str(tmp_path / 'p.yaml')!r})\n"
+    )
     # run from the repository root (the README's relative path), in a process that imports no trainpipe
-    proc = subprocess.run([sys.executable, "-c", code + "import sys; assert 'trainpipe' not in sys.modules\n"],
-                          capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code + "import sys; assert 'trainpipe' not in sys.modules\n"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "validate-data" in (tmp_path / "p.yaml").read_text()
 
 
 def test_airflow_example_builds_the_operator(tmp_path):
     (block,) = [b for b in _python_blocks() if "airflow" in b]
-    code = block + "\nfrom airflow.sdk import DAG\nt = TrainModelOperator.__mro__\nprint('ok', [x.__name__ for x in t][:2])\n"
+    code = (
+        block
+        + "\nfrom airflow.sdk import DAG\nt = TrainModelOperator.__mro__\nprint('ok', [x.__name__ for x in t][:2])\n"
+    )
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ok ['TrainModelOperator', 'TrainpipeOperator']" in proc.stdout
 
@@ -54,7 +70,9 @@ def _commands() -> list[tuple[str, str, list[str]]]:
             for line in block.splitlines():
                 m = re.search(r"python -m trainpipe\.components\.(\w+)(.*)", line.split("#")[0])
                 if m:
-                    found.append((str(readme.relative_to(REPO)), m.group(1), re.findall(r"(?<!\S)--[a-z][a-z-]*", m.group(2))))
+                    found.append(
+                        (str(readme.relative_to(REPO)), m.group(1), re.findall(r"(?<!\S)--[a-z][a-z-]*", m.group(2)))
+                    )
     return found
 
 
@@ -62,7 +80,14 @@ def test_every_component_command_in_the_readmes_uses_settings_the_component_has(
     from trainpipe.contract.entrypoint import make_parser
 
     commands = _commands()
-    assert {c for _, c, _ in commands} >= {"validate_data", "snapshot_dataset", "train_model", "profile_training", "evaluate_model", "register_model"}
+    assert {c for _, c, _ in commands} >= {
+        "validate_data",
+        "snapshot_dataset",
+        "train_model",
+        "profile_training",
+        "evaluate_model",
+        "register_model",
+    }
     for where, component, flags in commands:
         spec = __import__(f"trainpipe.components.{component}.spec", fromlist=["x"])
         config = getattr(spec, "".join(p.title() for p in component.split("_")) + "Config")
@@ -76,7 +101,9 @@ def test_the_readme_config_is_a_valid_pipeline_config(tmp_path):
 
     from trainpipe.pipelines.config import load_pipeline_config
 
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S) if "workspace:" in b]
+    (block,) = [
+        b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S) if "workspace:" in b
+    ]
     path = tmp_path / "pipeline.yaml"
     path.write_text(block)
     cfg = load_pipeline_config(path)

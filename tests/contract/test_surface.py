@@ -36,13 +36,20 @@ def face_function(component: str):
 
 def face_settings(component: str) -> dict[str, inspect.Parameter]:
     """The KFP face's plain parameters (not artifacts)."""
-    return {n: p for n, p in inspect.signature(face_function(component)).parameters.items()
-            if typing.get_origin(p.annotation) is not typing.Annotated}
+    return {
+        n: p
+        for n, p in inspect.signature(face_function(component)).parameters.items()
+        if typing.get_origin(p.annotation) is not typing.Annotated
+    }
 
 
 def kfp_type(annotation) -> type:
     """The KFP parameter type a spec field's annotation becomes."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType")) else [annotation]
+    args = (
+        [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (typing.Union, __import__("types").UnionType)
+        else [annotation]
+    )
     a = args[0]
     origin = typing.get_origin(a) or a
     if origin is typing.Literal:
@@ -56,19 +63,29 @@ def kfp_type(annotation) -> type:
 def test_each_kfp_face_takes_its_specs_settings_with_the_same_names_and_defaults(component):
     spec = params_model(component).model_fields
     face = face_settings(component)
-    assert set(face) - FACE_ONLY == set(spec), f"face only: {sorted(set(face) - FACE_ONLY - set(spec))}, spec only: {sorted(set(spec) - set(face))}"
+    assert set(face) - FACE_ONLY == set(spec), (
+        f"face only: {sorted(set(face) - FACE_ONLY - set(spec))}, spec only: {sorted(set(spec) - set(face))}"
+    )
     for name, field in spec.items():
         p = face[name]
         default = field.get_default(call_default_factory=True) if not field.is_required() else inspect.Parameter.empty
         if default is None:
-            assert p.default == UNSET[p.annotation], f"{component}.{name}: unset is {UNSET[p.annotation]!r} on a KFP face, not {p.default!r}"
+            assert p.default == UNSET[p.annotation], (
+                f"{component}.{name}: unset is {UNSET[p.annotation]!r} on a KFP face, not {p.default!r}"
+            )
         elif hasattr(default, "model_dump"):
             assert p.default == default.model_dump(mode="json"), f"{component}.{name}"
         else:
             assert p.default == default, f"{component}.{name}: face default {p.default!r}, spec default {default!r}"
-        assert p.annotation is kfp_type(field.annotation), f"{component}.{name}: face type {p.annotation}, spec {field.annotation}"
+        assert p.annotation is kfp_type(field.annotation), (
+            f"{component}.{name}: face type {p.annotation}, spec {field.annotation}"
+        )
     # the spec's path fields are the face's artifacts, named by what they hold
-    artifacts = {n for n, p in inspect.signature(face_function(component)).parameters.items() if typing.get_origin(p.annotation) is typing.Annotated}
+    artifacts = {
+        n
+        for n, p in inspect.signature(face_function(component)).parameters.items()
+        if typing.get_origin(p.annotation) is typing.Annotated
+    }
     assert set(ARTIFACTS[component].values()) <= artifacts
 
 
@@ -110,12 +127,16 @@ def test_the_pipelines_parameters_are_the_configs_settings_with_its_defaults(com
     unset = PipelineConfig(data="d.csv")
     for name, spec in declared.items():
         if "defaultValue" not in spec:
-            assert name in ("data", "dvc_repo_dir", "dvc_remote_url", "tracking_uri"), f"{name} has no default but the config gives one"
+            assert name in ("data", "dvc_repo_dir", "dvc_remote_url", "tracking_uri"), (
+                f"{name} has no default but the config gives one"
+            )
             continue
         source = unset.train if name in TrainSettings.model_fields else unset
         value = getattr(source, name)
         value = value.model_dump(mode="json") if hasattr(value, "model_dump") else value
-        assert spec["defaultValue"] == (value if value is not None else expected[name] if expected[name] in UNSET.values() else None), name
+        assert spec["defaultValue"] == (
+            value if value is not None else expected[name] if expected[name] in UNSET.values() else None
+        ), name
 
 
 def test_every_pipeline_setting_reaches_every_step_that_takes_it(compiled):
@@ -131,7 +152,9 @@ def test_every_pipeline_setting_reaches_every_step_that_takes_it(compiled):
             if wanted not in pipeline_params or (component, name) in NOT_FROM_PIPELINE:
                 continue
             source = bound.get(name, {}).get("componentInputParameter", "")
-            assert source.removeprefix("pipelinechannel--") == wanted, f"{task}.{name} does not take the pipeline's {wanted!r} (bound: {bound.get(name)})"
+            assert source.removeprefix("pipelinechannel--") == wanted, (
+                f"{task}.{name} does not take the pipeline's {wanted!r} (bound: {bound.get(name)})"
+            )
             used.add(wanted)
     assert pipeline_params - used == set(), f"pipeline parameters no step takes: {sorted(pipeline_params - used)}"
 
@@ -149,10 +172,24 @@ print(json.dumps({"params": {k: m.dag.params[k] for k in m.dag.params}, "tasks":
 @pytest.mark.parametrize("mode", ["local", "kubernetes"])
 @pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py"])
 def test_every_dag_param_reaches_every_step_that_takes_it(tmp_path, mode, dag_file):
-    (tmp_path / "pipeline.yaml").write_text("data: d.csv\noptimize: {enabled: true}\n")  # every step, optimize_model too
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "TRAINPIPE_AIRFLOW_MODE": mode,
-           "TRAINPIPE_CONFIG": str(tmp_path / "pipeline.yaml")}
-    proc = subprocess.run([sys.executable, "-c", DUMP_DAG, str(REPO / "dags" / dag_file)], capture_output=True, text=True, env=env, timeout=300, check=False)
+    (tmp_path / "pipeline.yaml").write_text(
+        "data: d.csv\noptimize: {enabled: true}\n"
+    )  # every step, optimize_model too
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_AIRFLOW_MODE": mode,
+        "TRAINPIPE_CONFIG": str(tmp_path / "pipeline.yaml"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", DUMP_DAG, str(REPO / "dags" / dag_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     dag = json.loads(proc.stdout.strip().splitlines()[-1])
     params, train, optimize = set(dag["params"]), set(dag["params"]["train"]), set(dag["params"]["optimize"])
@@ -174,11 +211,19 @@ def test_every_dag_param_reaches_every_step_that_takes_it(tmp_path, mode, dag_fi
             if (component, name) in NOT_FROM_PIPELINE:
                 continue
             if wanted in params and wanted != "train":
-                assert settings.get(name, "").replace(" | tojson", "") == "{{ params.%s }}" % wanted, f"{task_id}.{name}: {settings.get(name)!r}"
+                assert settings.get(name, "").replace(" | tojson", "") == "{{ params.%s }}" % wanted, (
+                    f"{task_id}.{name}: {settings.get(name)!r}"
+                )
             elif component == "train_model" and name in train:
-                assert settings.get(name) == "{{ params.train.%s | tojson }}" % name, f"{task_id}.{name}: {settings.get(name)!r}"
+                assert settings.get(name) == "{{ params.train.%s | tojson }}" % name, (
+                    f"{task_id}.{name}: {settings.get(name)!r}"
+                )
             elif component == "optimize_model" and name in optimize:
-                assert settings.get(name) == "{{ params.optimize.%s | tojson }}" % name, f"{task_id}.{name}: {settings.get(name)!r}"
+                assert settings.get(name) == "{{ params.optimize.%s | tojson }}" % name, (
+                    f"{task_id}.{name}: {settings.get(name)!r}"
+                )
             elif component == "optimize_model" and name == "seed":  # the pipeline's seed (train.seed)
-                assert settings.get(name) == "{{ params.train.seed | tojson }}", f"{task_id}.{name}: {settings.get(name)!r}"
+                assert settings.get(name) == "{{ params.train.seed | tojson }}", (
+                    f"{task_id}.{name}: {settings.get(name)!r}"
+                )
     assert seen >= {"train_model", "evaluate_model", "optimize_model", "register_model"}

@@ -43,7 +43,13 @@ def _handler(state: FakeKFP):
 
         def _record(self, body: bytes = b"") -> dict:
             url = urlparse(self.path)
-            req = {"method": self.command, "path": url.path, "query": parse_qs(url.query), "auth": self.headers.get("Authorization"), "body": body}
+            req = {
+                "method": self.command,
+                "path": url.path,
+                "query": parse_qs(url.query),
+                "auth": self.headers.get("Authorization"),
+                "body": body,
+            }
             state.requests.append(req)
             return req
 
@@ -58,7 +64,13 @@ def _handler(state: FakeKFP):
                 return self._send(200, {"pipelines": found, "total_size": len(found)} if found else {})
             if path.startswith("/apis/v2beta1/pipelines/") and path.endswith("/versions"):
                 pid = path.split("/")[4]
-                return self._send(200, {"pipeline_versions": list(reversed(state.versions.get(pid, []))), "total_size": len(state.versions.get(pid, []))})
+                return self._send(
+                    200,
+                    {
+                        "pipeline_versions": list(reversed(state.versions.get(pid, []))),
+                        "total_size": len(state.versions.get(pid, [])),
+                    },
+                )
             if path == "/apis/v2beta1/experiments":
                 return self._send(200, {})
             return self._send(404, {"error": "not found"})
@@ -73,13 +85,22 @@ def _handler(state: FakeKFP):
                 state.pipelines[doc["display_name"]] = pid
                 return self._send(200, {"pipeline_id": pid, "display_name": doc["display_name"]})
             if path == "/apis/v2beta1/pipelines/upload_version":
-                msg = BytesParser(policy=email_policy).parsebytes(b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + body)
-                files = {part.get_param("name", header="content-disposition"): part.get_payload(decode=True) for part in msg.iter_parts()}
+                msg = BytesParser(policy=email_policy).parsebytes(
+                    b"Content-Type: " + self.headers["Content-Type"].encode() + b"\r\n\r\n" + body
+                )
+                files = {
+                    part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+                    for part in msg.iter_parts()
+                }
                 req["uploadfile"] = files.get("uploadfile")
                 pid, name = q["pipelineid"][0], q["name"][0]
                 if any(v["display_name"] == name for v in state.versions.get(pid, [])):
                     return self._send(409, {"error": f"version {name} already exists", "code": 6})
-                v = {"pipeline_id": pid, "pipeline_version_id": f"v-{sum(map(len, state.versions.values())) + 1}", "display_name": name}
+                v = {
+                    "pipeline_id": pid,
+                    "pipeline_version_id": f"v-{sum(map(len, state.versions.values())) + 1}",
+                    "display_name": name,
+                }
                 state.versions.setdefault(pid, []).append(v)
                 return self._send(200, v)
             if path == "/apis/v2beta1/experiments":
@@ -104,15 +125,32 @@ def kfp_api():
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainpipe.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def test_upload_creates_the_pipeline_then_new_versions(kfp_api, tmp_path):
     host, state = kfp_api
     package = REPO / "pipelines" / "golden" / "pipeline-cpu.yaml"
     env = {"KFP_EXISTING_TOKEN": "t0k3n-from-env"}
-    first = _cli("upload", "--host", host, "--package", str(package), "--pipeline-name", "team-training", "--version", "v1", env=env)
+    first = _cli(
+        "upload",
+        "--host",
+        host,
+        "--package",
+        str(package),
+        "--pipeline-name",
+        "team-training",
+        "--version",
+        "v1",
+        env=env,
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads(first.stdout) == {"created": "true", "pipeline_id": "p-1", "version": "v1", "version_id": "v-1"}
     create = next(r for r in state.requests if r["path"] == "/apis/v2beta1/pipelines" and r["method"] == "POST")
@@ -122,11 +160,33 @@ def test_upload_creates_the_pipeline_then_new_versions(kfp_api, tmp_path):
     assert up["uploadfile"] == package.read_bytes()
     assert all(r["auth"] == "Bearer t0k3n-from-env" for r in state.requests if r["path"] != "/apis/v2beta1/healthz")
 
-    second = _cli("upload", "--host", host, "--package", str(package), "--pipeline-name", "team-training", "--version", "v2", env=env)
+    second = _cli(
+        "upload",
+        "--host",
+        host,
+        "--package",
+        str(package),
+        "--pipeline-name",
+        "team-training",
+        "--version",
+        "v2",
+        env=env,
+    )
     assert json.loads(second.stdout) == {"created": "false", "pipeline_id": "p-1", "version": "v2", "version_id": "v-2"}
     assert [(r["method"], r["path"]) for r in state.requests].count(("POST", "/apis/v2beta1/pipelines")) == 1
 
-    again = _cli("upload", "--host", host, "--package", str(package), "--pipeline-name", "team-training", "--version", "v2", env=env)
+    again = _cli(
+        "upload",
+        "--host",
+        host,
+        "--package",
+        str(package),
+        "--pipeline-name",
+        "team-training",
+        "--version",
+        "v2",
+        env=env,
+    )
     assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
         "trainpipe: error: version: 'v2' already exists for pipeline 'team-training'; pass another --version"
     )
@@ -150,7 +210,9 @@ def test_schedule_creates_a_recurring_run_of_the_newest_version(kfp_api, tmp_pat
     assert _cli("upload", "--host", host, "--package", str(package), "--version", "v2").returncode == 0
     cfg = tmp_path / "p.yaml"
     cfg.write_text("data: s3://bucket/raw/digits.csv\nlabel_column: label\ntracking_uri: https://mlflow.example.com\n")
-    proc = _cli("schedule", "--host", host, "--cron", "0 3 * * *", "--config", str(cfg), "--service-account", "team-a-runner")
+    proc = _cli(
+        "schedule", "--host", host, "--cron", "0 3 * * *", "--config", str(cfg), "--service-account", "team-a-runner"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["cron"] == "0 0 3 * * *"
     (run,) = state.recurring
@@ -179,4 +241,6 @@ def test_schedule_without_caching_submits_the_package_with_caching_off(kfp_api, 
 def test_schedule_rejects_a_bad_cron_in_one_line(kfp_api):
     host, _ = kfp_api
     proc = _cli("schedule", "--host", host, "--cron", "every day")
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("trainpipe: error: cron: 'every day'")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
+        "trainpipe: error: cron: 'every day'"
+    )

@@ -49,9 +49,27 @@ def data(tmp_path_factory) -> Path:
 
 
 def train(data: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return run_component("train_model", "--data", str(data), "--output-dir", str(out), "--tracking-uri", f"sqlite:///{out.parent / 'mlflow.db'}",
-                         "--device", "cuda", "--nproc-per-node", NPROC, "--epochs", "2", "--batch-size", "256",
-                         "--train-config", '{"hidden_units": [512, 512]}', *extra, env=env)
+    return run_component(
+        "train_model",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--tracking-uri",
+        f"sqlite:///{out.parent / 'mlflow.db'}",
+        "--device",
+        "cuda",
+        "--nproc-per-node",
+        NPROC,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "256",
+        "--train-config",
+        '{"hidden_units": [512, 512]}',
+        *extra,
+        env=env,
+    )
 
 
 def telemetry(out: Path) -> dict:
@@ -103,7 +121,15 @@ def test_rows_copied_ahead_from_pinned_memory_train_as_rows_on_the_device(tmp_pa
 
 
 def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, data, fp32):
-    proc = train(data, tmp_path / "m", "--checkpoint-every-steps", "20", "--max-restarts", "1", env={"TRAINPIPE_FAULT": "kill:0:50"})
+    proc = train(
+        data,
+        tmp_path / "m",
+        "--checkpoint-every-steps",
+        "20",
+        "--max-restarts",
+        "1",
+        env={"TRAINPIPE_FAULT": "kill:0:50"},
+    )
     r = result_of(proc)
     assert "injected fault kill at step 50" in proc.stderr and r["resumed_from_step"] == 40
     assert sha256(tmp_path / "m" / "model.safetensors") == sha256(fp32[0] / "model.safetensors")
@@ -112,8 +138,17 @@ def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, data, fp32):
 def test_fsdp2_on_the_gpu_resumes_exactly(tmp_path, data):
     whole = tmp_path / "whole"
     result_of(train(data, whole, "--backend", "torch_fsdp", "--checkpoint-every-steps", "20"))
-    proc = train(data, tmp_path / "m", "--backend", "torch_fsdp", "--checkpoint-every-steps", "20", "--max-restarts", "1",
-                 env={"TRAINPIPE_FAULT": "kill:0:50"})
+    proc = train(
+        data,
+        tmp_path / "m",
+        "--backend",
+        "torch_fsdp",
+        "--checkpoint-every-steps",
+        "20",
+        "--max-restarts",
+        "1",
+        env={"TRAINPIPE_FAULT": "kill:0:50"},
+    )
     assert result_of(proc)["resumed_from_step"] == 40
     assert max_diff(weights(tmp_path / "m"), weights(whole)) == 0.0
 
@@ -122,21 +157,50 @@ def test_the_loop_does_not_wait_for_a_checkpoint_being_written(tmp_path, data):
     """A 17M-parameter model (200 MB of state with momentum) checkpointed every 20 steps: the loop
     waits only for the staging (copies into pinned memory on a side stream, queued, not awaited);
     the write, much longer, runs beside the following steps."""
-    r = result_of(train(data, tmp_path / "m", "--checkpoint-every-steps", "20", "--train-config", '{"hidden_units": [4096, 4096]}'))
+    r = result_of(
+        train(
+            data, tmp_path / "m", "--checkpoint-every-steps", "20", "--train-config", '{"hidden_units": [4096, 4096]}'
+        )
+    )
     c = telemetry(tmp_path / "m")["checkpoints"]
     assert c["saved"] >= 3 and c["staged_bytes"] > 100e6 and r["global_steps"] > 60
     recent = c["recent"]
-    for stall, wait, write in zip(recent["stall_s"], recent["wait_s"], recent["write_s"]):
+    for stall, wait, write in zip(recent["stall_s"], recent["wait_s"], recent["write_s"], strict=True):
         assert stall + wait < write, recent
 
 
 def test_sigterm_exits_75_after_a_checkpoint_and_the_retry_resumes_exactly(tmp_path, data):
-    args = ["--train-function", "teampkg.slow:train", "--train-config", '{"sleep_s": 0.01}', "--checkpoint-every-s", "0"]
+    args = [
+        "--train-function",
+        "teampkg.slow:train",
+        "--train-config",
+        '{"sleep_s": 0.01}',
+        "--checkpoint-every-s",
+        "0",
+    ]
     whole = tmp_path / "whole"
     result_of(train(data, whole, *args, env=TEAM))
     out = tmp_path / "m"
-    cmd = [sys.executable, "-m", "trainpipe.components.train_model", "--data", str(data), "--output-dir", str(out), "--tracking-uri",
-           f"sqlite:///{tmp_path / 'mlflow.db'}", "--device", "cuda", "--nproc-per-node", NPROC, "--epochs", "2", "--batch-size", "256", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainpipe.components.train_model",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "--device",
+        "cuda",
+        "--nproc-per-node",
+        NPROC,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "256",
+        *args,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **TEAM})
     while not (out / "metrics.jsonl").exists():
         assert proc.poll() is None, proc.communicate()[1][-3000:]

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-
 pytestmark = pytest.mark.e2e
 
 
@@ -32,10 +31,25 @@ def _config(tmp_path, data, tracking_uri, **extra):
 
 def _run(config, engine, tmp_path):
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    return subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine], capture_output=True, text=True, env=env, timeout=900, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
 
 
-STEPS = ("validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model")
+STEPS = (
+    "validate_data",
+    "snapshot_dataset",
+    "detect_drift",
+    "train_model",
+    "profile_training",
+    "evaluate_model",
+    "register_model",
+)
 
 
 def _terminal(proc) -> list[str]:
@@ -52,13 +66,15 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     first = _run(config, "kfp-local", tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
     assert "registered model : e2e-digits version 1 alias @champion (new)" in first.stdout
-    assert "optimized model  : models:/e2e-digits-onnx/1 (loads with MLflow + onnxruntime)" in first.stdout, first.stdout
+    assert "optimized model  : models:/e2e-digits-onnx/1 (loads with MLflow + onnxruntime)" in first.stdout, (
+        first.stdout
+    )
     assert "0 of 0 columns drifted; retrain" in first.stdout
     config = _config(tmp_path, digits_csv, mlflow_server)  # retrain_on always (the default): trains again
     second = _run(config, "kfp-local", tmp_path)
     assert second.returncode == 0, second.stderr[-4000:]
     assert "version 1 alias @champion (existing version" in second.stdout
-    md5 = [l for l in first.stdout.splitlines() if l.startswith("DVC snapshot")][0].split()[4]
+    md5 = [line for line in first.stdout.splitlines() if line.startswith("DVC snapshot")][0].split()[4]
     assert md5 in second.stdout
     client = mlflow.MlflowClient(mlflow_server)
     assert len(client.search_model_versions("name = 'e2e-digits'")) == 1
@@ -78,14 +94,28 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     for step in (*STEPS, "optimize_model"):
         assert sum(1 for line in shown if line.strip().startswith(f"trainpipe {step}: ok in ")) == 1, (step, shown)
     optimized = client.get_model_version_by_alias("e2e-digits-onnx", "champion")
-    assert optimized.tags["trainpipe.parent_version"] == "e2e-digits/1" and optimized.tags["lineage.orchestrator.name"] == "kfp"
+    assert (
+        optimized.tags["trainpipe.parent_version"] == "e2e-digits/1"
+        and optimized.tags["lineage.orchestrator.name"] == "kfp"
+    )
     assert tags["trainpipe.optimized_version"] == "e2e-digits-onnx/1"
     log = Path(next(line for line in shown if line.startswith("full log")).split(":", 1)[1].strip())
-    assert log.is_file() and len(log.read_text().splitlines()) > 10 * len(shown) and "trainpipe register_model: ok" in log.read_text()
+    assert (
+        log.is_file()
+        and len(log.read_text().splitlines()) > 10 * len(shown)
+        and "trainpipe register_model: ok" in log.read_text()
+    )
     # every command takes the config `trainpipe run` took (./pipeline.yaml here): no --tracking-uri needed
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    lineage = subprocess.run([sys.executable, "-m", "trainpipe.cli", "lineage", "models:/e2e-digits@champion"], cwd=config.parent,
-                             capture_output=True, text=True, env=env, timeout=300, check=False)
+    lineage = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "lineage", "models:/e2e-digits@champion"],
+        cwd=config.parent,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert lineage.returncode == 0, lineage.stderr[-2000:]
     assert f"DVC md5 {md5}" in lineage.stdout and "verify     OK" in lineage.stdout
     # retrain_on drift, the same data: detect_drift compares it with the champion's training data
@@ -99,7 +129,9 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     assert len(client.search_model_versions("name = 'e2e-digits'")) == 1
 
 
-@pytest.mark.parametrize(("corruption", "engine"), [("na_in_a_feature", "kfp-local"), ("missing_label_column", "airflow-local")])
+@pytest.mark.parametrize(
+    ("corruption", "engine"), [("na_in_a_feature", "kfp-local"), ("missing_label_column", "airflow-local")]
+)
 def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_server, corruption, engine):
     """Bad data stops at the first step, before anything is snapshotted, and the run ends with the
     step's name, its one line and its own exit code (3: the data failed its suite), on either engine."""
@@ -119,20 +151,36 @@ def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_ser
     shown = _terminal(proc)
     assert proc.returncode == 3, "\n".join(shown[-20:])
     failed = [line for line in shown if line.startswith("trainpipe run: step ")]
-    assert len(failed) == 1 and failed[0].startswith("trainpipe run: step validate_data failed (exit 3): suite 'trainpipe_default' failed"), shown
+    assert len(failed) == 1 and failed[0].startswith(
+        "trainpipe run: step validate_data failed (exit 3): suite 'trainpipe_default' failed"
+    ), shown
     column = "pixel_0_3" if corruption == "na_in_a_feature" else "label"
-    assert f"column={column}" in failed[0] and ("row 5" in failed[0] if column == "pixel_0_3" else True), failed[0]  # pandas reads "N/A" as missing
-    assert shown[-1].startswith("trainpipe run: full log: ") and len(shown) <= 8 and "Traceback" not in proc.stdout + proc.stderr, shown
+    assert f"column={column}" in failed[0] and ("row 5" in failed[0] if column == "pixel_0_3" else True), failed[
+        0
+    ]  # pandas reads "N/A" as missing
+    assert (
+        shown[-1].startswith("trainpipe run: full log: ")
+        and len(shown) <= 8
+        and "Traceback" not in proc.stdout + proc.stderr
+    ), shown
     assert "snapshot_dataset" not in proc.stdout + proc.stderr
-    assert not any((tmp_path / "ws" / "dvc-remote").rglob("*.csv")) and not (tmp_path / "ws" / "dvc-repo" / "data").exists()
+    assert (
+        not any((tmp_path / "ws" / "dvc-remote").rglob("*.csv"))
+        and not (tmp_path / "ws" / "dvc-repo" / "data").exists()
+    )
     assert mlflow.MlflowClient(mlflow_server).search_model_versions(f"name = '{name}'") == []
 
 
 def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
     import mlflow
 
-    config = _config(tmp_path, digits_csv, mlflow_server, model_name="e2e-airflow", optimize={"enabled": True, "variants": ["int8_dynamic", "int8_static"],
-                                                                                            "max_metric_drop": 0.02})
+    config = _config(
+        tmp_path,
+        digits_csv,
+        mlflow_server,
+        model_name="e2e-airflow",
+        optimize={"enabled": True, "variants": ["int8_dynamic", "int8_static"], "max_metric_drop": 0.02},
+    )
     proc = _run(config, "airflow-local", tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "registered model : e2e-airflow version 1 alias @champion (new)" in proc.stdout
@@ -147,16 +195,28 @@ def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
     rows = db.execute("select a.uri, e.extra from asset_event e join asset a on a.id = e.asset_id").fetchall()
     assert len(rows) == 1 and rows[0][0] == "trainpipe://datasets/digits"
     extra = json.loads(rows[0][1])
-    assert extra["md5"] == tags["lineage.snapshot.md5"] and extra["changed"] is True and extra["snapshot_dir"].endswith("/snapshot_dataset")
+    assert (
+        extra["md5"] == tags["lineage.snapshot.md5"]
+        and extra["changed"] is True
+        and extra["snapshot_dir"].endswith("/snapshot_dataset")
+    )
     # retrain_on drift, the same data: the retrain task skips the model steps and says why in one line
-    again = _run(_config(tmp_path, digits_csv, mlflow_server, model_name="e2e-airflow", retrain_on="drift"), "airflow-local", tmp_path)
+    again = _run(
+        _config(tmp_path, digits_csv, mlflow_server, model_name="e2e-airflow", retrain_on="drift"),
+        "airflow-local",
+        tmp_path,
+    )
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert "registered model : none (not retrained: no drift: 0 of 65 columns drifted" in again.stdout
     run_id = db.execute("select run_id from dag_run order by id desc limit 1").fetchone()[0]
     states = dict(db.execute("select task_id, state from task_instance where run_id = ?", (run_id,)).fetchall())
     assert states["detect_drift"] == "success" and states["retrain"] == "success", states
-    assert {states[t] for t in ("train_model", "profile_training", "evaluate_model", "gate", "register_model")} == {"skipped"}, states
-    log = Path(next(line for line in _terminal(again) if line.startswith("full log")).split(":", 1)[1].strip()).read_text()
+    assert {states[t] for t in ("train_model", "profile_training", "evaluate_model", "gate", "register_model")} == {
+        "skipped"
+    }, states
+    log = Path(
+        next(line for line in _terminal(again) if line.startswith("full log")).split(":", 1)[1].strip()
+    ).read_text()
     assert "trainpipe: not retraining: no drift: 0 of 65 columns drifted" in log
 
 
@@ -167,8 +227,14 @@ def test_airflow_gate_not_passed_skips_register(tmp_path, digits_csv, mlflow_ser
 
     import mlflow
 
-    config = _config(tmp_path, digits_csv, mlflow_server, model_name="e2e-gate", thresholds={"accuracy": 0.9999},
-                     train={"nproc_per_node": 1, "epochs": 1, "batch_size": 64})
+    config = _config(
+        tmp_path,
+        digits_csv,
+        mlflow_server,
+        model_name="e2e-gate",
+        thresholds={"accuracy": 0.9999},
+        train={"nproc_per_node": 1, "epochs": 1, "batch_size": 64},
+    )
     proc = _run(config, "airflow-local", tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "registered model : none" in proc.stdout
@@ -187,8 +253,18 @@ def test_retrain_dag_runs_only_for_a_new_hash():
     def events(*extras):
         return {"asset": [SimpleNamespace(extra=e) for e in extras]}
 
-    assert new_snapshot(triggering_asset_events=events({"md5": "a", "changed": True, "snapshot_dir": "/runs/1/snapshot_dataset"})) == "/runs/1/snapshot_dataset"
-    assert new_snapshot(triggering_asset_events=events({"md5": "a", "changed": False, "snapshot_dir": "/runs/2/snapshot_dataset"})) is False
+    assert (
+        new_snapshot(
+            triggering_asset_events=events({"md5": "a", "changed": True, "snapshot_dir": "/runs/1/snapshot_dataset"})
+        )
+        == "/runs/1/snapshot_dataset"
+    )
+    assert (
+        new_snapshot(
+            triggering_asset_events=events({"md5": "a", "changed": False, "snapshot_dir": "/runs/2/snapshot_dataset"})
+        )
+        is False
+    )
     assert new_snapshot(triggering_asset_events={}) is False
 
 
@@ -200,8 +276,18 @@ def test_the_retrain_task_follows_detect_drifts_decision_and_says_why(capsys):
     def ti(result):
         return SimpleNamespace(xcom_pull=lambda task_ids: result if task_ids == "detect_drift" else None)
 
-    assert drift_says_retrain(ti=ti({"retrain": True, "reasons": ["data drifted: 2 of 65 columns (a, b), share 0.031 >= 0.02"]})) is True
-    assert drift_says_retrain(ti=ti({"retrain": False, "reasons": ["no drift: 0 of 65 columns drifted, share 0.000 < 0.5"]})) is False
+    assert (
+        drift_says_retrain(
+            ti=ti({"retrain": True, "reasons": ["data drifted: 2 of 65 columns (a, b), share 0.031 >= 0.02"]})
+        )
+        is True
+    )
+    assert (
+        drift_says_retrain(
+            ti=ti({"retrain": False, "reasons": ["no drift: 0 of 65 columns drifted, share 0.000 < 0.5"]})
+        )
+        is False
+    )
     assert drift_says_retrain(ti=ti(None)) is False  # no decision: nothing is retrained on a guess
     assert capsys.readouterr().out.splitlines() == [
         "trainpipe: retraining: data drifted: 2 of 65 columns (a, b), share 0.031 >= 0.02",

@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-KFP_PIPELINE = '''
+KFP_PIPELINE = """
 import sys
 from kfp import compiler, dsl, local
 from kfp.dsl import Dataset
@@ -41,9 +41,9 @@ compiler.Compiler().compile(team_pipeline, package_path=f"{root}/team.yaml")
 local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=f"{root}/kfp", raise_on_error=True)
 team_pipeline(data=data, repo_dir=f"{root}/repo", remote_url=f"{root}/remote", tracking_uri=tracking)
 print("ran")
-'''
+"""
 
-DAG_FILE = '''
+DAG_FILE = """
 from datetime import datetime
 from airflow.sdk import DAG
 from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
@@ -64,16 +64,16 @@ with DAG(dag_id="team_dag", start_date=datetime(2026, 1, 1), schedule=None) as d
     r = RegisterModelOperator(task_id="register_model", settings={{"model": f"{{ROOT}}/m", "decision": f"{{ROOT}}/e", "output_dir": f"{{ROOT}}/r",
                                                                   "model_name": "standalone-airflow", "tracking_uri": TRACKING}})
     v >> s >> t >> e >> r
-'''
+"""
 
-RUN_DAG = '''
+RUN_DAG = """
 import sys
 from airflow.utils import db
 db.upgradedb()
 from airflow.dag_processing.dagbag import DagBag
 run = DagBag(sys.argv[1]).dags["team_dag"].test()
 print("state", run.state)
-'''
+"""
 
 
 def test_a_kfp_pipeline_without_the_optional_steps_compiles_runs_and_registers(tmp_path, digits_csv, mlflow_server):
@@ -83,8 +83,13 @@ def test_a_kfp_pipeline_without_the_optional_steps_compiles_runs_and_registers(t
 
     script = tmp_path / "team_pipeline.py"
     script.write_text(KFP_PIPELINE)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(digits_csv), mlflow_server], capture_output=True, text=True,
-                          timeout=900, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(digits_csv), mlflow_server],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ran"), (proc.stdout + proc.stderr)[-4000:]
     validate_pipeline_yaml(tmp_path / "team.yaml")
     versions = mlflow.MlflowClient(mlflow_server).search_model_versions("name = 'standalone-kfp'")
@@ -96,9 +101,18 @@ def test_an_airflow_dag_without_the_optional_steps_runs_and_registers(tmp_path, 
 
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "team_dag.py").write_text(textwrap.dedent(DAG_FILE.format(root=str(tmp_path / "run"), data=str(digits_csv), tracking=mlflow_server)))
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    proc = subprocess.run([sys.executable, "-c", RUN_DAG, str(dags)], capture_output=True, text=True, env=env, timeout=900, check=False)
+    (dags / "team_dag.py").write_text(
+        textwrap.dedent(DAG_FILE.format(root=str(tmp_path / "run"), data=str(digits_csv), tracking=mlflow_server))
+    )
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_DAG, str(dags)], capture_output=True, text=True, env=env, timeout=900, check=False
+    )
     assert proc.returncode == 0 and "state success" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
     versions = mlflow.MlflowClient(mlflow_server).search_model_versions("name = 'standalone-airflow'")
     assert [v.version for v in versions] == ["1"]

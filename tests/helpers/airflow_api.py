@@ -18,7 +18,9 @@ class Api:
         self.token = ""
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        req = urllib.request.Request(self.base + path, method=method, data=json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(
+            self.base + path, method=method, data=json.dumps(body).encode() if body is not None else None
+        )
         req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
@@ -34,7 +36,9 @@ def _wait(what: str, check, timeout: float, procs: dict, logs: Path, every: floa
     while time.time() < deadline:
         for name, proc in procs.items():
             if proc.poll() is not None:
-                pytest.fail(f"airflow {name} exited {proc.returncode} while waiting for {what}:\n{(logs / f'{name}.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"airflow {name} exited {proc.returncode} while waiting for {what}:\n{(logs / f'{name}.log').read_text()[-3000:]}"
+                )
         value = check()
         if value:
             return value
@@ -47,8 +51,13 @@ def start(airflow: list[str], name: str, args: list[str], env: dict, logs: Path,
     """One Airflow process of the deployment, in its own process group, its output in ``logs/<name>.log``."""
     import subprocess
 
-    procs[name] = subprocess.Popen([*airflow, *args], env=env, stdout=open(logs / f"{name}.log", "w"), stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+    procs[name] = subprocess.Popen(
+        [*airflow, *args],
+        env=env,
+        stdout=open(logs / f"{name}.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def serving(api: Api, procs: dict, logs: Path, user: str, password: str, dag_id: str) -> dict:
@@ -62,7 +71,10 @@ def serving(api: Api, procs: dict, logs: Path, user: str, password: str, dag_id:
             health = api.call("GET", "/api/v2/monitor/health")
         except (OSError, ValueError):
             return False
-        return health.get("metadatabase", {}).get("status") == "healthy" and health.get("scheduler", {}).get("status") == "healthy"
+        return (
+            health.get("metadatabase", {}).get("status") == "healthy"
+            and health.get("scheduler", {}).get("status") == "healthy"
+        )
 
     _wait("the api-server and scheduler to report healthy", healthy, 180, procs, logs)
     api.login(user, password)

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium_path() -> str:
@@ -34,7 +41,9 @@ def render(report: Path) -> dict:
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(report.resolve().as_uri())
             page.wait_for_load_state("load")
-            images = page.evaluate("[...document.images].map(i => ({alt: i.alt, width: i.naturalWidth, height: i.naturalHeight}))")
+            images = page.evaluate(
+                "[...document.images].map(i => ({alt: i.alt, width: i.naturalWidth, height: i.naturalHeight}))"
+            )
             return {"images": images, "errors": errors, "text": page.inner_text("body"), "title": page.title()}
         finally:
             browser.close()

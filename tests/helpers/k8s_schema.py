@@ -43,8 +43,14 @@ def validate_trainjob(manifest: dict[str, Any]) -> None:
         for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
             pod = dict(job["template"]["spec"]["template"]["spec"])
             pod["containers"] = [
-                {**c, "image": trainer["image"], "command": trainer["command"], "args": trainer["args"],
-                 "resources": trainer["resourcesPerNode"], "env": trainer.get("env", [])}
+                {
+                    **c,
+                    "image": trainer["image"],
+                    "command": trainer["command"],
+                    "args": trainer["args"],
+                    "resources": trainer["resourcesPerNode"],
+                    "env": trainer.get("env", []),
+                }
                 for c in pod["containers"]
             ]
             validate_pod(pod)
@@ -99,7 +105,11 @@ def _strict(schema: Any) -> Any:
     (the API server would prune them silently: a typo would vanish, not fail)."""
     if isinstance(schema, dict):
         out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-        if "properties" in out and "additionalProperties" not in out and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             out["additionalProperties"] = False
         if schema.get("x-kubernetes-int-or-string"):
             out.pop("type", None)
@@ -121,9 +131,17 @@ def validate_kueue(obj: dict[str, Any]) -> None:
     doc = json.loads((KUEUE_SCHEMAS / f"{obj['kind']}.json").read_text())
     assert version in doc["versions"], f"{obj['kind']} has no served version {version}"
     schema = _strict(doc["versions"][version])
-    schema["properties"]["metadata"] = {"type": "object", "required": ["name"], "properties": {
-        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"}, "namespace": {"type": "string"},
-        "labels": {"type": "object"}, "annotations": {"type": "object"}}, "additionalProperties": False}
+    schema["properties"]["metadata"] = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+            "namespace": {"type": "string"},
+            "labels": {"type": "object"},
+            "annotations": {"type": "object"},
+        },
+        "additionalProperties": False,
+    }
     jsonschema.validate(obj, schema)
     assert ("namespace" in obj["metadata"]) == (doc["scope"] == "Namespaced"), f"{obj['kind']} is {doc['scope']}"
 

@@ -69,12 +69,23 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
     shutil.copy(REPO / "dags" / "training_dag.py", dags / "training_dag.py")
     audit_log = tmp_path / "audit" / "audit.jsonl"
     config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": str(digits_csv), "workspace": str(tmp_path / "ws"), "dataset_name": "digits", "model_name": MODEL,
-        "tracking_uri": mlflow_server, "thresholds": {"accuracy": 0.5}, "max_regression": {"accuracy": 0.5},
-        "train": {"nproc_per_node": 1, "epochs": 2, "batch_size": 64}, "schedule": None,
-        "require_approval": True, "approval_timeout_hours": 0.02,  # 72 s: the third run waits it out
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": str(digits_csv),
+                "workspace": str(tmp_path / "ws"),
+                "dataset_name": "digits",
+                "model_name": MODEL,
+                "tracking_uri": mlflow_server,
+                "thresholds": {"accuracy": 0.5},
+                "max_regression": {"accuracy": 0.5},
+                "train": {"nproc_per_node": 1, "epochs": 2, "batch_size": 64},
+                "schedule": None,
+                "require_approval": True,
+                "approval_timeout_hours": 0.02,  # 72 s: the third run waits it out
+            }
+        )
+    )
     broker_db = 11  # Redis keeps nothing on disk; this test's broker database is emptied first
     redis.Redis(host="127.0.0.1", port=6379, db=broker_db).flushdb()
     api_port = _free_port()
@@ -82,7 +93,8 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
     (home / "passwords.json").write_text(json.dumps({"ci": password}))
     with fresh_postgres_db("trainpipe_celery") as db:
         env = {
-            **os.environ, **_deployment_env(),
+            **os.environ,
+            **_deployment_env(),
             "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{broker_db}",
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://postgres@127.0.0.1:5432/{db}",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",  # the killed worker's task is retried sooner
@@ -107,27 +119,42 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
         }
         env.pop("MLFLOW_TRACKING_URI", None)
         airflow = [sys.executable, "-m", "airflow"]
-        migrate = subprocess.run([*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False)
+        migrate = subprocess.run(
+            [*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False
+        )
         assert migrate.returncode == 0, migrate.stderr[-3000:]
         procs: dict[str, subprocess.Popen] = {}
 
         try:
-            start(airflow, "api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"], env, logs, procs)
+            start(
+                airflow, "api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"], env, logs, procs
+            )
             start(airflow, "scheduler", ["scheduler"], env, logs, procs)
             start(airflow, "dag-processor", ["dag-processor"], env, logs, procs)
             for name, queue in WORKERS.items():
-                start(airflow, name, ["celery", "worker", "--queues", queue, "--celery-hostname", f"{name}@%h", "--concurrency", "2"],
-                      {**env, "TRAINPIPE_TEST_WORKER": name}, logs, procs)
+                start(
+                    airflow,
+                    name,
+                    ["celery", "worker", "--queues", queue, "--celery-hostname", f"{name}@%h", "--concurrency", "2"],
+                    {**env, "TRAINPIPE_TEST_WORKER": name},
+                    logs,
+                    procs,
+                )
             api = Api(f"http://127.0.0.1:{api_port}")
             serving(api, procs, logs, "ci", password, DAG_ID)
             from trainpipe.pipelines.config import load_pipeline_config
 
-            train_param = load_pipeline_config(config).train.model_dump(mode="json")  # a run's conf replaces the whole dict
+            train_param = load_pipeline_config(config).train.model_dump(
+                mode="json"
+            )  # a run's conf replaces the whole dict
             client = mlflow.MlflowClient(mlflow_server)
 
             def trigger(seed: int) -> str:
-                run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
-                               {"logical_date": None, "conf": {"train": {**train_param, "seed": seed}}})
+                run = api.call(
+                    "POST",
+                    f"/api/v2/dags/{DAG_ID}/dagRuns",
+                    {"logical_date": None, "conf": {"train": {**train_param, "seed": seed}}},
+                )
                 return f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
 
             def ti(path: str, task: str) -> dict:
@@ -139,16 +166,24 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
                     if t["state"] in ("failed", "upstream_failed", "skipped"):
                         pytest.fail(f"approve is {t['state']}: {api.call('GET', f'{path}/taskInstances')}")
                     return t if t["state"] in ("awaiting_input", "deferred") else None
+
                 return _wait("the approval to wait for a person", check, 600, procs, logs, every=2)
 
             def answer(path: str, option: str, reason: str) -> dict:
-                return api.call("PATCH", f"{path}/taskInstances/approve/-1/hitlDetails", {"chosen_options": [option], "params_input": {"reason": reason}})
+                return api.call(
+                    "PATCH",
+                    f"{path}/taskInstances/approve/-1/hitlDetails",
+                    {"chosen_options": [option], "params_input": {"reason": reason}},
+                )
 
             def finished(path: str) -> dict[str, dict]:
                 def check():
                     state = api.call("GET", path)["state"]
                     return state if state in ("success", "failed") else None
-                assert _wait("the run to finish", check, 600, procs, logs, every=3) == "success", api.call("GET", f"{path}/taskInstances")
+
+                assert _wait("the run to finish", check, 600, procs, logs, every=3) == "success", api.call(
+                    "GET", f"{path}/taskInstances"
+                )
                 return {t["task_id"]: t for t in api.call("GET", f"{path}/taskInstances")["task_instances"]}
 
             def champion() -> str | None:
@@ -164,7 +199,11 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
             answer(run1, "Approve", "reviewed the model card")
             tis = finished(run1)
             assert tis["train_model"]["hostname"].startswith("train-worker-") and tis["train_model"]["queue"] == "train"
-            ran = {k: v["hostname"] for k, v in tis.items() if v["state"] == "success" and k not in ("train_model", "approve", "gate", "retrain")}
+            ran = {
+                k: v["hostname"]
+                for k, v in tis.items()
+                if v["state"] == "success" and k not in ("train_model", "approve", "gate", "retrain")
+            }
             assert set(ran.values()) == {"steps-worker"}, ran
             assert tis["promote_model"]["state"] == "success" and tis["record_rejection"]["state"] == "skipped"
             v1 = _xcom(api, run1, "register_model")["version"]
@@ -186,13 +225,18 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
             awaiting(run2)
             answer(run2, "Reject", "not this one")
             tis = finished(run2)
-            tries = sorted(api.call("GET", f"{run2}/taskInstances/train_model/tries")["task_instances"], key=lambda t: t["try_number"])
+            tries = sorted(
+                api.call("GET", f"{run2}/taskInstances/train_model/tries")["task_instances"],
+                key=lambda t: t["try_number"],
+            )
             assert tries[0]["hostname"] == first and tries[-1]["state"] == "success", tries
             assert tries[-1]["hostname"].startswith("train-worker-") and tries[-1]["hostname"] != first, tries
             assert tis["register_model"]["try_number"] == 1 and tis["promote_model"]["state"] == "skipped"
             assert tis["record_rejection"]["state"] == "success"
             v2 = _xcom(api, run2, "register_model")["version"]
-            assert int(v2) == int(v1) + 1 and len(client.search_model_versions(f"name = '{MODEL}'")) == 2  # registered once
+            assert (
+                int(v2) == int(v1) + 1 and len(client.search_model_versions(f"name = '{MODEL}'")) == 2
+            )  # registered once
             assert champion() == v1
             tags = client.get_model_version(MODEL, v2).tags
             assert tags["trainpipe.approval.decision"] == "rejected" and tags["trainpipe.approval.by"] == "ci"
@@ -208,11 +252,23 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
             assert tags["trainpipe.approval.decision"] == "rejected" and "timed out" in tags["trainpipe.approval.by"]
 
             records = [json.loads(line) for line in audit_log.read_text().splitlines()]
-            decisions = [(r["action"], r["decision"]["version"], r["who"]["identity"]) for r in records if r["action"] in ("promote", "reject")]
-            assert decisions == [("promote", v1, "ci"), ("reject", v2, "ci"),
-                                 ("reject", v3, "airflow: no answer before the approval timed out")], decisions
-            verify = subprocess.run([sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(audit_log)], capture_output=True, text=True,
-                                    check=False, timeout=120)
+            decisions = [
+                (r["action"], r["decision"]["version"], r["who"]["identity"])
+                for r in records
+                if r["action"] in ("promote", "reject")
+            ]
+            assert decisions == [
+                ("promote", v1, "ci"),
+                ("reject", v2, "ci"),
+                ("reject", v3, "airflow: no answer before the approval timed out"),
+            ], decisions
+            verify = subprocess.run(
+                [sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(audit_log)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
             assert verify.returncode == 0, verify.stderr
         finally:
             stop(procs)

@@ -20,7 +20,7 @@ from tests.conftest import make_snapshot, result_of, run_component
 
 pytestmark = pytest.mark.integration
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, sys, threading, time, types, collections
 from datetime import datetime, timedelta
 mode, args = sys.argv[1], json.loads(sys.argv[2])
@@ -67,13 +67,19 @@ elif mode == "assets":
         result = op.execute({"run_id": "manual__assets", "outlet_events": events})
         extras[m] = {"type": type(op).__name__, "extra": events[asset].extra, "md5": result["md5"]}
     print(json.dumps(extras))
-'''
+"""
 
 
 def _script(mode: str, args: dict, env: dict | None = None, timeout: int = 600) -> dict:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode, json.dumps(args)], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **(env or {})}, check=False)
-    assert proc.returncode == 0, (proc.stdout[-2000:] + proc.stderr[-4000:])
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **(env or {})},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -96,15 +102,28 @@ def _processes_naming(text: str) -> list[str]:
 
 
 def test_the_steps_log_reaches_the_task_log_while_it_runs(tmp_path, snapshot):
-    settings = {"data": str(snapshot), "output_dir": str(tmp_path / "m"), "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-                "nproc_per_node": 1, "epochs": 4, "batch_size": 64, "checkpoint_every_steps": 0}
-    out = _script("stream", {"settings": settings}, env={"AIRFLOW_HOME": str(tmp_path / "home"), "TRAINPIPE_PROGRESS_EVERY_S": "0.1"})
+    settings = {
+        "data": str(snapshot),
+        "output_dir": str(tmp_path / "m"),
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "nproc_per_node": 1,
+        "epochs": 4,
+        "batch_size": 64,
+        "checkpoint_every_steps": 0,
+    }
+    out = _script(
+        "stream",
+        {"settings": settings},
+        env={"AIRFLOW_HOME": str(tmp_path / "home"), "TRAINPIPE_PROGRESS_EVERY_S": "0.1"},
+    )
     epochs = [s for s in out["seen"] if "train_model: epoch" in s["line"]]
     assert len(epochs) == 4, [s["line"] for s in out["seen"]][-20:]
     # each epoch's line was in the task log while the step was still running, not all at its end
     assert all(s["running"] for s in epochs)
     progress = [s for s in out["seen"] if " batches (" in s["line"]]  # progress with rate and ETA, live too
-    assert progress and all(s["running"] and "samples/s" in s["line"] for s in progress), [s["line"] for s in out["seen"]][-20:]
+    assert progress and all(s["running"] and "samples/s" in s["line"] for s in progress), [
+        s["line"] for s in out["seen"]
+    ][-20:]
     assert epochs[0]["t"] < epochs[-1]["t"] < out["end"]
     assert any(s["line"].startswith("trainpipe train_model: ok") for s in out["seen"])
 
@@ -113,8 +132,14 @@ def test_a_timed_out_task_ends_the_whole_step_and_leaves_no_process(tmp_path, sn
     out_dir = tmp_path / "killed-model"
     dags = tmp_path / "dags"
     dags.mkdir()
-    settings = {"data": str(snapshot), "output_dir": str(out_dir), "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-                "nproc_per_node": 2, "epochs": 100_000, "batch_size": 64}
+    settings = {
+        "data": str(snapshot),
+        "output_dir": str(out_dir),
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "nproc_per_node": 2,
+        "epochs": 100_000,
+        "batch_size": 64,
+    }
     (dags / "killed.py").write_text(
         "from datetime import datetime, timedelta\n"
         "from airflow.sdk import DAG\n"
@@ -137,9 +162,18 @@ def test_a_timed_out_task_ends_the_whole_step_and_leaves_no_process(tmp_path, sn
 
 def test_the_snapshot_task_emits_the_same_asset_event_in_both_modes(tmp_path, tiny_csv):
     validated = tmp_path / "v"
-    result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(validated), "--label-column", "target"))
-    settings = {"data": str(validated), "output_dir": str(tmp_path / "s"), "repo_dir": str(tmp_path / "repo"), "remote_url": str(tmp_path / "remote"),
-                "dataset_name": "tiny"}
+    result_of(
+        run_component(
+            "validate_data", "--data", str(tiny_csv), "--output-dir", str(validated), "--label-column", "target"
+        )
+    )
+    settings = {
+        "data": str(validated),
+        "output_dir": str(tmp_path / "s"),
+        "repo_dir": str(tmp_path / "repo"),
+        "remote_url": str(tmp_path / "remote"),
+        "dataset_name": "tiny",
+    }
     out = _script("assets", {"settings": settings}, env={"AIRFLOW_HOME": str(tmp_path / "home")})
     assert out["local"]["type"] == "SnapshotDatasetOperator" and out["kubernetes"]["type"] == "TrainpipePodOperator"
     assert out["local"]["extra"] is not None and out["local"]["extra"]["md5"] == out["local"]["md5"]

@@ -40,9 +40,26 @@ def _drifted_snapshot(tmp_path: Path, digits_csv: Path, ws: Path) -> str:
     frame["pixel_3_4"] = frame["pixel_3_4"] * 1.8
     (tmp_path / "moved").mkdir()
     frame.to_csv(tmp_path / "moved" / "digits.csv", index=False)  # a new version of the same file of the dataset
-    result_of(run_component("validate_data", "--data", str(tmp_path / "moved" / "digits.csv"), "--output-dir", str(tmp_path / "moved-v")))
-    result_of(run_component("snapshot_dataset", "--data", str(tmp_path / "moved-v"), "--repo-dir", str(ws / "dvc-repo"), "--remote-url",
-                            str(ws / "dvc-remote"), "--dataset-name", "digits", "--output-dir", str(tmp_path / "moved-s")))
+    result_of(
+        run_component(
+            "validate_data", "--data", str(tmp_path / "moved" / "digits.csv"), "--output-dir", str(tmp_path / "moved-v")
+        )
+    )
+    result_of(
+        run_component(
+            "snapshot_dataset",
+            "--data",
+            str(tmp_path / "moved-v"),
+            "--repo-dir",
+            str(ws / "dvc-repo"),
+            "--remote-url",
+            str(ws / "dvc-remote"),
+            "--dataset-name",
+            "digits",
+            "--output-dir",
+            str(tmp_path / "moved-s"),
+        )
+    )
     return str(tmp_path / "moved-s")
 
 
@@ -62,12 +79,21 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
     mlflow_port, api_port = _free_port(), _free_port()
     tracking_uri = f"http://127.0.0.1:{mlflow_port}"  # nothing listens yet: the tracking server is down
     config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": str(digits_csv), "workspace": str(tmp_path / "ws"), "dataset_name": "digits",
-        "model_name": "scheduler-digits", "tracking_uri": tracking_uri, "thresholds": {"accuracy": 0.85},
-        "train": {"nproc_per_node": 1, "epochs": 3, "batch_size": 64}, "schedule": None,
-        "drift_share": 0.02,  # the data set drifted when 2 of its 65 columns did
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": str(digits_csv),
+                "workspace": str(tmp_path / "ws"),
+                "dataset_name": "digits",
+                "model_name": "scheduler-digits",
+                "tracking_uri": tracking_uri,
+                "thresholds": {"accuracy": 0.85},
+                "train": {"nproc_per_node": 1, "epochs": 3, "batch_size": 64},
+                "schedule": None,
+                "drift_share": 0.02,  # the data set drifted when 2 of its 65 columns did
+            }
+        )
+    )
     password = secrets.token_urlsafe(12)
     (home / "passwords.json").write_text(json.dumps({"ci": password}))
     env = {
@@ -92,14 +118,19 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
     }
     env.pop("MLFLOW_TRACKING_URI", None)
     airflow = [sys.executable, "-m", "airflow"]
-    migrate = subprocess.run([*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False)
+    migrate = subprocess.run(
+        [*airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     assert migrate.returncode == 0, migrate.stderr[-3000:]
 
     procs: dict[str, subprocess.Popen] = {}
     mlflow_gen = None
     try:
-        for name, args in {"api-server": ["api-server", "--port", str(api_port), "--host", "127.0.0.1"],
-                           "scheduler": ["scheduler"], "dag-processor": ["dag-processor"]}.items():
+        for name, args in {
+            "api-server": ["api-server", "--port", str(api_port), "--host", "127.0.0.1"],
+            "scheduler": ["scheduler"],
+            "dag-processor": ["dag-processor"],
+        }.items():
             start(airflow, name, args, env, logs, procs)
         api = Api(f"http://127.0.0.1:{api_port}")
         dag = serving(api, procs, logs, "ci", password, DAG_ID)
@@ -120,11 +151,24 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
             state = api.call("GET", run_path)["state"]
             return state if state in ("success", "failed") else None
 
-        assert _wait("the DAG run to finish", finished, 900, procs, logs, every=5) == "success", api.call("GET", f"{run_path}/taskInstances")
+        assert _wait("the DAG run to finish", finished, 900, procs, logs, every=5) == "success", api.call(
+            "GET", f"{run_path}/taskInstances"
+        )
         tis = {t["task_id"]: t for t in api.call("GET", f"{run_path}/taskInstances")["task_instances"]}
         assert {k: v["state"] for k, v in tis.items()} == dict.fromkeys(
-            ["validate_data", "snapshot_dataset", "detect_drift", "retrain", "train_model", "profile_training", "evaluate_model", "gate",
-             "register_model"], "success")
+            [
+                "validate_data",
+                "snapshot_dataset",
+                "detect_drift",
+                "retrain",
+                "train_model",
+                "profile_training",
+                "evaluate_model",
+                "gate",
+                "register_model",
+            ],
+            "success",
+        )
         assert tis["detect_drift"]["try_number"] >= 2 and tis["validate_data"]["try_number"] == 1
         tries = api.call("GET", f"{run_path}/taskInstances/detect_drift/tries")["task_instances"]
         states = [t["state"] for t in sorted(tries, key=lambda t: t["try_number"])]
@@ -144,10 +188,18 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
 
         def retrain_run(snapshot: str) -> dict:
             before = {r["dag_run_id"] for r in api.call("GET", f"/api/v2/dags/{RETRAIN_ID}/dagRuns")["dag_runs"]}
-            api.call("POST", "/api/v2/assets/events", {"asset_id": asset["id"], "extra": {"changed": True, "snapshot_dir": snapshot, "md5": "new"}})
+            api.call(
+                "POST",
+                "/api/v2/assets/events",
+                {"asset_id": asset["id"], "extra": {"changed": True, "snapshot_dir": snapshot, "md5": "new"}},
+            )
 
             def started():
-                new = [r for r in api.call("GET", f"/api/v2/dags/{RETRAIN_ID}/dagRuns")["dag_runs"] if r["dag_run_id"] not in before]
+                new = [
+                    r
+                    for r in api.call("GET", f"/api/v2/dags/{RETRAIN_ID}/dagRuns")["dag_runs"]
+                    if r["dag_run_id"] not in before
+                ]
                 return new[0] if new else None
 
             path = f"/api/v2/dags/{RETRAIN_ID}/dagRuns/{_wait('a retraining run', started, 120, procs, logs)['dag_run_id']}"
@@ -156,8 +208,12 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
                 state = api.call("GET", path)["state"]
                 return state if state in ("success", "failed") else None
 
-            assert _wait("the retraining run to finish", done, 600, procs, logs, every=3) == "success", api.call("GET", f"{path}/taskInstances")
-            return {t["task_id"]: t for t in api.call("GET", f"{path}/taskInstances")["task_instances"]} | {"_path": path}
+            assert _wait("the retraining run to finish", done, 600, procs, logs, every=3) == "success", api.call(
+                "GET", f"{path}/taskInstances"
+            )
+            return {t["task_id"]: t for t in api.call("GET", f"{path}/taskInstances")["task_instances"]} | {
+                "_path": path
+            }
 
         quiet = retrain_run(same)
         states = {k: v["state"] for k, v in quiet.items() if k != "_path"}
@@ -177,5 +233,7 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         if mlflow_gen is not None:
             mlflow_gen.close()
     for proc in procs.values():  # nothing of the deployment (task runners included) is left behind
-        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True, check=False).stdout.split()
+        left = subprocess.run(
+            ["pgrep", "-g", str(proc.pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
         assert left == [], f"processes of airflow {proc.args[3]} still running: {left}"

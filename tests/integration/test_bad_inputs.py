@@ -21,8 +21,23 @@ pytestmark = pytest.mark.integration
 def artifacts(tmp_path_factory, tiny_csv):
     root = tmp_path_factory.mktemp("corpus")
     make_snapshot(root, tiny_csv)
-    result_of(run_component("train_model", "--data", str(root / "s"), "--output-dir", str(root / "m"), "--label-column", "target",
-                            "--tracking-uri", f"sqlite:///{root / 'mlflow.db'}", "--nproc-per-node", "1", "--epochs", "1"))
+    result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(root / "s"),
+            "--output-dir",
+            str(root / "m"),
+            "--label-column",
+            "target",
+            "--tracking-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--nproc-per-node",
+            "1",
+            "--epochs",
+            "1",
+        )
+    )
     return {"model": root / "m", "snap": root / "s"}
 
 
@@ -36,7 +51,7 @@ def materialize(d: Path, files: dict, art: dict) -> None:
             path.write_bytes(content(d))
         elif isinstance(content, str) and content.startswith("BUILDER:"):
             meta = json.loads(path.read_text())
-            meta["builder"] = content[len("BUILDER:"):]
+            meta["builder"] = content[len("BUILDER:") :]
             path.write_text(json.dumps(meta))
         else:
             path.write_text(content)
@@ -72,21 +87,81 @@ def test_failed_executions_are_audited_and_the_policy_can_require_the_log(tmp_pa
 
     log = tmp_path / "audit" / "audit.jsonl"
     env = {"TRAINPIPE_AUDIT_LOG": str(log), "TRAINPIPE_IDENTITY": "svc-trainpipe@team-a"}
-    bad = run_component("validate_data", "--data", str(tmp_path / "missing.csv"), "--output-dir", str(tmp_path / "o1"), env=env)
+    bad = run_component(
+        "validate_data", "--data", str(tmp_path / "missing.csv"), "--output-dir", str(tmp_path / "o1"), env=env
+    )
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps({"name": "strict", "expectations": [{"type": "expect_column_values_to_be_between", "kwargs": {"column": "f1", "min_value": 100}}]}))
-    failed = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o2"), "--label-column", "target", "--suite", str(suite), env=env)
-    ok = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o3"), "--label-column", "target", env=env))
-    refused = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o5"), "--result-format", "LOUD", env=env)
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "strict",
+                "expectations": [
+                    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "f1", "min_value": 100}}
+                ],
+            }
+        )
+    )
+    failed = run_component(
+        "validate_data",
+        "--data",
+        str(tiny_csv),
+        "--output-dir",
+        str(tmp_path / "o2"),
+        "--label-column",
+        "target",
+        "--suite",
+        str(suite),
+        env=env,
+    )
+    ok = result_of(
+        run_component(
+            "validate_data",
+            "--data",
+            str(tiny_csv),
+            "--output-dir",
+            str(tmp_path / "o3"),
+            "--label-column",
+            "target",
+            env=env,
+        )
+    )
+    refused = run_component(
+        "validate_data",
+        "--data",
+        str(tiny_csv),
+        "--output-dir",
+        str(tmp_path / "o5"),
+        "--result-format",
+        "LOUD",
+        env=env,
+    )
     assert (bad.returncode, failed.returncode, refused.returncode) == (2, 3, 2)
     assert audit.verify(log)["records"] == 4
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(r["status"], (r.get("error") or {}).get("exit_code")) for r in records] == [("failed", 2), ("failed", 3), ("ok", None), ("failed", 2)]
+    assert [(r["status"], (r.get("error") or {}).get("exit_code")) for r in records] == [
+        ("failed", 2),
+        ("failed", 3),
+        ("ok", None),
+        ("failed", 2),
+    ]
     assert records[3]["inputs"] == {} and "result_format" in records[3]["error"]["message"]
     assert all(r["who"] == {"identity": "svc-trainpipe@team-a", "source": "TRAINPIPE_IDENTITY"} for r in records)
     assert "suite 'strict' failed" in records[1]["error"]["message"]
-    assert records[2]["inputs"]["data"]["md5"] == ok["data_md5"] and records[2]["outputs"]["output_dir"]["marker_sha256"]
-    required = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "o4"), "--label-column", "target",
-                             env={"TRAINPIPE_POLICY": '{"require_audit": true}', "TRAINPIPE_AUDIT_LOG": ""})
-    assert required.returncode == 2 and "audit_log: the policy requires an audit log" in required.stderr.strip().splitlines()[-1]
+    assert (
+        records[2]["inputs"]["data"]["md5"] == ok["data_md5"] and records[2]["outputs"]["output_dir"]["marker_sha256"]
+    )
+    required = run_component(
+        "validate_data",
+        "--data",
+        str(tiny_csv),
+        "--output-dir",
+        str(tmp_path / "o4"),
+        "--label-column",
+        "target",
+        env={"TRAINPIPE_POLICY": '{"require_audit": true}', "TRAINPIPE_AUDIT_LOG": ""},
+    )
+    assert (
+        required.returncode == 2
+        and "audit_log: the policy requires an audit log" in required.stderr.strip().splitlines()[-1]
+    )
     assert not (tmp_path / "o4" / MARKER).exists()

@@ -7,15 +7,19 @@ import json
 
 import pytest
 
-from trainpipe.contract.artifacts import MARKER
 from tests.conftest import result_of, run_component
+from trainpipe.contract.artifacts import MARKER
 
 pytestmark = pytest.mark.integration
 
 
 def test_validate_data_passes_and_writes_data_docs(tmp_path, tiny_csv):
     out = tmp_path / "v"  # given relative to the working directory, as a user at a shell would
-    r = result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", "v", "--label-column", "target", cwd=tmp_path))
+    r = result_of(
+        run_component(
+            "validate_data", "--data", str(tiny_csv), "--output-dir", "v", "--label-column", "target", cwd=tmp_path
+        )
+    )
     # the default suite is train_model's preconditions: the label exists, is present and has two classes,
     # every feature column (four) is numeric, present and finite in float32, and there are rows enough
     assert r["success"] and r["evaluated"] == 2 + 3 * 4 + 2 and r["rows"] == 240
@@ -35,29 +39,63 @@ def test_validate_data_failure_is_exit_3_naming_expectations(tmp_path, tiny_csv)
     proc = run_component("validate_data", "--data", str(bad), "--output-dir", str(out), "--label-column", "target")
     assert proc.returncode == 3
     line = proc.stderr.strip().splitlines()[-1]
-    assert "failed 1 of 16 expectations" in line and "expect_column_values_to_not_be_null(column=target): label_column: 'target' has 1 missing values (first at row 3)" in line
+    assert (
+        "failed 1 of 16 expectations" in line
+        and "expect_column_values_to_not_be_null(column=target): label_column: 'target' has 1 missing values (first at row 3)"
+        in line
+    )
     assert not (out / MARKER).exists() and not (out / "bad.csv").exists()
     assert (out / "validation.json").is_file() and (out / "data_docs" / "index.html").is_file()
 
 
 def test_custom_suite_file(tmp_path, tiny_csv):
     suite = tmp_path / "suite.json"
-    suite.write_text(json.dumps({"name": "mine", "expectations": [{"type": "expect_column_values_to_be_between", "kwargs": {"column": "f1", "min_value": 100}}]}))
-    proc = run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "v"), "--label-column", "target", "--suite", str(suite))
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "expectations": [
+                    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "f1", "min_value": 100}}
+                ],
+            }
+        )
+    )
+    proc = run_component(
+        "validate_data",
+        "--data",
+        str(tiny_csv),
+        "--output-dir",
+        str(tmp_path / "v"),
+        "--label-column",
+        "target",
+        "--suite",
+        str(suite),
+    )
     assert proc.returncode == 3 and "suite 'mine' failed" in proc.stderr
 
 
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory, tiny_csv):
     out = tmp_path_factory.mktemp("validated") / "v"
-    result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(out), "--label-column", "target"))
+    result_of(
+        run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(out), "--label-column", "target")
+    )
     return out
 
 
 def test_snapshot_same_bytes_same_hash_and_rerun_pushes_nothing(tmp_path, validated):
     from trainpipe.contract.io import file_digest
 
-    args = ["--data", str(validated), "--repo-dir", str(tmp_path / "repo"), "--remote-url", str(tmp_path / "remote"), "--dataset-name", "tiny"]
+    args = [
+        "--data",
+        str(validated),
+        "--repo-dir",
+        str(tmp_path / "repo"),
+        "--remote-url",
+        str(tmp_path / "remote"),
+        "--dataset-name",
+        "tiny",
+    ]
     first = result_of(run_component("snapshot_dataset", *args, "--output-dir", str(tmp_path / "s1")))
     second = result_of(run_component("snapshot_dataset", *args, "--output-dir", str(tmp_path / "s2")))
     assert first["md5"] == second["md5"] == file_digest(validated / "tiny.csv")
@@ -71,14 +109,36 @@ def test_snapshot_same_bytes_same_hash_and_rerun_pushes_nothing(tmp_path, valida
 def test_snapshot_refuses_an_unfinished_input(tmp_path):
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "x.csv").write_text("a\n1\n")
-    proc = run_component("snapshot_dataset", "--data", str(tmp_path / "half"), "--output-dir", str(tmp_path / "o"), "--repo-dir", str(tmp_path / "r"), "--remote-url", str(tmp_path / "rem"))
+    proc = run_component(
+        "snapshot_dataset",
+        "--data",
+        str(tmp_path / "half"),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--repo-dir",
+        str(tmp_path / "r"),
+        "--remote-url",
+        str(tmp_path / "rem"),
+    )
     assert proc.returncode == 2 and "not a completed trainpipe artifact" in proc.stderr
 
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory, validated):
     root = tmp_path_factory.mktemp("snap")
-    result_of(run_component("snapshot_dataset", "--data", str(validated), "--output-dir", str(root / "s"), "--repo-dir", str(root / "repo"), "--remote-url", str(root / "remote")))
+    result_of(
+        run_component(
+            "snapshot_dataset",
+            "--data",
+            str(validated),
+            "--output-dir",
+            str(root / "s"),
+            "--repo-dir",
+            str(root / "repo"),
+            "--remote-url",
+            str(root / "remote"),
+        )
+    )
     return root / "s"
 
 
@@ -87,8 +147,21 @@ def trained(tmp_path_factory, snapshot, mlflow_server):
     out = tmp_path_factory.mktemp("train") / "m"
     r = result_of(
         run_component(
-            "train_model", "--data", str(snapshot), "--output-dir", str(out), "--label-column", "target",
-            "--nproc-per-node", "2", "--epochs", "3", "--batch-size", "32", "--tracking-uri", mlflow_server,
+            "train_model",
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(out),
+            "--label-column",
+            "target",
+            "--nproc-per-node",
+            "2",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "32",
+            "--tracking-uri",
+            mlflow_server,
         )
     )
     return out, r
@@ -104,7 +177,9 @@ def test_train_model_with_two_gloo_ranks_logs_to_mlflow(trained, mlflow_server):
     run = mlflow.MlflowClient(mlflow_server).get_run(r["mlflow_run_id"])
     assert run.info.status == "FINISHED"
     assert run.data.params["nproc_per_node"] == "2"
-    assert [m.step for m in mlflow.MlflowClient(mlflow_server).get_metric_history(r["mlflow_run_id"], "train_loss")] == [0, 1, 2]
+    assert [
+        m.step for m in mlflow.MlflowClient(mlflow_server).get_metric_history(r["mlflow_run_id"], "train_loss")
+    ] == [0, 1, 2]
 
 
 def test_the_last_checkpoint_holds_the_trained_model_and_reads_without_running_code(trained):
@@ -128,7 +203,17 @@ def test_the_last_checkpoint_holds_the_trained_model_and_reads_without_running_c
 
 
 def test_train_model_bad_label_is_one_line_exit_2(tmp_path, snapshot, mlflow_server):
-    proc = run_component("train_model", "--data", str(snapshot), "--output-dir", str(tmp_path / "m"), "--label-column", "nope", "--tracking-uri", mlflow_server)
+    proc = run_component(
+        "train_model",
+        "--data",
+        str(snapshot),
+        "--output-dir",
+        str(tmp_path / "m"),
+        "--label-column",
+        "nope",
+        "--tracking-uri",
+        mlflow_server,
+    )
     assert proc.returncode == 2 and "label_column: 'nope' is not a column" in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "m" / MARKER).exists()
 
@@ -141,11 +226,40 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
     prof = result_of(run_component("profile_training", "--model", str(model_dir), "--output-dir", str(tmp_path / "p")))
     assert prof["world_size"] == 2 and prof["samples_per_second"] > 0
     assert (tmp_path / "p" / "report.html").read_text().count("data:image/png;base64") == 3
-    ev = result_of(run_component("evaluate_model", "--model", str(model_dir), "--data", str(snapshot), "--output-dir", str(tmp_path / "e"), "--label-column", "target", "--thresholds", '{"accuracy": 0.6}'))
+    ev = result_of(
+        run_component(
+            "evaluate_model",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(tmp_path / "e"),
+            "--label-column",
+            "target",
+            "--thresholds",
+            '{"accuracy": 0.6}',
+        )
+    )
     from trainpipe.tabular import split_indices
 
-    assert ev["n_test"] == len(split_indices(240, 0.2, 0)[1]) and ev["decision"]["passed"] and ev["metrics"]["accuracy"] >= 0.6
-    args = ["--model", str(model_dir), "--decision", str(tmp_path / "e"), "--profile", str(tmp_path / "p"), "--tracking-uri", mlflow_server, "--model-name", "tiny"]
+    assert (
+        ev["n_test"] == len(split_indices(240, 0.2, 0)[1])
+        and ev["decision"]["passed"]
+        and ev["metrics"]["accuracy"] >= 0.6
+    )
+    args = [
+        "--model",
+        str(model_dir),
+        "--decision",
+        str(tmp_path / "e"),
+        "--profile",
+        str(tmp_path / "p"),
+        "--tracking-uri",
+        mlflow_server,
+        "--model-name",
+        "tiny",
+    ]
     first = result_of(run_component("register_model", *args, "--output-dir", str(tmp_path / "r1")))
     second = result_of(run_component("register_model", *args, "--output-dir", str(tmp_path / "r2")))
     assert first["created"] and not second["created"] and first["version"] == second["version"]
@@ -173,11 +287,53 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
 
 def test_gate_not_passed_registers_nothing(tmp_path, trained, snapshot, mlflow_server):
     model_dir, _ = trained
-    ev = result_of(run_component("evaluate_model", "--model", str(model_dir), "--data", str(snapshot), "--output-dir", str(tmp_path / "e"), "--label-column", "target", "--thresholds", '{"accuracy": 0.999}'))
+    ev = result_of(
+        run_component(
+            "evaluate_model",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(tmp_path / "e"),
+            "--label-column",
+            "target",
+            "--thresholds",
+            '{"accuracy": 0.999}',
+        )
+    )
     assert not ev["decision"]["passed"]
-    proc = run_component("evaluate_model", "--model", str(model_dir), "--data", str(snapshot), "--output-dir", str(tmp_path / "e2"), "--label-column", "target", "--thresholds", '{"accuracy": 0.999}', "--fail-on-gate", "true")
+    proc = run_component(
+        "evaluate_model",
+        "--model",
+        str(model_dir),
+        "--data",
+        str(snapshot),
+        "--output-dir",
+        str(tmp_path / "e2"),
+        "--label-column",
+        "target",
+        "--thresholds",
+        '{"accuracy": 0.999}',
+        "--fail-on-gate",
+        "true",
+    )
     assert proc.returncode == 4 and "gate not passed" in proc.stderr
-    r = result_of(run_component("register_model", "--model", str(model_dir), "--decision", str(tmp_path / "e"), "--output-dir", str(tmp_path / "r"), "--tracking-uri", mlflow_server, "--model-name", "never"))
+    r = result_of(
+        run_component(
+            "register_model",
+            "--model",
+            str(model_dir),
+            "--decision",
+            str(tmp_path / "e"),
+            "--output-dir",
+            str(tmp_path / "r"),
+            "--tracking-uri",
+            mlflow_server,
+            "--model-name",
+            "never",
+        )
+    )
     assert not r["registered"]
     import mlflow
 
@@ -187,7 +343,13 @@ def test_gate_not_passed_registers_nothing(tmp_path, trained, snapshot, mlflow_s
 def test_mlflow_down_is_transient_exit_75(tmp_path, trained):
     model_dir, _ = trained
     proc = run_component(
-        "train_model", "--data", str(model_dir.parent), "--output-dir", str(tmp_path / "m"), "--tracking-uri", "http://127.0.0.1:9",
+        "train_model",
+        "--data",
+        str(model_dir.parent),
+        "--output-dir",
+        str(tmp_path / "m"),
+        "--tracking-uri",
+        "http://127.0.0.1:9",
         env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"},
     )
     # the input is checked first: a directory without one dataset file is bad input
@@ -196,7 +358,17 @@ def test_mlflow_down_is_transient_exit_75(tmp_path, trained):
     snap_like.mkdir()
     (snap_like / "d.csv").write_text("a,label\n1,0\n2,1\n3,0\n4,1\n5,0\n")
     proc = run_component(
-        "train_model", "--data", str(snap_like / "d.csv"), "--output-dir", str(tmp_path / "m2"), "--tracking-uri", "http://127.0.0.1:9", "--nproc-per-node", "1", "--batch-size", "2",
+        "train_model",
+        "--data",
+        str(snap_like / "d.csv"),
+        "--output-dir",
+        str(tmp_path / "m2"),
+        "--tracking-uri",
+        "http://127.0.0.1:9",
+        "--nproc-per-node",
+        "1",
+        "--batch-size",
+        "2",
         env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "2"},
     )
     assert proc.returncode == 75, proc.stderr[-2000:]

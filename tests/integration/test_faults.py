@@ -41,7 +41,11 @@ def big_csv(tmp_path_factory) -> Path:
 
 
 def _kill_at(cmd_args: list[str], name: str, delay: float) -> int:
-    proc = subprocess.Popen([sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         proc.wait(timeout=delay)
     except subprocess.TimeoutExpired:
@@ -53,7 +57,11 @@ def _kill_at(cmd_args: list[str], name: str, delay: float) -> int:
 def _kill_after_start(cmd_args: list[str], name: str, started: Path, delay: float) -> tuple[int, bool]:
     """Start the step, wait until it has begun writing (``started`` exists), then SIGKILL it after
     ``delay`` more seconds. Returns its exit code and whether the kill landed while it was writing."""
-    proc = subprocess.Popen([sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while not started.exists() and proc.poll() is None:
         time.sleep(0.005)
     writing = proc.poll() is None
@@ -68,7 +76,11 @@ def _kill_after_start(cmd_args: list[str], name: str, started: Path, delay: floa
 
 def _write_window(cmd_args: list[str], name: str, started: Path) -> float:
     """Seconds from the step's first write (``started`` appearing) to its end, in an undisturbed run."""
-    proc = subprocess.Popen([sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"trainpipe.components.{name}", *cmd_args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while not started.exists() and proc.poll() is None:
         time.sleep(0.005)
     t0 = time.perf_counter()
@@ -84,7 +96,9 @@ def _complete_or_refused(out: Path, field: str) -> str:
         assert "not a completed trainpipe artifact" in str(exc) or "does not exist" in str(exc)
         return "refused"
     data = out / ref.result["data_file"]
-    assert file_digest(data) == (ref.result.get("data_md5") or ref.result.get("md5")), "a marker names bytes that are not there"
+    assert file_digest(data) == (ref.result.get("data_md5") or ref.result.get("md5")), (
+        "a marker names bytes that are not there"
+    )
     return "complete"
 
 
@@ -97,10 +111,22 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
     outcomes = []
     for i in range(TRIALS):
         out = tmp_path / f"v{i}"
-        code = _kill_at(["--data", str(big_csv), "--output-dir", str(out)], "validate_data", rng.uniform(0.3, 1.1) * full)
+        code = _kill_at(
+            ["--data", str(big_csv), "--output-dir", str(out)], "validate_data", rng.uniform(0.3, 1.1) * full
+        )
         outcomes.append((code, _complete_or_refused(out, "data")))
         if outcomes[-1][1] == "refused":  # the next step refuses it in one line, exit 2
-            proc = run_component("snapshot_dataset", "--data", str(out), "--output-dir", str(tmp_path / f"s{i}"), "--repo-dir", str(tmp_path / "r"), "--remote-url", str(tmp_path / "rem"))
+            proc = run_component(
+                "snapshot_dataset",
+                "--data",
+                str(out),
+                "--output-dir",
+                str(tmp_path / f"s{i}"),
+                "--repo-dir",
+                str(tmp_path / "r"),
+                "--remote-url",
+                str(tmp_path / "rem"),
+            )
             assert proc.returncode == 2 and "not a completed trainpipe artifact" in proc.stderr
         # the rerun in the same place completes with the same bytes
         again = result_of(run_component("validate_data", "--data", str(big_csv), "--output-dir", str(out)))
@@ -122,29 +148,59 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
         shutil.rmtree(repo)
         shutil.rmtree(remote, ignore_errors=True)
         out = tmp_path / f"snap{i}"
-        code, writing = _kill_after_start([*snap_args, "--output-dir", str(out)], "snapshot_dataset", repo, rng.uniform(0.0, 0.7) * window)
+        code, writing = _kill_after_start(
+            [*snap_args, "--output-dir", str(out)], "snapshot_dataset", repo, rng.uniform(0.0, 0.7) * window
+        )
         state = _complete_or_refused(out, "data")
         r = result_of(run_component("snapshot_dataset", *snap_args, "--output-dir", str(out)))
         assert r["md5"] == first["md5"] == ref["data_md5"]
         stored = remote / "files" / "md5" / r["md5"][:2] / r["md5"][2:]
         assert file_digest(stored) == r["md5"]
-        commits = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", "HEAD"], capture_output=True, text=True, check=True).stdout
+        commits = subprocess.run(
+            ["git", "-C", str(repo), "rev-list", "--count", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout
         assert commits.strip() == "1", "a killed snapshot left a second commit"
         snap_outcomes.append((code, writing, state))
-    print(f"snapshot_dataset: write window {window:.2f} s; kill trials (exit code, killed mid-write, state): {snap_outcomes}")
+    print(
+        f"snapshot_dataset: write window {window:.2f} s; kill trials (exit code, killed mid-write, state): {snap_outcomes}"
+    )
     mid_write = [o for o in snap_outcomes if o[0] == -signal.SIGKILL and o[1]]
     assert len(mid_write) >= TRIALS - 1, f"the kills did not land while snapshot_dataset was writing: {snap_outcomes}"
-    assert any(state == "refused" for _, _, state in mid_write), f"no kill left an unfinished snapshot to refuse: {snap_outcomes}"
+    assert any(state == "refused" for _, _, state in mid_write), (
+        f"no kill left an unfinished snapshot to refuse: {snap_outcomes}"
+    )
 
 
 def test_retried_training_reuses_its_run_not_a_duplicate(tmp_path, tiny_csv, mlflow_server):
     import mlflow
 
-    args = ["--data", str(tiny_csv), "--label-column", "target", "--tracking-uri", mlflow_server, "--experiment-name", "retry-check",
-            "--nproc-per-node", "1", "--epochs", "2", "--batch-size", "32", "--run-id", "dagrun-42", "--orchestrator", "airflow"]
+    args = [
+        "--data",
+        str(tiny_csv),
+        "--label-column",
+        "target",
+        "--tracking-uri",
+        mlflow_server,
+        "--experiment-name",
+        "retry-check",
+        "--nproc-per-node",
+        "1",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "32",
+        "--run-id",
+        "dagrun-42",
+        "--orchestrator",
+        "airflow",
+    ]
     first = result_of(run_component("train_model", *args, "--output-dir", str(tmp_path / "m")))
     retry = result_of(run_component("train_model", *args, "--output-dir", str(tmp_path / "m")))
-    other = result_of(run_component("train_model", *[a if a != "dagrun-42" else "dagrun-43" for a in args], "--output-dir", str(tmp_path / "m2")))
+    other = result_of(
+        run_component(
+            "train_model", *[a if a != "dagrun-42" else "dagrun-43" for a in args], "--output-dir", str(tmp_path / "m2")
+        )
+    )
     client = mlflow.MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("retry-check")
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`trainpipe.orchestrator_run_id` = 'dagrun-42'")
@@ -163,19 +219,84 @@ def test_mlflow_down_at_register_is_bounded_and_transient_and_the_rerun_register
     store = f"sqlite:///{root / 'mlflow.db'}"
     server = _start_mlflow(root, store, port=port)
     uri = next(server)
-    result_of(run_component("validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "v"), "--label-column", "target"))
-    result_of(run_component("snapshot_dataset", "--data", str(tmp_path / "v"), "--output-dir", str(tmp_path / "s"), "--repo-dir", str(tmp_path / "repo"), "--remote-url", str(tmp_path / "remote")))
-    result_of(run_component("train_model", "--data", str(tmp_path / "s"), "--output-dir", str(tmp_path / "m"), "--label-column", "target", "--tracking-uri", uri,
-                            "--nproc-per-node", "1", "--epochs", "2", "--batch-size", "32"))
-    result_of(run_component("evaluate_model", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "s"), "--output-dir", str(tmp_path / "e"), "--label-column", "target",
-                            "--thresholds", '{"accuracy": 0.5}'))
+    result_of(
+        run_component(
+            "validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "v"), "--label-column", "target"
+        )
+    )
+    result_of(
+        run_component(
+            "snapshot_dataset",
+            "--data",
+            str(tmp_path / "v"),
+            "--output-dir",
+            str(tmp_path / "s"),
+            "--repo-dir",
+            str(tmp_path / "repo"),
+            "--remote-url",
+            str(tmp_path / "remote"),
+        )
+    )
+    result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(tmp_path / "s"),
+            "--output-dir",
+            str(tmp_path / "m"),
+            "--label-column",
+            "target",
+            "--tracking-uri",
+            uri,
+            "--nproc-per-node",
+            "1",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "32",
+        )
+    )
+    result_of(
+        run_component(
+            "evaluate_model",
+            "--model",
+            str(tmp_path / "m"),
+            "--data",
+            str(tmp_path / "s"),
+            "--output-dir",
+            str(tmp_path / "e"),
+            "--label-column",
+            "target",
+            "--thresholds",
+            '{"accuracy": 0.5}',
+        )
+    )
     server.close()  # the tracking server goes down
-    args = ["--model", str(tmp_path / "m"), "--decision", str(tmp_path / "e"), "--tracking-uri", uri, "--model-name", "down-check"]
+    args = [
+        "--model",
+        str(tmp_path / "m"),
+        "--decision",
+        str(tmp_path / "e"),
+        "--tracking-uri",
+        uri,
+        "--model-name",
+        "down-check",
+    ]
     t0 = time.perf_counter()
-    proc = run_component("register_model", *args, "--output-dir", str(tmp_path / "r"), env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"})
+    proc = run_component(
+        "register_model",
+        *args,
+        "--output-dir",
+        str(tmp_path / "r"),
+        env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"},
+    )
     waited = time.perf_counter() - t0
     last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 75 and last.startswith("trainpipe register_model: error: tracking_uri: MLflow at") and "is unavailable" in last
+    assert (
+        proc.returncode == 75
+        and last.startswith("trainpipe register_model: error: tracking_uri: MLflow at")
+        and "is unavailable" in last
+    )
     assert "Traceback" not in proc.stderr and not (tmp_path / "r" / MARKER).exists()
     assert 2 <= waited < 60, f"retries with backoff, bounded: waited {waited:.1f}s"
     server = _start_mlflow(root, store, port=port)  # back, on the same store
@@ -210,12 +331,30 @@ def test_full_remote_is_transient_records_nothing_and_the_rerun_completes(tmp_pa
     v = tmp_path / "v"
     result_of(run_component("validate_data", "--data", str(big_csv), "--output-dir", str(v)))
     remote = small_filesystem / "remote"
-    args = ["--data", str(v), "--repo-dir", str(tmp_path / "repo"), "--remote-url", str(remote), "--output-dir", str(tmp_path / "s")]
+    args = [
+        "--data",
+        str(v),
+        "--repo-dir",
+        str(tmp_path / "repo"),
+        "--remote-url",
+        str(remote),
+        "--output-dir",
+        str(tmp_path / "s"),
+    ]
     proc = run_component("snapshot_dataset", *args)
     last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 75 and "remote_url: pushing to DVC remote" in last and "No space left on device" in proc.stderr, proc.stderr[-2000:]
+    assert (
+        proc.returncode == 75
+        and "remote_url: pushing to DVC remote" in last
+        and "No space left on device" in proc.stderr
+    ), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "s" / MARKER).exists()
-    assert subprocess.run(["git", "-C", str(tmp_path / "repo"), "rev-parse", "--verify", "HEAD"], capture_output=True).returncode != 0
+    assert (
+        subprocess.run(
+            ["git", "-C", str(tmp_path / "repo"), "rev-parse", "--verify", "HEAD"], capture_output=True
+        ).returncode
+        != 0
+    )
     # room is made; the rerun completes with the same hash, and the remote holds those bytes
     subprocess.run(["mount", "-o", "remount,size=200m", str(small_filesystem)], check=True)
     r = result_of(run_component("snapshot_dataset", *args))

@@ -31,8 +31,12 @@ def gov(tmp_path_factory, digits_csv, mlflow_server):
     root = tmp_path_factory.mktemp("gov")
     make_snapshot(root, digits_csv, label_column="label")
     signing.keypair(root / "signing.pem", root / "verify.pem")
-    env = {signing.SIGNING_KEY_ENV: str(root / "signing.pem"), signing.VERIFY_KEY_ENV: str(root / "verify.pem"),
-           "TRAINPIPE_AUDIT_LOG": str(root / "audit.jsonl"), "MLFLOW_TRACKING_URI": mlflow_server}
+    env = {
+        signing.SIGNING_KEY_ENV: str(root / "signing.pem"),
+        signing.VERIFY_KEY_ENV: str(root / "verify.pem"),
+        "TRAINPIPE_AUDIT_LOG": str(root / "audit.jsonl"),
+        "MLFLOW_TRACKING_URI": mlflow_server,
+    }
     return root, env, mlflow_server
 
 
@@ -41,23 +45,70 @@ def _step(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 def _train(root: Path, out: str, env: dict, epochs: int) -> dict:
-    return result_of(_step("train_model", env, "--data", str(root / "s"), "--output-dir", str(root / out), "--nproc-per-node", "1",
-                           "--checkpoint-every-steps", "0", "--epochs", str(epochs)))
+    return result_of(
+        _step(
+            "train_model",
+            env,
+            "--data",
+            str(root / "s"),
+            "--output-dir",
+            str(root / out),
+            "--nproc-per-node",
+            "1",
+            "--checkpoint-every-steps",
+            "0",
+            "--epochs",
+            str(epochs),
+        )
+    )
 
 
 def _evaluate(root: Path, model: str, out: str, env: dict, name: str = NAME) -> subprocess.CompletedProcess:
-    return _step("evaluate_model", env, "--model", str(root / model), "--data", str(root / "s"), "--output-dir", str(root / out),
-                 "--thresholds", '{"accuracy": 0.3}', "--model-name", name, "--max-regression", '{"accuracy": 0.5}')
+    return _step(
+        "evaluate_model",
+        env,
+        "--model",
+        str(root / model),
+        "--data",
+        str(root / "s"),
+        "--output-dir",
+        str(root / out),
+        "--thresholds",
+        '{"accuracy": 0.3}',
+        "--model-name",
+        name,
+        "--max-regression",
+        '{"accuracy": 0.5}',
+    )
 
 
 def _register(root: Path, model: str, decision: str, out: str, env: dict, *extra: str, name: str = NAME) -> dict:
-    return result_of(_step("register_model", env, "--model", str(root / model), "--decision", str(root / decision), "--output-dir",
-                           str(root / out), "--model-name", name, *extra))
+    return result_of(
+        _step(
+            "register_model",
+            env,
+            "--model",
+            str(root / model),
+            "--decision",
+            str(root / decision),
+            "--output-dir",
+            str(root / out),
+            "--model-name",
+            name,
+            *extra,
+        )
+    )
 
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainpipe.cli", *args], capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **env},
+    )
 
 
 def _stored_file(tmp_root: Path, client, name: str, version: str, file: str) -> Path:
@@ -107,7 +158,9 @@ def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_pat
         refusals = {
             # evaluate_model loads the champion to compare with; detect_drift scores both sides with it
             "evaluate_model": _evaluate(root, "m2", "e2", env),
-            "detect_drift": _step("detect_drift", env, "--data", str(root / "s"), "--output-dir", str(root / "d2"), "--model-name", NAME),
+            "detect_drift": _step(
+                "detect_drift", env, "--data", str(root / "s"), "--output-dir", str(root / "d2"), "--model-name", NAME
+            ),
             "lineage": _cli(env, "lineage", f"models:/{NAME}/1", "--no-verify"),
             "promote": _cli(env, "promote", f"models:/{NAME}/1", "--reason", "looks fine"),
         }
@@ -115,12 +168,21 @@ def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_pat
             lines = proc.stderr.strip().splitlines()
             assert proc.returncode == 7, (who, proc.returncode, proc.stderr[-2000:])
             assert "Traceback" not in proc.stderr and f"models:/{NAME}/1" in lines[-1], (who, lines[-1])
-            assert "failed signature verification: model.safetensors differs from what was signed" in lines[-1], (who, lines[-1])
-        assert not (root / "e2" / "decision.json").exists() and not (root / "d2" / "drift.json").exists()  # nothing half-written
+            assert "failed signature verification: model.safetensors differs from what was signed" in lines[-1], (
+                who,
+                lines[-1],
+            )
+        assert (
+            not (root / "e2" / "decision.json").exists() and not (root / "d2" / "drift.json").exists()
+        )  # nothing half-written
         assert client.get_model_version_by_alias(NAME, "champion").version == "1"
         # optimize_model and evaluate_model verify any signed model they are given: the registry's copy, downloaded
-        copy = Path(mlflow.artifacts.download_artifacts(
-            artifact_uri=f"{client.get_logged_model(registry.logged_model_id(mv)).artifact_location}/artifacts/model", dst_path=str(root / "copy")))
+        copy = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=f"{client.get_logged_model(registry.logged_model_id(mv)).artifact_location}/artifacts/model",
+                dst_path=str(root / "copy"),
+            )
+        )
         from trainpipe.contract.errors import SignatureInvalid
         from trainpipe.contract.runtime import Runtime
         from trainpipe.serving.package import load_artifact
@@ -139,7 +201,9 @@ def test_a_signature_by_another_key_or_a_missing_one_is_refused(gov, tmp_path):
 
     root, env, _ = gov
     signing.keypair(tmp_path / "other.pem", tmp_path / "other.pub")
-    other = _cli({**env, signing.VERIFY_KEY_ENV: str(tmp_path / "other.pub")}, "lineage", f"models:/{NAME}/1", "--no-verify")
+    other = _cli(
+        {**env, signing.VERIFY_KEY_ENV: str(tmp_path / "other.pub")}, "lineage", f"models:/{NAME}/1", "--no-verify"
+    )
     assert other.returncode == 7 and "signed with another key than the one this platform verifies with" in other.stderr
     # a version registered without signing, where the platform verifies: refused as unsigned
     unsigned_env = {k: v for k, v in env.items() if k != signing.SIGNING_KEY_ENV}
@@ -149,7 +213,10 @@ def test_a_signature_by_another_key_or_a_missing_one_is_refused(gov, tmp_path):
     r3 = _register(root, "m3", "e3", "r3", unsigned_env, name="unsigned-digits")
     assert r3["signature_sha256"] is None
     refused = _cli(env, "lineage", "models:/unsigned-digits/1", "--no-verify")
-    assert refused.returncode == 7 and "carries no signature (model.sig); this platform loads only signed models" in refused.stderr
+    assert (
+        refused.returncode == 7
+        and "carries no signature (model.sig); this platform loads only signed models" in refused.stderr
+    )
 
 
 def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_audited(gov, tmp_path_factory):
@@ -161,20 +228,39 @@ def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_a
     client = mlflow.MlflowClient(server)
     _train(root, "m4", env, 3)
     assert _evaluate(root, "m4", "e4", env, name=APPROVED).returncode == 0
-    opt = result_of(_step("optimize_model", env, "--model", str(root / "m4"), "--data", str(root / "s"), "--output-dir", str(root / "o4"),
-                          "--variants", '["int8_dynamic"]', "--max-metric-drop", "0.05"))
+    opt = result_of(
+        _step(
+            "optimize_model",
+            env,
+            "--model",
+            str(root / "m4"),
+            "--data",
+            str(root / "s"),
+            "--output-dir",
+            str(root / "o4"),
+            "--variants",
+            '["int8_dynamic"]',
+            "--max-metric-drop",
+            "0.05",
+        )
+    )
     assert opt["selected"] == "int8_dynamic"
     r4 = _register(root, "m4", "e4", "r4", env, "--move-alias", "false", "--optimized", str(root / "o4"), name=APPROVED)
     v = r4["version"]
     # the optimized variant is signed too, and checked before its alias moves with the model's
     assert r4["optimized_signature_sha256"] and r4["optimized_signature_sha256"] != r4["signature_sha256"]
-    onnx = _stored_file(tmp_path_factory.getbasetemp(), client, f"{APPROVED}-onnx", r4["optimized_version"], "model.onnx")
+    onnx = _stored_file(
+        tmp_path_factory.getbasetemp(), client, f"{APPROVED}-onnx", r4["optimized_version"], "model.onnx"
+    )
     original = onnx.read_bytes()
     onnx.write_bytes(original[:-1] + bytes([original[-1] ^ 0x01]))
     tampered = _cli(env, "promote", f"models:/{APPROVED}/{v}", "--reason", "reviewed")
     onnx.write_bytes(original)
-    assert tampered.returncode == 7 and f"models:/{APPROVED}-onnx/{r4['optimized_version']}: failed signature verification: model.onnx differs" \
-        in tampered.stderr, tampered.stderr
+    assert (
+        tampered.returncode == 7
+        and f"models:/{APPROVED}-onnx/{r4['optimized_version']}: failed signature verification: model.onnx differs"
+        in tampered.stderr
+    ), tampered.stderr
     assert registry.alias_version(client, APPROVED, "champion") is None
     # nobody holds the serving alias, and still it does not move without a person's approval
     assert r4["aliases"] == ["challenger"] and not r4["champion_moved"] and "trainpipe promote" in r4["reason"]
@@ -182,14 +268,25 @@ def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_a
 
     # a version whose gate did not pass (registered by hand, its decision a failed one): refused, nothing moves
     mv = client.get_model_version(APPROVED, v)
-    client.create_model_version(APPROVED, mv.source, model_id=registry.logged_model_id(mv), tags={promote.GATE_TAG: "False"})
+    client.create_model_version(
+        APPROVED, mv.source, model_id=registry.logged_model_id(mv), tags={promote.GATE_TAG: "False"}
+    )
     failed = _cli(env, "promote", f"models:/{APPROVED}/{int(v) + 1}", "--reason", "try anyway")
     assert failed.returncode == 4 and "did not pass its gate" in failed.stderr.strip().splitlines()[-1]
-    for bad, code, says in ((f"models:/{APPROVED}@challenger", 2, "promote a version, not an alias"), (f"models:/{APPROVED}/99", 2, "models:/")):
+    for bad, code, says in (
+        (f"models:/{APPROVED}@challenger", 2, "promote a version, not an alias"),
+        (f"models:/{APPROVED}/99", 2, "models:/"),
+    ):
         proc = _cli(env, "promote", bad, "--reason", "x")
         assert proc.returncode == code and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
-    ok = _cli({**env, "TRAINPIPE_IDENTITY": "alice@risk"}, "promote", f"models:/{APPROVED}/{v}", "--reason", "reviewed the model card")
+    ok = _cli(
+        {**env, "TRAINPIPE_IDENTITY": "alice@risk"},
+        "promote",
+        f"models:/{APPROVED}/{v}",
+        "--reason",
+        "reviewed the model card",
+    )
     assert ok.returncode == 0, ok.stderr
     assert f"models:/{APPROVED}/{v} is now champion, approved by alice@risk" in ok.stdout
     assert client.get_model_version_by_alias(APPROVED, "champion").version == v

@@ -43,7 +43,17 @@ def _image_env(kind: str, tmp_path: Path) -> Path:
     venv = tmp_path / "venv"
     _sh(sys.executable, "-m", "venv", str(venv))
     py = venv / "bin" / "python"
-    _sh(str(py), "-m", "pip", "install", "--quiet", "--require-hashes", "--no-deps", "-r", str(REPO / "images" / kind / "requirements.lock"))
+    _sh(
+        str(py),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--require-hashes",
+        "--no-deps",
+        "-r",
+        str(REPO / "images" / kind / "requirements.lock"),
+    )
     if kind == "cpu":  # the Dockerfile builds Horovod from its sdist (C++17 fix); here `make horovod` did
         wheels = sorted(WHEELHOUSE.glob("horovod-0.28.1-*.whl"))
         assert wheels, f"no Horovod wheel in {WHEELHOUSE}: run make horovod"
@@ -72,15 +82,50 @@ def test_locked_environment_installs_and_serves_its_components(kind, tmp_path, t
     if kind == "data":
         assert not names & {"torch", "tensorflow", "mlflow", "horovod"}
         work = tmp_path / "work"
-        v = json.loads(_sh(py, "-m", "trainpipe.components.validate_data", "--data", str(tiny_csv), "--label-column", "target",
-                           "--output-dir", str(work / "validated"), cwd=tmp_path).strip().splitlines()[-1])
+        v = json.loads(
+            _sh(
+                py,
+                "-m",
+                "trainpipe.components.validate_data",
+                "--data",
+                str(tiny_csv),
+                "--label-column",
+                "target",
+                "--output-dir",
+                str(work / "validated"),
+                cwd=tmp_path,
+            )
+            .strip()
+            .splitlines()[-1]
+        )
         assert v["success"] is True and v["rows"] == 240
-        s = json.loads(_sh(py, "-m", "trainpipe.components.snapshot_dataset", "--data", str(work / "validated"),
-                           "--output-dir", str(work / "snapshot"), "--repo-dir", str(work / "repo"),
-                           "--remote-url", str(work / "remote"), "--dataset-name", "tiny", cwd=tmp_path).strip().splitlines()[-1])
+        s = json.loads(
+            _sh(
+                py,
+                "-m",
+                "trainpipe.components.snapshot_dataset",
+                "--data",
+                str(work / "validated"),
+                "--output-dir",
+                str(work / "snapshot"),
+                "--repo-dir",
+                str(work / "repo"),
+                "--remote-url",
+                str(work / "remote"),
+                "--dataset-name",
+                "tiny",
+                cwd=tmp_path,
+            )
+            .strip()
+            .splitlines()[-1]
+        )
         assert s["md5"] == v["data_md5"] and s["pushed"] >= 1
     else:
         assert {"torch", "tensorflow", "horovod", "mlflow", "great-expectations", "dvc", "kfp"} <= names
         # `trainpipe run --engine airflow-local` reads the DAG files the installed package ships, not a checkout's
-        folder = Path(_sh(py, "-c", "from trainpipe.runner import dags_folder; print(dags_folder())", cwd=tmp_path).strip())
-        assert folder.is_relative_to(venv) and {"training_dag.py", "retrain_dag.py"} <= {p.name for p in folder.iterdir()}
+        folder = Path(
+            _sh(py, "-c", "from trainpipe.runner import dags_folder; print(dags_folder())", cwd=tmp_path).strip()
+        )
+        assert folder.is_relative_to(venv) and {"training_dag.py", "retrain_dag.py"} <= {
+            p.name for p in folder.iterdir()
+        }

@@ -26,13 +26,22 @@ ATTEMPT = "import json, sys\nfrom trainpipe.faces.kfp_runtime import run_entrypo
 
 def _attempt(component: str, settings: dict, output: Path, audit: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRAINPIPE_AUDIT_LOG": str(audit)}
-    return subprocess.run([sys.executable, "-c", ATTEMPT, component, json.dumps(settings), str(output)], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", ATTEMPT, component, json.dumps(settings), str(output)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def _executions(audit: Path, component: str) -> int:
-    return sum(1 for line in audit.read_text().splitlines() if json.loads(line).get("component") == component
-               and json.loads(line).get("action") == "execute")
+    return sum(
+        1
+        for line in audit.read_text().splitlines()
+        if json.loads(line).get("component") == component and json.loads(line).get("action") == "execute"
+    )
 
 
 def test_a_retried_attempt_of_a_permanent_failure_exits_at_once_with_the_same_code(tmp_path, tiny_csv):
@@ -50,14 +59,22 @@ def test_a_retried_attempt_of_a_permanent_failure_exits_at_once_with_the_same_co
     retry = _attempt("validate_data", settings, out, audit)
     assert retry.returncode == 3
     last = retry.stderr.strip().splitlines()[-1]
-    assert last.startswith("trainpipe validate_data: an earlier attempt of this task failed for good (exit 3), not run again: suite 'trainpipe_default' failed")
+    assert last.startswith(
+        "trainpipe validate_data: an earlier attempt of this task failed for good (exit 3), not run again: suite 'trainpipe_default' failed"
+    )
     assert _executions(audit, "validate_data") == 1, "the retried attempt ran the step again"
 
 
 def test_a_transient_failure_records_nothing_and_the_retry_runs_the_step(tmp_path, tiny_csv):
     out, audit = tmp_path / "model", tmp_path / "audit.jsonl"
-    settings = {"data": str(tiny_csv), "output_dir": str(out), "label_column": "target", "tracking_uri": f"http://127.0.0.1:{_free_port()}",
-                "nproc_per_node": 1, "epochs": 1}
+    settings = {
+        "data": str(tiny_csv),
+        "output_dir": str(out),
+        "label_column": "target",
+        "tracking_uri": f"http://127.0.0.1:{_free_port()}",
+        "nproc_per_node": 1,
+        "epochs": 1,
+    }
     for attempt in (1, 2):
         proc = _attempt("train_model", settings, out, audit)
         assert proc.returncode == 75, proc.stderr[-2000:]

@@ -101,7 +101,9 @@ def test_the_default_suite_is_the_rules_training_checks():
     from trainpipe.preconditions import column_rules, table_rules, training_suite
 
     suite = training_suite(["f1", "f2", "label"], "label", "classification", 64, 0.2, 0)
-    rules = column_rules(["f1", "f2", "label"], "label", "classification") + table_rules("label", "classification", 64, 0.2, 0)
+    rules = column_rules(["f1", "f2", "label"], "label", "classification") + table_rules(
+        "label", "classification", 64, 0.2, 0
+    )
     assert [e["meta"]["trainpipe_rule"] for e in suite["expectations"]] == [r.name for r in rules]
     assert [(e["type"], e["kwargs"]) for e in suite["expectations"]] == [(r.expectation_type, r.kwargs) for r in rules]
 
@@ -109,8 +111,19 @@ def test_the_default_suite_is_the_rules_training_checks():
 def test_a_rank_says_which_column_in_one_line(tmp_path):
     data = tmp_path / "data.csv"
     _text_in_feature(_good()).to_csv(data, index=False)
-    proc = run_component("train_model", "--data", str(data), "--output-dir", str(tmp_path / "m"), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}",
-                         "--nproc-per-node", "1", "--epochs", "1")
+    proc = run_component(
+        "train_model",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(tmp_path / "m"),
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'm.db'}",
+        "--nproc-per-node",
+        "1",
+        "--epochs",
+        "1",
+    )
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert last == "trainpipe train_model: error: data: feature column 'f2' is not numeric: row 7 holds 'unknown'", last

@@ -29,8 +29,23 @@ STEPS_PER_EPOCH = 22
 
 
 def args(data: Path, out: Path, server: str, *extra: str) -> list[str]:
-    return ["--data", str(data), "--output-dir", str(out), "--tracking-uri", server, "--epochs", "2", "--batch-size", "64",
-            "--train-function", "teampkg.slow:train", "--train-config", '{"sleep_s": 0.05}', *extra]
+    return [
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--tracking-uri",
+        server,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--train-function",
+        "teampkg.slow:train",
+        "--train-config",
+        '{"sleep_s": 0.05}',
+        *extra,
+    ]
 
 
 def sha256(path: Path) -> str:
@@ -46,8 +61,13 @@ def uninterrupted(tmp_path_factory, digits_csv, mlflow_server):
 
 def preempt(cmd_args: list[str], out: Path, signum: int) -> tuple[subprocess.CompletedProcess, float]:
     """Start train_model, send ``signum`` early in its second epoch; its outcome and the seconds from the signal to its exit."""
-    proc = subprocess.Popen([sys.executable, "-m", "trainpipe.components.train_model", *cmd_args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **TEAM})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainpipe.components.train_model", *cmd_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **TEAM},
+    )
     deadline = time.monotonic() + 180
     while not (out / "metrics.jsonl").exists():  # the first epoch's line: the second epoch is under way
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
@@ -59,14 +79,18 @@ def preempt(cmd_args: list[str], out: Path, signum: int) -> tuple[subprocess.Com
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), time.monotonic() - t
 
 
-def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_uninterrupted_run_ends(tmp_path, uninterrupted,
-                                                                                                    digits_csv, mlflow_server):
+def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_uninterrupted_run_ends(
+    tmp_path, uninterrupted, digits_csv, mlflow_server
+):
     out = tmp_path / "m"
     done, seconds = preempt(args(digits_csv, out, mlflow_server), out, signal.SIGTERM)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 75, done.stderr[-3000:]
     assert seconds < 10, f"exit 75 took {seconds:.1f} s after SIGTERM"
-    assert last.startswith("trainpipe train_model: error: preempted by SIGTERM at step ") and "Traceback" not in done.stderr
+    assert (
+        last.startswith("trainpipe train_model: error: preempted by SIGTERM at step ")
+        and "Traceback" not in done.stderr
+    )
     step = int(last.split("at step ")[1].split(":")[0])
     assert STEPS_PER_EPOCH < step < 2 * STEPS_PER_EPOCH, "the signal was meant to land mid-epoch 2"
     assert f"a retry resumes from ckpt-{step:010d}" in last
@@ -80,7 +104,9 @@ def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_unin
     assert (out / "metrics.jsonl").read_text() == (uninterrupted / "metrics.jsonl").read_text()
 
 
-def test_slurms_warning_sigusr1_stops_horovod_ranks_with_a_checkpoint_and_the_retry_resumes_exactly(tmp_path, digits_csv, mlflow_server):
+def test_slurms_warning_sigusr1_stops_horovod_ranks_with_a_checkpoint_and_the_retry_resumes_exactly(
+    tmp_path, digits_csv, mlflow_server
+):
     """horovodrun would give its ranks five seconds: the launcher signals each rank itself."""
     whole = tmp_path / "whole"
     result_of(run_component("train_model", *args(digits_csv, whole, mlflow_server, "--backend", "horovod"), env=TEAM))

@@ -17,13 +17,32 @@ def profiled(tmp_path_factory, digits_csv, mlflow_server):
     root = tmp_path_factory.mktemp("prof")
     train = result_of(
         run_component(
-            "train_model", "--data", str(digits_csv), "--output-dir", str(root / "m"), "--tracking-uri", mlflow_server,
-            "--epochs", "2", "--batch-size", "64", "--profile-steps", "15", "--checkpoint-every-steps", "0",
+            "train_model",
+            "--data",
+            str(digits_csv),
+            "--output-dir",
+            str(root / "m"),
+            "--tracking-uri",
+            mlflow_server,
+            "--epochs",
+            "2",
+            "--batch-size",
+            "64",
+            "--profile-steps",
+            "15",
+            "--checkpoint-every-steps",
+            "0",
         )
     )
     prof = result_of(
         run_component(
-            "profile_training", "--model", str(root / "m"), "--output-dir", str(root / "p"), "--tracking-uri", mlflow_server,
+            "profile_training",
+            "--model",
+            str(root / "m"),
+            "--output-dir",
+            str(root / "p"),
+            "--tracking-uri",
+            mlflow_server,
         )
     )
     return root, train, prof
@@ -61,7 +80,9 @@ def test_summary_is_logged_to_the_training_run(profiled, mlflow_server):
     _, train, prof = profiled
     run = mlflow.MlflowClient(mlflow_server).get_run(train["mlflow_run_id"])
     assert run.data.metrics["profile_samples_per_second"] == pytest.approx(prof["samples_per_second"])
-    arts = [a.path for a in mlflow.MlflowClient(mlflow_server).list_artifacts(train["mlflow_run_id"], "profile_training")]
+    arts = [
+        a.path for a in mlflow.MlflowClient(mlflow_server).list_artifacts(train["mlflow_run_id"], "profile_training")
+    ]
     assert {"profile_training/report.html", "profile_training/summary.json", "profile_training/trace.json"} <= set(arts)
 
 
@@ -70,20 +91,38 @@ def test_recommendations_name_the_cause():
 
     ranks = [{"rank": 0, "usable_cpus": 2, "local_world": 4, "device": "cpu", "steps": [{"samples": 8}]}]
     summary = {
-        "step_time_ms": {"mean": 1.0}, "breakdown_ms": {"data": 0.5, "forward": 0.2, "backward": 0.2, "optimizer": 0.1},
-        "threads_per_rank": 1, "world_size": 4, "collective_ms_per_step": 0.4, "rank_skew": 1.5, "mfu": None,
+        "step_time_ms": {"mean": 1.0},
+        "breakdown_ms": {"data": 0.5, "forward": 0.2, "backward": 0.2, "optimizer": 0.1},
+        "threads_per_rank": 1,
+        "world_size": 4,
+        "collective_ms_per_step": 0.4,
+        "rank_skew": 1.5,
+        "mfu": None,
     }
     text = " | ".join(recommend(summary, ranks))
-    for needle in ("Data loading takes 50%", "pin host memory", "oversubscribed: 4 ranks x 1 threads on 2 usable CPUs",
-                   "raise batch_size", "communication-bound", "straggler"):
+    for needle in (
+        "Data loading takes 50%",
+        "pin host memory",
+        "oversubscribed: 4 ranks x 1 threads on 2 usable CPUs",
+        "raise batch_size",
+        "communication-bound",
+        "straggler",
+    ):
         assert needle in text, text
 
 
 def test_a_short_profiling_pass_on_a_snapshot(tmp_path, digits_csv):
     r = result_of(
         run_component(
-            "profile_training", "--data", str(digits_csv), "--output-dir", str(tmp_path / "p"), "--profile-steps", "5",
-            "--train", '{"nproc_per_node": 2, "batch_size": 64}',
+            "profile_training",
+            "--data",
+            str(digits_csv),
+            "--output-dir",
+            str(tmp_path / "p"),
+            "--profile-steps",
+            "5",
+            "--train",
+            '{"nproc_per_node": 2, "batch_size": 64}',
         )
     )
     assert r["world_size"] == 2 and r["trace"] == "trace.json" and r["mlflow_run_id"] is None
@@ -97,6 +136,10 @@ def test_profile_report_renders_in_headless_chromium_with_its_charts(profiled):
     root, _, _ = profiled
     page = render(root / "p" / "report.html")
     assert page["errors"] == [] and page["title"] == "trainpipe training profile"
-    assert [i["alt"] for i in page["images"]] == ["Throughput over steps", "Step-time breakdown", "Per-rank step time (skew)"]
+    assert [i["alt"] for i in page["images"]] == [
+        "Throughput over steps",
+        "Step-time breakdown",
+        "Per-rank step time (skew)",
+    ]
     assert all(i["width"] > 100 and i["height"] > 50 for i in page["images"])
     assert "Recommendations" in page["text"] and "samples_per_second" in page["text"]

@@ -12,7 +12,7 @@ from tests.conftest import REPO, result_of, run_component
 
 pytestmark = pytest.mark.integration
 
-MODEL = '''import torch
+MODEL = """import torch
 from torch import nn
 
 
@@ -23,24 +23,47 @@ class MyNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x / 16.0)
-'''
+"""
 
 
 def _example(readme: str) -> str:
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", (REPO / readme).read_text(), flags=re.S) if "def train(ctx, config)" in b]
+    (block,) = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", (REPO / readme).read_text(), flags=re.S)
+        if "def train(ctx, config)" in b
+    ]
     return block
 
 
 def test_the_readme_training_function_trains_as_written(tmp_path, digits_csv, mlflow_server):
     code = _example("README.md")
-    assert code.split("import torch", 1)[1] == _example("components/train_model/README.md").split("import torch", 1)[1]  # one example
+    assert (
+        code.split("import torch", 1)[1] == _example("components/train_model/README.md").split("import torch", 1)[1]
+    )  # one example
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "train.py").write_text(code)
     (pkg / "models.py").write_text(MODEL)
-    r = result_of(run_component("train_model", "--data", str(digits_csv), "--output-dir", str(tmp_path / "m"), "--tracking-uri", mlflow_server,
-                                "--train-function", "mypkg.train:train", "--train-config", '{"width": 32, "lr": 0.01}',
-                                "--nproc-per-node", "1", "--epochs", "2", env={"PYTHONPATH": str(tmp_path)}))
+    r = result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(digits_csv),
+            "--output-dir",
+            str(tmp_path / "m"),
+            "--tracking-uri",
+            mlflow_server,
+            "--train-function",
+            "mypkg.train:train",
+            "--train-config",
+            '{"width": 32, "lr": 0.01}',
+            "--nproc-per-node",
+            "1",
+            "--epochs",
+            "2",
+            env={"PYTHONPATH": str(tmp_path)},
+        )
+    )
     assert r["train_function"] == "mypkg.train:train" and r["metrics"]["loss"] < 1.0
     assert json.loads((tmp_path / "m" / "model.json").read_text())["builder"] == "mypkg.models:MyNet"

@@ -24,8 +24,17 @@ def chain(tmp_path_factory, digits_csv):
     result_of(run_component("validate_data", "--data", str(digits_csv), "--output-dir", str(root / "v")))
     result_of(
         run_component(
-            "snapshot_dataset", "--data", str(root / "v"), "--repo-dir", str(root / "repo"), "--remote-url", str(root / "remote"),
-            "--dataset-name", "digits", "--output-dir", str(root / "s"),
+            "snapshot_dataset",
+            "--data",
+            str(root / "v"),
+            "--repo-dir",
+            str(root / "repo"),
+            "--remote-url",
+            str(root / "remote"),
+            "--dataset-name",
+            "digits",
+            "--output-dir",
+            str(root / "s"),
         )
     )
     return root
@@ -34,8 +43,18 @@ def chain(tmp_path_factory, digits_csv):
 def _train(chain: Path, out: str, server: str, *extra: str) -> dict:
     return result_of(
         run_component(
-            "train_model", "--data", str(chain / "s"), "--output-dir", str(chain / out), "--tracking-uri", server,
-            "--nproc-per-node", "1", "--checkpoint-every-steps", "0", *extra,
+            "train_model",
+            "--data",
+            str(chain / "s"),
+            "--output-dir",
+            str(chain / out),
+            "--tracking-uri",
+            server,
+            "--nproc-per-node",
+            "1",
+            "--checkpoint-every-steps",
+            "0",
+            *extra,
         )
     )
 
@@ -43,8 +62,19 @@ def _train(chain: Path, out: str, server: str, *extra: str) -> dict:
 def _evaluate(chain: Path, model: str, out: str, server: str) -> dict:
     return result_of(
         run_component(
-            "evaluate_model", "--model", str(chain / model), "--data", str(chain / "s"), "--output-dir", str(chain / out),
-            "--thresholds", '{"accuracy": 0.3}', "--model-name", NAME, "--tracking-uri", server,
+            "evaluate_model",
+            "--model",
+            str(chain / model),
+            "--data",
+            str(chain / "s"),
+            "--output-dir",
+            str(chain / out),
+            "--thresholds",
+            '{"accuracy": 0.3}',
+            "--model-name",
+            NAME,
+            "--tracking-uri",
+            server,
         )
     )
 
@@ -52,8 +82,17 @@ def _evaluate(chain: Path, model: str, out: str, server: str) -> dict:
 def _register(chain: Path, model: str, decision: str, out: str, server: str) -> dict:
     return result_of(
         run_component(
-            "register_model", "--model", str(chain / model), "--decision", str(chain / decision), "--output-dir", str(chain / out),
-            "--model-name", NAME, "--tracking-uri", server,
+            "register_model",
+            "--model",
+            str(chain / model),
+            "--decision",
+            str(chain / decision),
+            "--output-dir",
+            str(chain / out),
+            "--model-name",
+            NAME,
+            "--tracking-uri",
+            server,
         )
     )
 
@@ -77,7 +116,9 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     assert set(ev1["metrics"]) >= {"accuracy", "f1_macro", "precision_macro", "recall_macro", "roc_auc", "log_loss"}
     assert len(ev1["per_class"]) == 10 and len(ev1["confusion_matrix"]) == 10
     r1 = _register(chain, "weak", "e1", "r1", server)
-    assert r1["created"] and r1["version"] == "1" and r1["aliases"] == ["challenger", "champion"] and r1["champion_moved"]
+    assert (
+        r1["created"] and r1["version"] == "1" and r1["aliases"] == ["challenger", "champion"] and r1["champion_moved"]
+    )
     # Registering the same model and data again creates nothing.
     again = _register(chain, "weak", "e1", "r1b", server)
     assert not again["created"] and again["version"] == "1"
@@ -104,7 +145,9 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     got = mlflow.pyfunc.load_model(f"models:/{NAME}@champion").predict(df)
     mine = loader.load(chain / "strong").predict_frame(df)
     assert list(got["prediction"]) == list(mine["prediction"])
-    assert np.allclose(got.drop(columns=["prediction"]).to_numpy(float), mine.drop(columns=["prediction"]).to_numpy(float), atol=1e-6)
+    assert np.allclose(
+        got.drop(columns=["prediction"]).to_numpy(float), mine.drop(columns=["prediction"]).to_numpy(float), atol=1e-6
+    )
 
     # The version carries a signature, a model card, the lineage, and the run its dataset input.
     mv = client.get_model_version(NAME, "2")
@@ -132,7 +175,13 @@ def test_evaluation_report_renders_in_headless_chromium_with_its_charts(chain):
 
 
 def _lineage(server: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainpipe.cli", "lineage", *args, "--tracking-uri", server], capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "lineage", *args, "--tracking-uri", server],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_lineage_command_prints_the_chain_and_verifies_the_snapshot(chain, mlflow_server_postgres):
@@ -140,7 +189,14 @@ def test_lineage_command_prints_the_chain_and_verifies_the_snapshot(chain, mlflo
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     snap = json.loads((chain / "s" / "trainpipe.json").read_text())["lineage"]["snapshot"]
-    for needle in (f"{NAME} version 2", "evaluation", "training   MLflow run", f"DVC md5 {snap['md5']}", "raw data", "verify     OK"):
+    for needle in (
+        f"{NAME} version 2",
+        "evaluation",
+        "training   MLflow run",
+        f"DVC md5 {snap['md5']}",
+        "raw data",
+        "verify     OK",
+    ):
         assert needle in out, out
     doc = json.loads(_lineage(mlflow_server_postgres, f"models:/{NAME}/2", "--json").stdout)
     assert doc["verification"]["ok"] and doc["lineage"]["snapshot"]["md5"] == snap["md5"]

@@ -40,12 +40,20 @@ def auth_mlflow(tmp_path_factory):
         "admin_username = admin\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )
-    env = {"MLFLOW_AUTH_CONFIG_PATH": str(ini), "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD,
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}
+    env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+    }
     gen = _start_mlflow(root, f"sqlite:///{root / 'mlflow.db'}", args=("--app-name", "basic-auth"), env=env)
     uri = next(gen)
     for user, password in USERS.items():
-        r = requests.post(f"{uri}/api/2.0/mlflow/users/create", json={"username": user, "password": password}, auth=("admin", ADMIN_PASSWORD), timeout=30)
+        r = requests.post(
+            f"{uri}/api/2.0/mlflow/users/create",
+            json={"username": user, "password": password},
+            auth=("admin", ADMIN_PASSWORD),
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
     yield uri, root
     gen.close()
@@ -62,16 +70,66 @@ def snapshot(tmp_path_factory, tiny_csv):
 
 def _train_and_gate(tmp_path: Path, snapshot: Path, uri: str, user: str) -> tuple[Path, Path]:
     model, decision = tmp_path / f"m-{user}", tmp_path / f"e-{user}"
-    result_of(run_component("train_model", "--data", str(snapshot), "--output-dir", str(model), "--label-column", "target", "--tracking-uri", uri,
-                            "--experiment-name", f"team-{user}", "--seed", str(len(user)), "--nproc-per-node", "1", "--epochs", "2", "--batch-size", "32", env=creds(user)))
-    result_of(run_component("evaluate_model", "--model", str(model), "--data", str(snapshot), "--output-dir", str(decision), "--label-column", "target",
-                            "--thresholds", '{"accuracy": 0.5}', env=creds(user)))
+    result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(model),
+            "--label-column",
+            "target",
+            "--tracking-uri",
+            uri,
+            "--experiment-name",
+            f"team-{user}",
+            "--seed",
+            str(len(user)),
+            "--nproc-per-node",
+            "1",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "32",
+            env=creds(user),
+        )
+    )
+    result_of(
+        run_component(
+            "evaluate_model",
+            "--model",
+            str(model),
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(decision),
+            "--label-column",
+            "target",
+            "--thresholds",
+            '{"accuracy": 0.5}',
+            env=creds(user),
+        )
+    )
     return model, decision
 
 
-def _register(tmp_path: Path, model: Path, decision: Path, uri: str, out: str, env: dict) -> subprocess.CompletedProcess:
-    return run_component("register_model", "--model", str(model), "--decision", str(decision), "--output-dir", str(tmp_path / out),
-                         "--tracking-uri", uri, "--model-name", "team-a-model", env=env)
+def _register(
+    tmp_path: Path, model: Path, decision: Path, uri: str, out: str, env: dict
+) -> subprocess.CompletedProcess:
+    return run_component(
+        "register_model",
+        "--model",
+        str(model),
+        "--decision",
+        str(decision),
+        "--output-dir",
+        str(tmp_path / out),
+        "--tracking-uri",
+        uri,
+        "--model-name",
+        "team-a-model",
+        env=env,
+    )
 
 
 def test_a_user_without_the_right_cannot_register_into_another_teams_model(tmp_path, snapshot, auth_mlflow):
@@ -86,13 +144,20 @@ def test_a_user_without_the_right_cannot_register_into_another_teams_model(tmp_p
     cases = {
         "bob": (creds("bob"), "permission denied (HTTP 403"),
         "wrong-password": (creds("bob", "not-the-password"), "credentials not accepted (HTTP 401"),
-        "anonymous": ({"MLFLOW_TRACKING_USERNAME": "", "MLFLOW_TRACKING_PASSWORD": ""}, "credentials not accepted (HTTP 401"),
+        "anonymous": (
+            {"MLFLOW_TRACKING_USERNAME": "", "MLFLOW_TRACKING_PASSWORD": ""},
+            "credentials not accepted (HTTP 401",
+        ),
     }
     for name, (env, needle) in cases.items():
         proc = _register(tmp_path, b_model, b_decision, uri, f"r-{name}", env)
         last = proc.stderr.strip().splitlines()[-1]
         assert proc.returncode == 77, (name, proc.stderr[-2000:])
-        assert needle in last and last.startswith("trainpipe register_model: error: tracking_uri:") and "Traceback" not in proc.stderr
+        assert (
+            needle in last
+            and last.startswith("trainpipe register_model: error: tracking_uri:")
+            and "Traceback" not in proc.stderr
+        )
         assert not (tmp_path / f"r-{name}" / MARKER).exists()
         assert USERS["bob"] not in proc.stderr
     admin = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD}
@@ -105,8 +170,17 @@ def test_a_user_without_the_right_cannot_register_into_another_teams_model(tmp_p
     assert [v.version for v in versions] == ["1"]
 
     # granted EDIT on team A's model, bob can register into it
-    r = requests.post(f"{uri}/api/3.0/mlflow/users/permissions/grant", auth=("admin", ADMIN_PASSWORD), timeout=30,
-                      json={"username": "bob", "resource_type": "registered_model", "resource_id": "team-a-model", "permission": "EDIT"})
+    r = requests.post(
+        f"{uri}/api/3.0/mlflow/users/permissions/grant",
+        auth=("admin", ADMIN_PASSWORD),
+        timeout=30,
+        json={
+            "username": "bob",
+            "resource_type": "registered_model",
+            "resource_id": "team-a-model",
+            "permission": "EDIT",
+        },
+    )
     assert r.status_code == 200, r.text
     granted = result_of(_register(tmp_path, b_model, b_decision, uri, "r-granted", creds("bob")))
     assert granted["created"] and granted["version"] == "2"
@@ -139,21 +213,40 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
         "TRAINPIPE_TEST_API_KEY": "planted-key-" + secrets.token_hex(12),
     }
     env = {
-        **os.environ, "MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": planted["MLFLOW_TRACKING_PASSWORD"],
-        "AWS_ACCESS_KEY_ID": "trainpipe-test", "AWS_SECRET_ACCESS_KEY": planted["AWS_SECRET_ACCESS_KEY"],
-        "KFP_EXISTING_TOKEN": planted["KFP_EXISTING_TOKEN"], "TRAINPIPE_TEST_API_KEY": planted["TRAINPIPE_TEST_API_KEY"],
+        **os.environ,
+        "MLFLOW_TRACKING_USERNAME": "alice",
+        "MLFLOW_TRACKING_PASSWORD": planted["MLFLOW_TRACKING_PASSWORD"],
+        "AWS_ACCESS_KEY_ID": "trainpipe-test",
+        "AWS_SECRET_ACCESS_KEY": planted["AWS_SECRET_ACCESS_KEY"],
+        "KFP_EXISTING_TOKEN": planted["KFP_EXISTING_TOKEN"],
+        "TRAINPIPE_TEST_API_KEY": planted["TRAINPIPE_TEST_API_KEY"],
         "AIRFLOW_CONN_TEAM_WAREHOUSE": f"postgresql://svc:{planted['connection password']}@warehouse.example.com:5432/dw",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     }
     env.pop("MLFLOW_TRACKING_URI", None)
     ws = tmp_path / "ws"
     config = tmp_path / "pipeline.yaml"
-    config.write_text(yaml.safe_dump({
-        "data": str(tiny_csv), "label_column": "target", "workspace": str(ws), "tracking_uri": uri, "model_name": "secrets-check",
-        "experiment_name": "secrets-check", "thresholds": {"accuracy": 0.5}, "train": {"nproc_per_node": 1, "epochs": 2, "batch_size": 32},
-    }))
-    run = subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", "airflow-local"],
-                         capture_output=True, env=env, timeout=900, check=False)
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": str(tiny_csv),
+                "label_column": "target",
+                "workspace": str(ws),
+                "tracking_uri": uri,
+                "model_name": "secrets-check",
+                "experiment_name": "secrets-check",
+                "thresholds": {"accuracy": 0.5},
+                "train": {"nproc_per_node": 1, "epochs": 2, "batch_size": 32},
+            }
+        )
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", "airflow-local"],
+        capture_output=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:].decode(errors="replace")
     # the run really used the credentials: a version is registered on the auth server
     assert b"secrets-check" in run.stdout and (ws / "audit" / "audit.jsonl").is_file()
@@ -164,20 +257,42 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
     assert audit.verify(log)["records"] >= 8
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(r["component"] for r in records if r["action"] == "execute") == sorted(
-        ["validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model"])
+        [
+            "validate_data",
+            "snapshot_dataset",
+            "detect_drift",
+            "train_model",
+            "profile_training",
+            "evaluate_model",
+            "register_model",
+        ]
+    )
     assert [r["decision"]["retrain"] for r in records if r["action"] == "drift_check"] == [True]
-    assert all(r["status"] == "ok" and r["run"]["orchestrator"] == "airflow" for r in records if r["action"] == "execute")
+    assert all(
+        r["status"] == "ok" and r["run"]["orchestrator"] == "airflow" for r in records if r["action"] == "execute"
+    )
     assert [r["decision"]["passed"] for r in records if r["action"] == "gate"] == [True]
     assert sorted(r["decision"]["alias"] for r in records if r["action"] == "alias") == ["challenger", "champion"]
     sources = {"TRAINPIPE_IDENTITY", "kubernetes service account", "airflow dag owner", "os user"}
-    assert all(r["who"]["identity"] and r["who"]["source"] in sources for r in records), {json.dumps(r["who"]) for r in records}
+    assert all(r["who"]["identity"] and r["who"]["source"] in sources for r in records), {
+        json.dumps(r["who"]) for r in records
+    }
     snap = next(r for r in records if r["component"] == "snapshot_dataset")
     assert snap["inputs"]["data"]["marker_sha256"] and snap["outputs"]["output_dir"]["marker_sha256"]
-    compiled = subprocess.run([sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(tmp_path / "pipeline.yaml")], capture_output=True, env=env, check=True)
+    compiled = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(tmp_path / "pipeline.yaml")],
+        capture_output=True,
+        env=env,
+        check=True,
+    )
     from airflow.sdk import DAG  # noqa: F401  (the rendered DAG params are in the Airflow DB under ws)
 
     roots = [ws, mlflow_root, tmp_path / "pipeline.yaml", Path(__file__).resolve().parents[2] / "dags"]
-    blobs = {"trainpipe run stdout": run.stdout, "trainpipe run stderr": run.stderr, "compile output": compiled.stdout + compiled.stderr}
+    blobs = {
+        "trainpipe run stdout": run.stdout,
+        "trainpipe run stderr": run.stderr,
+        "compile output": compiled.stdout + compiled.stderr,
+    }
     # the search finds what is there: the password is in the auth server's config only as a hash, but a
     # planted control file must be found
     control = tmp_path / "control" / "leak.txt"

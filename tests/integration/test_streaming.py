@@ -33,14 +33,32 @@ def test_a_parquet_directory_larger_than_the_memory_bound_trains_within_it(tmp_p
     feature_mb = BIG_ROWS * FEATURES * 4 / 2**20
 
     def train(data: Path, out: Path):
-        return result_of(run_component(
-            "train_model", "--data", str(data), "--output-dir", str(out), "--tracking-uri", mlflow_server, "--epochs", "1",
-            "--batch-size", "4096", "--checkpoint-every-steps", "0", "--train-config", '{"hidden_units": [32], "learning_rate": 0.1}',
-            timeout=900))
+        return result_of(
+            run_component(
+                "train_model",
+                "--data",
+                str(data),
+                "--output-dir",
+                str(out),
+                "--tracking-uri",
+                mlflow_server,
+                "--epochs",
+                "1",
+                "--batch-size",
+                "4096",
+                "--checkpoint-every-steps",
+                "0",
+                "--train-config",
+                '{"hidden_units": [32], "learning_rate": 0.1}',
+                timeout=900,
+            )
+        )
 
     base = train(small, tmp_path / "small-m")
     bound = peak_rss(tmp_path / "small-m") + ALLOWANCE_MB
-    print(f"bound {bound:.0f} MB (small run's peak + {ALLOWANCE_MB:.0f}); the large directory's features: {feature_mb:.0f} MB")
+    print(
+        f"bound {bound:.0f} MB (small run's peak + {ALLOWANCE_MB:.0f}); the large directory's features: {feature_mb:.0f} MB"
+    )
     assert feature_mb > bound, "the large directory must not fit within the bound"
     r = train(big, tmp_path / "big-m")
     assert peak_rss(tmp_path / "big-m") <= bound
@@ -56,13 +74,53 @@ def test_a_parquet_directory_is_validated_snapshotted_and_evaluated_as_one_datas
     raw = write_parquet_dir(tmp_path / "raw", 20_000, 3)
     v = result_of(run_component("validate_data", "--data", str(raw), "--output-dir", str(tmp_path / "v")))
     assert v["files"] == 3 and v["rows"] == 19_998 and v["data_md5"].endswith(".dir")
-    s = result_of(run_component("snapshot_dataset", "--data", str(tmp_path / "v"), "--output-dir", str(tmp_path / "s"),
-                                "--repo-dir", str(tmp_path / "repo"), "--remote-url", str(tmp_path / "remote")))
+    s = result_of(
+        run_component(
+            "snapshot_dataset",
+            "--data",
+            str(tmp_path / "v"),
+            "--output-dir",
+            str(tmp_path / "s"),
+            "--repo-dir",
+            str(tmp_path / "repo"),
+            "--remote-url",
+            str(tmp_path / "remote"),
+        )
+    )
     assert s["md5"] == v["data_md5"]  # DVC's directory hash is the one validate_data computed
-    assert sorted(p.name for p in (tmp_path / "s" / "raw").iterdir()) == ["part-000.parquet", "part-001.parquet", "part-002.parquet"]
-    result_of(run_component("train_model", "--data", str(tmp_path / "s"), "--output-dir", str(tmp_path / "m"), "--tracking-uri", mlflow_server,
-                            "--epochs", "2", "--nproc-per-node", "1", "--batch-size", "256"))
-    e = result_of(run_component("evaluate_model", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "s"), "--output-dir", str(tmp_path / "e")))
+    assert sorted(p.name for p in (tmp_path / "s" / "raw").iterdir()) == [
+        "part-000.parquet",
+        "part-001.parquet",
+        "part-002.parquet",
+    ]
+    result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(tmp_path / "s"),
+            "--output-dir",
+            str(tmp_path / "m"),
+            "--tracking-uri",
+            mlflow_server,
+            "--epochs",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--batch-size",
+            "256",
+        )
+    )
+    e = result_of(
+        run_component(
+            "evaluate_model",
+            "--model",
+            str(tmp_path / "m"),
+            "--data",
+            str(tmp_path / "s"),
+            "--output-dir",
+            str(tmp_path / "e"),
+        )
+    )
     # the held-out rows are the same ones an in-memory read of the whole table would hold out
     from trainpipe.tabular import split_indices
 
@@ -79,4 +137,7 @@ def test_a_parquet_directory_is_validated_snapshotted_and_evaluated_as_one_datas
         df.to_parquet(bad / part.name, index=False)
     proc = run_component("validate_data", "--data", str(bad), "--output-dir", str(tmp_path / "vb"))
     assert proc.returncode == 3, proc.stderr[-2000:]
-    assert "column=f3" in proc.stderr.strip().splitlines()[-1] and "part-001.parquet" in proc.stderr.strip().splitlines()[-1]
+    assert (
+        "column=f3" in proc.stderr.strip().splitlines()[-1]
+        and "part-001.parquet" in proc.stderr.strip().splitlines()[-1]
+    )

@@ -37,14 +37,18 @@ class Monitoring:
 
     def query(self, promql: str, at: float | None = None) -> list[dict]:
         params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
-        with urllib.request.urlopen(f"{self.prometheus}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10) as r:
+        with urllib.request.urlopen(
+            f"{self.prometheus}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10
+        ) as r:
             body = json.load(r)
         assert body["status"] == "success", body
         return body["data"]["result"]
 
     def query_range(self, promql: str, start: float, end: float) -> list[dict]:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "1"}
-        with urllib.request.urlopen(f"{self.prometheus}/api/v1/query_range?{urllib.parse.urlencode(params)}", timeout=10) as r:
+        with urllib.request.urlopen(
+            f"{self.prometheus}/api/v1/query_range?{urllib.parse.urlencode(params)}", timeout=10
+        ) as r:
             body = json.load(r)
         assert body["status"] == "success", body
         return body["data"]["result"]
@@ -88,19 +92,34 @@ def monitoring(tmp_path_factory):
     endpoint every second; both started by hand on 127.0.0.1 and stopped by PID."""
     root = tmp_path_factory.mktemp("monitoring")
     pg_port, prom_port, metrics_port = _free_port(), _free_port(), free_port_pair()
-    pg = subprocess.Popen([_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{pg_port}"],
-                          stdout=open(root / "pushgateway.log", "w"), stderr=subprocess.STDOUT)
+    pg = subprocess.Popen(
+        [_binary("prometheus-pushgateway"), f"--web.listen-address=127.0.0.1:{pg_port}"],
+        stdout=open(root / "pushgateway.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [
-            {"job_name": "pushgateway", "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{pg_port}"]}]},
+            {
+                "job_name": "pushgateway",
+                "honor_labels": True,
+                "static_configs": [{"targets": [f"127.0.0.1:{pg_port}"]}],
+            },
             # rank 0's port alone, as the PodMonitor scrapes a pod: it answers for its node's ranks
             {"job_name": "trainpipe-training", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]},
         ],
     }
     (root / "prometheus.yml").write_text(yaml.safe_dump(config))
-    prom = subprocess.Popen([_binary("prometheus"), f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=open(root / "prometheus.log", "w"), stderr=subprocess.STDOUT)
+    prom = subprocess.Popen(
+        [
+            _binary("prometheus"),
+            f"--config.file={root / 'prometheus.yml'}",
+            f"--storage.tsdb.path={root / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=open(root / "prometheus.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_http(f"http://127.0.0.1:{pg_port}/-/ready", pg, root / "pushgateway.log", 60)
         wait_http(f"http://127.0.0.1:{prom_port}/-/ready", prom, root / "prometheus.log", 60)
@@ -111,16 +130,48 @@ def monitoring(tmp_path_factory):
 
 
 def _train_args(data: Path, out: Path, tracking: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "trainpipe.components.train_model", "--data", str(data), "--output-dir", str(out),
-            "--tracking-uri", tracking, "--label-column", "label", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "trainpipe.components.train_model",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--tracking-uri",
+        tracking,
+        "--label-column",
+        "label",
+        *extra,
+    ]
 
 
-def test_two_gloo_ranks_are_scraped_while_they_train_and_the_final_step_reaches_prometheus(monitoring, tmp_path, digits_csv, mlflow_server):
+def test_two_gloo_ranks_are_scraped_while_they_train_and_the_final_step_reaches_prometheus(
+    monitoring, tmp_path, digits_csv, mlflow_server
+):
     run_id = "live-two-ranks"
     env = {**os.environ, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1", "TRAINPIPE_PROGRESS_EVERY_S": "2"}
-    proc = subprocess.Popen(_train_args(digits_csv, tmp_path / "out", mlflow_server, "--nproc-per-node", "2", "--epochs", "40", "--batch-size", "32",
-                                        "--metrics-port", str(monitoring.metrics_port), "--run-id", run_id),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        _train_args(
+            digits_csv,
+            tmp_path / "out",
+            mlflow_server,
+            "--nproc-per-node",
+            "2",
+            "--epochs",
+            "40",
+            "--batch-size",
+            "32",
+            "--metrics-port",
+            str(monitoring.metrics_port),
+            "--run-id",
+            run_id,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     live: list[dict] = []
     try:
         while proc.poll() is None and len(live) < 2:
@@ -138,7 +189,12 @@ def test_two_gloo_ranks_are_scraped_while_they_train_and_the_final_step_reaches_
     final = monitoring.query(f'last_over_time(trainpipe_training_global_step{{run_id="{run_id}"}}[5m])')
     assert {r["metric"]["rank"]: float(r["value"][1]) for r in final} == {"0": last["step"], "1": last["step"]}
     labels = final[0]["metric"]
-    assert labels["component"] == "train_model" and labels["model"] == "builtin:mlp" and labels["hardware_profile"] == "local" and labels["node"]
+    assert (
+        labels["component"] == "train_model"
+        and labels["model"] == "builtin:mlp"
+        and labels["hardware_profile"] == "local"
+        and labels["node"]
+    )
     # the task log shows progress with rate and ETA at the set cadence, not per step
     progress = [line for line in err.splitlines() if " batches (" in line]
     assert progress and all("samples/s" in line and "elapsed" in line for line in progress), err[-2000:]
@@ -149,14 +205,33 @@ def test_two_gloo_ranks_are_scraped_while_they_train_and_the_final_step_reaches_
 
 def _run_pipeline(monitoring, tmp_path, data, tracking) -> None:
     cfg = {
-        "data": str(data), "workspace": str(tmp_path / "ws"), "dataset_name": "digits", "model_name": "telemetry-digits",
-        "tracking_uri": tracking, "thresholds": {"accuracy": 0.9},
+        "data": str(data),
+        "workspace": str(tmp_path / "ws"),
+        "dataset_name": "digits",
+        "model_name": "telemetry-digits",
+        "tracking_uri": tracking,
+        "thresholds": {"accuracy": 0.9},
         "train": {"nproc_per_node": 2, "epochs": 30, "batch_size": 32, "metrics_port": monitoring.metrics_port},
     }
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1"}
-    proc = subprocess.run([sys.executable, "-m", "trainpipe.cli", "run", "--config", str(tmp_path / "pipeline.yaml"), "--engine", "kfp-local"],
-                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainpipe.cli",
+            "run",
+            "--config",
+            str(tmp_path / "pipeline.yaml"),
+            "--engine",
+            "kfp-local",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -180,7 +255,15 @@ def test_every_dashboard_query_returns_data_after_a_pipeline_run(monitoring, tmp
     assert len(ours) == 1, (training_runs, pipeline_runs)
     run_id = ours[0]
     pushed = {r["metric"]["component"] for r in monitoring.query(f'trainpipe_component_success{{run_id="{run_id}"}}')}
-    assert pushed == {"validate_data", "snapshot_dataset", "detect_drift", "train_model", "profile_training", "evaluate_model", "register_model"}
+    assert pushed == {
+        "validate_data",
+        "snapshot_dataset",
+        "detect_drift",
+        "train_model",
+        "profile_training",
+        "evaluate_model",
+        "register_model",
+    }
     assert len(DASHBOARDS) == 2
     checked = 0
     for path in DASHBOARDS:
@@ -211,11 +294,30 @@ def test_a_component_pushes_once_per_run_id_and_reruns_replace(monitoring, tmp_p
     env = {"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway}
     for attempt in (1, 2):
         out = tmp_path / f"v{attempt}"
-        proc = run_component("validate_data", "--data", str(digits_csv), "--output-dir", str(out), "--label-column", "label",
-                             "--run-id", "rerun-1", env={**env, "TRAINPIPE_TRY_NUMBER": str(attempt)})
+        proc = run_component(
+            "validate_data",
+            "--data",
+            str(digits_csv),
+            "--output-dir",
+            str(out),
+            "--label-column",
+            "label",
+            "--run-id",
+            "rerun-1",
+            env={**env, "TRAINPIPE_TRY_NUMBER": str(attempt)},
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(_pushed_groups(monitoring, "validate_data", "rerun-1")) == 1
-    bad = run_component("validate_data", "--data", str(tmp_path / "missing.csv"), "--output-dir", str(tmp_path / "bad"), "--run-id", "rerun-2", env=env)
+    bad = run_component(
+        "validate_data",
+        "--data",
+        str(tmp_path / "missing.csv"),
+        "--output-dir",
+        str(tmp_path / "bad"),
+        "--run-id",
+        "rerun-2",
+        env=env,
+    )
     assert bad.returncode == 2
     series = monitoring.wait_for('trainpipe_component_exit_code{component="validate_data", run_id="rerun-2"}')
     assert float(series[0]["value"][1]) == 2
@@ -236,8 +338,20 @@ def test_detect_drift_pushes_its_decision_and_each_columns_statistic(monitoring,
 
     frame = pd.read_csv(digits_csv)
     frame.assign(pixel_2_3=frame["pixel_2_3"] + 4).to_csv(tmp_path / "moved.csv", index=False)
-    proc = run_component("detect_drift", "--data", str(tmp_path / "moved.csv"), "--reference", str(digits_csv), "--output-dir", str(tmp_path / "d"),
-                         "--drift-share", "0.01", "--run-id", "drift-1", env={"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway})
+    proc = run_component(
+        "detect_drift",
+        "--data",
+        str(tmp_path / "moved.csv"),
+        "--reference",
+        str(digits_csv),
+        "--output-dir",
+        str(tmp_path / "d"),
+        "--drift-share",
+        "0.01",
+        "--run-id",
+        "drift-1",
+        env={"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     share = monitoring.wait_for('trainpipe_drift_share{component="detect_drift", run_id="drift-1"}')
     assert float(share[0]["value"][1]) == pytest.approx(1 / 65)
@@ -254,10 +368,24 @@ def test_a_taken_port_and_a_pushgateway_that_is_down_are_one_warning_each(tmp_pa
     port = taken.getsockname()[1]
     down = f"http://pusher:s3cret-token@127.0.0.1:{_free_port()}"
     try:
-        proc = subprocess.run(_train_args(digits_csv, tmp_path / "out", mlflow_server, "--nproc-per-node", "1", "--epochs", "1",
-                                          "--metrics-port", str(port)),
-                              capture_output=True, text=True, timeout=600, check=False,
-                              env={**os.environ, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1", "TRAINPIPE_PUSHGATEWAY": down})
+        proc = subprocess.run(
+            _train_args(
+                digits_csv,
+                tmp_path / "out",
+                mlflow_server,
+                "--nproc-per-node",
+                "1",
+                "--epochs",
+                "1",
+                "--metrics-port",
+                str(port),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "TRAINPIPE_METRICS_ADDRESS": "127.0.0.1", "TRAINPIPE_PUSHGATEWAY": down},
+        )
     finally:
         taken.close()
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -28,8 +28,21 @@ TEAM = {"PYTHONPATH": str(REPO / "tests" / "fixtures")}
 
 def train(data: Path, out: Path, server: str, *extra: str, env: dict | None = None):
     return run_component(
-        "train_model", "--data", str(data), "--output-dir", str(out), "--tracking-uri", server,
-        "--epochs", "2", "--batch-size", "64", "--checkpoint-every-steps", str(INTERVAL), *extra, env=env,
+        "train_model",
+        "--data",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--tracking-uri",
+        server,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--checkpoint-every-steps",
+        str(INTERVAL),
+        *extra,
+        env=env,
     )
 
 
@@ -71,7 +84,11 @@ def team_baseline(tmp_path_factory, digits_csv, mlflow_server):
 def test_two_rank_ddp_matches_one_process_with_the_same_global_batch(tmp_path, baseline, digits_csv, mlflow_server):
     out, r = baseline
     assert r["world_size"] == 2 and r["dist_backend"] == "gloo" and r["global_steps"] == STEPS
-    assert r["train_function"] == "builtin:mlp" and r["metrics"]["accuracy"] > 0.85 and r["model_uri"].startswith("models:/m-")
+    assert (
+        r["train_function"] == "builtin:mlp"
+        and r["metrics"]["accuracy"] > 0.85
+        and r["model_uri"].startswith("models:/m-")
+    )
     one = result_of(train(digits_csv, tmp_path / "one", mlflow_server, "--nproc-per-node", "1"))
     assert one["world_size"] == 1
     assert max_diff(weights(out), weights(tmp_path / "one")) <= 1e-5
@@ -89,11 +106,40 @@ def test_two_nodes_under_torchrun_train_what_one_node_of_two_ranks_does(tmp_path
     from tests.conftest import _free_port
 
     endpoint = f"127.0.0.1:{_free_port()}"
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "trainpipe.components.train_model", "--data", str(digits_csv), "--output-dir", str(tmp_path / "shared"),
-         "--tracking-uri", mlflow_server, "--epochs", "2", "--batch-size", "64", "--checkpoint-every-steps", str(INTERVAL),
-         "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(i), "--rdzv-endpoint", endpoint],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TRAINPIPE_JOB_ID": "two-nodes"}) for i in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainpipe.components.train_model",
+                "--data",
+                str(digits_csv),
+                "--output-dir",
+                str(tmp_path / "shared"),
+                "--tracking-uri",
+                mlflow_server,
+                "--epochs",
+                "2",
+                "--batch-size",
+                "64",
+                "--checkpoint-every-steps",
+                str(INTERVAL),
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--node-rank",
+                str(i),
+                "--rdzv-endpoint",
+                endpoint,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TRAINPIPE_JOB_ID": "two-nodes"},
+        )
+        for i in (0, 1)
+    ]
     outs = [p.communicate(timeout=600) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     chief, worker = (json.loads(o[0].strip().splitlines()[-1]) for o in outs)
@@ -103,14 +149,18 @@ def test_two_nodes_under_torchrun_train_what_one_node_of_two_ranks_does(tmp_path
 
 
 @pytest.mark.parametrize("trial", [0, 1])
-def test_rank_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_path, trial, baseline, digits_csv, mlflow_server):
+def test_rank_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(
+    tmp_path, trial, baseline, digits_csv, mlflow_server
+):
     rng = random.Random(seeded(1000 + trial))
     kill_step = rng.randrange(INTERVAL + 1, STEPS - 1)
     if kill_step % 22 == 0:
         kill_step += 1  # mid-epoch, not on an epoch boundary
     rank = rng.randrange(2)
     out = tmp_path / "m"
-    proc = train(digits_csv, out, mlflow_server, "--max-restarts", "2", env={"TRAINPIPE_FAULT": f"kill:{rank}:{kill_step}"})
+    proc = train(
+        digits_csv, out, mlflow_server, "--max-restarts", "2", env={"TRAINPIPE_FAULT": f"kill:{rank}:{kill_step}"}
+    )
     r = result_of(proc)
     assert f"injected fault kill at step {kill_step}" in proc.stderr
     # resumed from the newest checkpoint (every 10 steps; an epoch's end is not one unless
@@ -121,16 +171,28 @@ def test_rank_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_path
     assert (out / "metrics.jsonl").read_text() == (baseline[0] / "metrics.jsonl").read_text()
 
 
-def test_a_team_function_killed_mid_epoch_resumes_to_the_same_parameters(tmp_path, team_baseline, digits_csv, mlflow_server):
+def test_a_team_function_killed_mid_epoch_resumes_to_the_same_parameters(
+    tmp_path, team_baseline, digits_csv, mlflow_server
+):
     """The team's model has dropout and a scheduler: the same end needs the RNG and the scheduler restored too."""
     base, r0 = team_baseline
-    assert r0["train_function"] == "teampkg.train:train" and r0["metrics"]["accuracy"] > 0.4  # it learns (ten classes: chance is 0.1)
+    assert (
+        r0["train_function"] == "teampkg.train:train" and r0["metrics"]["accuracy"] > 0.4
+    )  # it learns (ten classes: chance is 0.1)
     meta = json.loads((base / "model.json").read_text())
     assert meta["builder"] == "teampkg.models:SeqConvNet" and meta["code"] == ["teampkg"]
     kill_step = 33  # mid-epoch 2, after the checkpoint at 30
     out = tmp_path / "m"
-    proc = train(digits_csv, out, mlflow_server, "--train-function", "teampkg.train:train", "--max-restarts", "1",
-                 env={**TEAM, "TRAINPIPE_FAULT": f"kill:1:{kill_step}"})
+    proc = train(
+        digits_csv,
+        out,
+        mlflow_server,
+        "--train-function",
+        "teampkg.train:train",
+        "--max-restarts",
+        "1",
+        env={**TEAM, "TRAINPIPE_FAULT": f"kill:1:{kill_step}"},
+    )
     r = result_of(proc)
     assert "injected fault kill at step 33" in proc.stderr and r["resumed_from_step"] == 30
     assert max_diff(weights(out), weights(base)) == 0.0
@@ -144,7 +206,11 @@ def test_fsdp2_follows_ddp_and_its_sharded_checkpoint_resumes_exactly(tmp_path, 
 
     out = tmp_path / "fsdp"
     if not cpu_fsdp_supported():  # torch 2.6 (make test-lowest-torch): refused in one line, nothing written
-        _one_line(train(digits_csv, out, mlflow_server, "--backend", "torch_fsdp"), 2, "backend: torch_fsdp on CPU needs torch 2.9 or later")
+        _one_line(
+            train(digits_csv, out, mlflow_server, "--backend", "torch_fsdp"),
+            2,
+            "backend: torch_fsdp on CPU needs torch 2.9 or later",
+        )
         _nothing_written(out)
         return
     r = result_of(train(digits_csv, out, mlflow_server, "--backend", "torch_fsdp"))
@@ -155,17 +221,41 @@ def test_fsdp2_follows_ddp_and_its_sharded_checkpoint_resumes_exactly(tmp_path, 
     newest = out / "checkpoints" / checkpoints(out)[-1]
     assert sorted(p.name for p in newest.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     killed = tmp_path / "killed"
-    proc = train(digits_csv, killed, mlflow_server, "--backend", "torch_fsdp", "--max-restarts", "1", env={"TRAINPIPE_FAULT": "kill:0:25"})
+    proc = train(
+        digits_csv,
+        killed,
+        mlflow_server,
+        "--backend",
+        "torch_fsdp",
+        "--max-restarts",
+        "1",
+        env={"TRAINPIPE_FAULT": "kill:0:25"},
+    )
     rk = result_of(proc)
     assert rk["resumed_from_step"] == 20
     assert max_diff(weights(killed), weights(out)) == 0.0
     # a team's model under FSDP2 is saved as its own class (fully_shard swaps in one made on the fly)
     team = tmp_path / "team-fsdp"
-    result_of(train(digits_csv, team, mlflow_server, "--backend", "torch_fsdp", "--train-function", "teampkg.train:train", "--epochs", "1", env=TEAM))
+    result_of(
+        train(
+            digits_csv,
+            team,
+            mlflow_server,
+            "--backend",
+            "torch_fsdp",
+            "--train-function",
+            "teampkg.train:train",
+            "--epochs",
+            "1",
+            env=TEAM,
+        )
+    )
     assert json.loads((team / "model.json").read_text())["builder"] == "teampkg.models:SeqConvNet"
 
 
-def test_kill_during_checkpoint_write_leaves_the_previous_checkpoint_loadable(tmp_path, baseline, digits_csv, mlflow_server):
+def test_kill_during_checkpoint_write_leaves_the_previous_checkpoint_loadable(
+    tmp_path, baseline, digits_csv, mlflow_server
+):
     out = tmp_path / "m"
     proc = train(digits_csv, out, mlflow_server, "--max-restarts", "0", env={"TRAINPIPE_FAULT": "kill_checkpoint:30"})
     assert proc.returncode != 0 and "injected fault kill_checkpoint at step 30" in proc.stderr
@@ -173,7 +263,10 @@ def test_kill_during_checkpoint_write_leaves_the_previous_checkpoint_loadable(tm
     assert checkpoints(out) == ["ckpt-0000000010", "ckpt-0000000020"]
     torn = ckpts / ".ckpt-0000000030.tmp"
     # killed half way: the ranks' data files were written, the metadata and the rename were not
-    assert sorted(p.name for p in torn.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"] and not (torn / ".metadata").exists()
+    assert (
+        sorted(p.name for p in torn.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+        and not (torn / ".metadata").exists()
+    )
     assert json.loads((ckpts / "ckpt-0000000020" / "trainer.json").read_text())["global_step"] == 20
     # the rerun (a retried task) resumes from the newest whole one and ends where an uninterrupted run ends
     r = result_of(train(digits_csv, out, mlflow_server))
@@ -212,7 +305,16 @@ def test_horovod_two_ranks_agree_match_ddp_and_resume(tmp_path, baseline, digits
     assert [t["rank"] for t in ranks] == [0, 1] and len({t["weights_sha256"] for t in ranks}) == 1
     assert max_diff(weights(out), weights(baseline[0])) <= 1e-5
     killed = tmp_path / "hvd-killed"
-    proc = train(digits_csv, killed, mlflow_server, "--backend", "horovod", "--max-restarts", "1", env={"TRAINPIPE_FAULT": "kill:1:33"})
+    proc = train(
+        digits_csv,
+        killed,
+        mlflow_server,
+        "--backend",
+        "horovod",
+        "--max-restarts",
+        "1",
+        env={"TRAINPIPE_FAULT": "kill:1:33"},
+    )
     rk = result_of(proc)
     assert rk["resumed_from_step"] == 30 and max_diff(weights(killed), weights(out)) == 0.0
 
@@ -223,8 +325,21 @@ def test_tensorflow_two_workers_train_and_end_with_identical_weights(tmp_path, d
     from trainpipe.serving import loader
 
     out = tmp_path / "tf"
-    r = result_of(train(digits_csv, out, mlflow_server, "--backend", "tensorflow", "--train-function", "builtin:cnn", "--epochs", "3",
-                        "--profile-steps", "5"))
+    r = result_of(
+        train(
+            digits_csv,
+            out,
+            mlflow_server,
+            "--backend",
+            "tensorflow",
+            "--train-function",
+            "builtin:cnn",
+            "--epochs",
+            "3",
+            "--profile-steps",
+            "5",
+        )
+    )
     assert r["backend"] == "tensorflow" and r["dist_backend"] == "MultiWorkerMirroredStrategy" and r["world_size"] == 2
     ranks = telemetry(out)
     assert [t["rank"] for t in ranks] == [0, 1] and len({t["weights_sha256"] for t in ranks}) == 1
@@ -240,9 +355,20 @@ def test_tensorflow_two_workers_train_and_end_with_identical_weights(tmp_path, d
 
 def test_tensorflow_resumes_a_killed_worker_from_its_checkpoint(tmp_path, digits_csv, mlflow_server):
     out = tmp_path / "tf"
-    proc = train(digits_csv, out, mlflow_server, "--backend", "tensorflow", "--max-restarts", "1", env={"TRAINPIPE_FAULT": "kill:1:25"})
+    proc = train(
+        digits_csv,
+        out,
+        mlflow_server,
+        "--backend",
+        "tensorflow",
+        "--max-restarts",
+        "1",
+        env={"TRAINPIPE_FAULT": "kill:1:25"},
+    )
     r = result_of(proc)
-    assert "injected fault kill at step 25" in proc.stderr and r["resumed_from_step"] == 20 and r["global_steps"] == STEPS
+    assert (
+        "injected fault kill at step 25" in proc.stderr and r["resumed_from_step"] == 20 and r["global_steps"] == STEPS
+    )
 
 
 def _one_line(proc, code: int, *needles: str) -> str:
@@ -268,9 +394,15 @@ def _nothing_written(out: Path) -> None:
         (["--device", "cuda"], ["device: cuda requested but no CUDA device is visible"]),
         (["--label-column", "nope"], ["label_column: 'nope' is not a column"]),
         (["--batch-size", "63"], ["field 'batch_size': 63 must be divisible by the world size 2"]),
-        (["--train-function", "no_colon"], ["'no_colon' is neither builtin:mlp, builtin:cnn nor 'package.module:function'"]),
+        (
+            ["--train-function", "no_colon"],
+            ["'no_colon' is neither builtin:mlp, builtin:cnn nor 'package.module:function'"],
+        ),
         (["--train-config", '{"hidden_units": [0]}'], ["train_config field", "hidden_units"]),
-        (["--backend", "horovod", "--horovod-binding", "tensorflow"], ["horovod_binding", "do not build against TensorFlow 2.21"]),
+        (
+            ["--backend", "horovod", "--horovod-binding", "tensorflow"],
+            ["horovod_binding", "do not build against TensorFlow 2.21"],
+        ),
     ],
 )
 def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, digits_csv, mlflow_server, args, needles):
@@ -285,23 +417,47 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, digits_csv, 
         ("teampkg.nowhere:train", ["train_function: cannot import 'teampkg.nowhere'"]),
         ("nopkg.train:train", ["train_function: cannot import 'nopkg'"]),
         ("teampkg.train:missing", ["train_function: 'teampkg.train' has no function 'missing'"]),
-        ("teampkg.bad:wrong_signature", ["train_function: teampkg.bad:wrong_signature takes (ctx: Any)", "f(ctx, config)"]),
-        ("teampkg.bad:raises", ["train_function: teampkg.bad:raises raised ValueError: the team's code broke (bad.py:", "in raises)"]),
+        (
+            "teampkg.bad:wrong_signature",
+            ["train_function: teampkg.bad:wrong_signature takes (ctx: Any)", "f(ctx, config)"],
+        ),
+        (
+            "teampkg.bad:raises",
+            ["train_function: teampkg.bad:raises raised ValueError: the team's code broke (bad.py:", "in raises)"],
+        ),
         ("teampkg.bad:never_steps", ["train_function: teampkg.bad:never_steps returned without calling ctx.step"]),
         ("teampkg.bad:unsaveable", ["save_model: teampkg.bad:unsaveable.<locals>.Local is not importable by name"]),
     ],
 )
-def test_a_bad_training_function_is_one_line_permanent_and_nothing_is_registered(tmp_path, digits_csv, mlflow_server, function, needles):
+def test_a_bad_training_function_is_one_line_permanent_and_nothing_is_registered(
+    tmp_path, digits_csv, mlflow_server, function, needles
+):
     import mlflow
 
     out = tmp_path / "m"
-    proc = train(digits_csv, out, mlflow_server, "--train-function", function, "--max-steps", "3", "--max-restarts", "2", env=TEAM)
+    proc = train(
+        digits_csv,
+        out,
+        mlflow_server,
+        "--train-function",
+        function,
+        "--max-steps",
+        "3",
+        "--max-restarts",
+        "2",
+        env=TEAM,
+    )
     _one_line(proc, 2, *needles)
     assert "restart 1/2" not in proc.stderr  # a permanent error stops the group: restarting cannot fix it
     _nothing_written(out)
     client = mlflow.MlflowClient(mlflow_server)
-    runs = client.search_runs([client.get_experiment_by_name("trainpipe").experiment_id], filter_string=f"tags.`trainpipe.train_function` = '{function}'")
-    assert all(run.info.status == "FAILED" for run in runs)  # no run left as if it were still going, and no model logged
+    runs = client.search_runs(
+        [client.get_experiment_by_name("trainpipe").experiment_id],
+        filter_string=f"tags.`trainpipe.train_function` = '{function}'",
+    )
+    assert all(
+        run.info.status == "FAILED" for run in runs
+    )  # no run left as if it were still going, and no model logged
     assert not any(run.outputs and run.outputs.model_outputs for run in runs)
 
 
@@ -313,7 +469,16 @@ def test_more_gpu_ranks_than_gpus_is_refused(tmp_path, digits_csv, mlflow_server
     fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\n")
     fake.chmod(0o755)
     out = tmp_path / "m"
-    proc = train(digits_csv, out, mlflow_server, "--device", "cuda", "--nproc-per-node", "2", env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    proc = train(
+        digits_csv,
+        out,
+        mlflow_server,
+        "--device",
+        "cuda",
+        "--nproc-per-node",
+        "2",
+        env={"PATH": f"{bindir}:{os.environ['PATH']}"},
+    )
     _one_line(proc, 2, "nproc_per_node: 2 GPU ranks requested but only 1 GPUs are visible")
     _nothing_written(out)
 

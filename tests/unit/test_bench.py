@@ -39,15 +39,32 @@ def test_ratio_is_the_median_of_the_pairs_ratios(bench):
 
 
 def test_unknown_benchmark_is_a_one_line_usage_error():
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--only", "training,nope"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--only", "training,nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].endswith("--only: unknown benchmark 'nope' (known: training, checkpoint, team, telemetry, other_backends, "
-                                                         "orchestration, validate, snapshot, drift, optimize, signing, dag_parse, compile, rss, gpu)")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "--only: unknown benchmark 'nope' (known: training, checkpoint, team, telemetry, other_backends, "
+            "orchestration, validate, snapshot, drift, optimize, signing, dag_parse, compile, rss, gpu)"
+        )
+    )
 
 
 def test_gpu_benchmarks_skip_with_their_reason_without_cuda(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--only", "gpu"], capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--only", "gpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gpu: skipped: no CUDA device" in proc.stderr
     extra = json.loads(proc.stdout.split("```json", 1)[1].split("```", 1)[0])

@@ -64,7 +64,9 @@ def test_a_checkpoint_is_written_in_the_background_renamed_whole_and_the_oldest_
 
 
 def test_only_the_next_checkpoint_waits_for_a_write_in_flight_and_reports_the_wait(tmp_path):
-    m = CheckpointManager(tmp_path, keep=5, every_steps=0, every_s=0, io=DictState({"w": 0}, write_delay=0.3), chief=True)
+    m = CheckpointManager(
+        tmp_path, keep=5, every_steps=0, every_s=0, io=DictState({"w": 0}, write_delay=0.3), chief=True
+    )
     t = time.perf_counter()
     m.save(1, trainer(1))
     returned = time.perf_counter() - t
@@ -78,7 +80,9 @@ def test_only_the_next_checkpoint_waits_for_a_write_in_flight_and_reports_the_wa
 
 
 def test_a_failed_write_is_raised_on_the_loops_thread_and_leaves_no_completed_checkpoint(tmp_path):
-    m = CheckpointManager(tmp_path, keep=2, every_steps=0, every_s=0, io=DictState({"w": 0}, fail_write=True), chief=True)
+    m = CheckpointManager(
+        tmp_path, keep=2, every_steps=0, every_s=0, io=DictState({"w": 0}, fail_write=True), chief=True
+    )
     m.save(5, trainer(5))
     with pytest.raises(OSError, match="No space left"):
         m.wait()

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from tests.conftest import run_component
 from trainpipe.components.train_model.spec import TrainModelConfig
 from trainpipe.components.validate_data.spec import ValidateDataConfig
 from trainpipe.contract import artifacts, errors, lineage
 from trainpipe.contract.config import build, load_file
 from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.tabular import split_indices
-from tests.conftest import run_component
 
 pytestmark = pytest.mark.unit
 
@@ -86,7 +86,9 @@ def test_lineage_merge_and_conflict():
 
 
 def test_a_lineage_section_that_is_not_trainpipes_is_refused_in_one_line():
-    with pytest.raises(errors.InputError, match=r"lineage: section 'snapshot.rev' is not what trainpipe writes \(Field required\)"):
+    with pytest.raises(
+        errors.InputError, match=r"lineage: section 'snapshot.rev' is not what trainpipe writes \(Field required\)"
+    ):
         lineage.Lineage.of({"snapshot": {"md5": "1"}})
     with pytest.raises(errors.InputError, match="lineage: section 'source.rows' is not what trainpipe writes"):
         lineage.Lineage.of({"source": {"uri": "/d.csv", "md5": "1", "rows": "many", "columns": 3}})

@@ -39,7 +39,14 @@ def _rank(rank, step_s, n=10, samples=32):
         "peak_rss_mb": 100.0,
         "threads": 1,
         "steps": [
-            {"samples": samples, "step_s": step_s, "data_s": 0.1 * step_s, "forward_s": 0.3 * step_s, "backward_s": 0.4 * step_s, "optimizer_s": 0.2 * step_s}
+            {
+                "samples": samples,
+                "step_s": step_s,
+                "data_s": 0.1 * step_s,
+                "forward_s": 0.3 * step_s,
+                "backward_s": 0.4 * step_s,
+                "optimizer_s": 0.2 * step_s,
+            }
             for _ in range(n)
         ],
     }

@@ -59,19 +59,27 @@ def test_large_samples_use_the_distances_sampled_with_a_stated_seed():
     cur = ref.assign(b=ref["b"] * 1.5)
     one = compare(ref, cur, sample_size=5_000, seed=7)
     assert one.sampled and one.drifted_columns == ["b"]
-    assert {c.column: c.method for c in one.columns} == {"a": "wasserstein", "b": "wasserstein", "c": "wasserstein", "k": "jensenshannon"}
+    assert {c.column: c.method for c in one.columns} == {
+        "a": "wasserstein",
+        "b": "wasserstein",
+        "c": "wasserstein",
+        "k": "jensenshannon",
+    }
     assert all(c.reference_rows == 5_000 for c in one.columns)
     assert one.to_dict() == compare(ref, cur, sample_size=5_000, seed=7).to_dict()  # reproducible
     psi = compare(ref, cur, methods={"b": "psi"}, thresholds={"a": 0.5})
     assert [c.method for c in psi.columns if c.column == "b"] == ["psi"] and psi.drifted_columns == ["b"]
 
 
-@pytest.mark.parametrize(("ref_cols", "cur", "message"), [
-    (["a", "b"], pd.DataFrame({"a": [1.0]}), "current: has no column 'b' (the schemas differ)"),
-    (["a"], pd.DataFrame({"a": [1.0], "z": [2.0]}), "current: column 'z' is not in the reference"),
-    (["a"], pd.DataFrame({"a": ["x"]}), "current: column 'a' is categorical but numeric in the reference"),
-    (["a"], pd.DataFrame({"a": []}, dtype=float), "current: has no rows to compare"),
-])
+@pytest.mark.parametrize(
+    ("ref_cols", "cur", "message"),
+    [
+        (["a", "b"], pd.DataFrame({"a": [1.0]}), "current: has no column 'b' (the schemas differ)"),
+        (["a"], pd.DataFrame({"a": [1.0], "z": [2.0]}), "current: column 'z' is not in the reference"),
+        (["a"], pd.DataFrame({"a": ["x"]}), "current: column 'a' is categorical but numeric in the reference"),
+        (["a"], pd.DataFrame({"a": []}, dtype=float), "current: has no rows to compare"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_column(ref_cols, cur, message):
     ref = pd.DataFrame({c: [1.0, 2.0, 3.0] for c in ref_cols})
     with pytest.raises(InputError) as err:
@@ -103,18 +111,27 @@ def test_the_component_decides_and_writes_its_result_and_report(tmp_path, digits
     assert always.retrain is True and always.reasons[0] == "retrain_on is always: retrain whatever the figures"
     assert always.drifted_columns == ["pixel_2_3"]  # still measured
     share = detect_drift(DetectDriftConfig(**base, output_dir=str(tmp_path / "c"), drift_share=0.01), Lineage())
-    assert share.retrain is True and share.reasons[0].startswith("data drifted: 1 of 65 columns (pixel_2_3), share 0.015 >= 0.01")
+    assert share.retrain is True and share.reasons[0].startswith(
+        "data drifted: 1 of 65 columns (pixel_2_3), share 0.015 >= 0.01"
+    )
     written = json.loads((tmp_path / "c" / "drift.json").read_text())
     assert written["retrain"] is True and len(written["columns"]) == 65
     assert "<h1>Drift: retrain</h1>" in (tmp_path / "c" / "report.html").read_text()
-    assert [s[0] for s in share.series()[:3]] == ["trainpipe_drift_dataset_drift", "trainpipe_drift_share", "trainpipe_drift_retrain"]
+    assert [s[0] for s in share.series()[:3]] == [
+        "trainpipe_drift_dataset_drift",
+        "trainpipe_drift_share",
+        "trainpipe_drift_retrain",
+    ]
     # the new snapshot may be a folder of Parquet files
     folder = tmp_path / "cur-parquet"
     folder.mkdir()
     moved = cur.assign(pixel_2_3=cur["pixel_2_3"] + 4)
     moved.iloc[:400].to_parquet(folder / "part-0.parquet")
     moved.iloc[400:].to_parquet(folder / "part-1.parquet")
-    parts = detect_drift(DetectDriftConfig(data=str(folder), reference=str(tmp_path / "ref.csv"), output_dir=str(tmp_path / "d")), Lineage())
+    parts = detect_drift(
+        DetectDriftConfig(data=str(folder), reference=str(tmp_path / "ref.csv"), output_dir=str(tmp_path / "d")),
+        Lineage(),
+    )
     assert parts.current_rows == len(cur) and parts.drifted_columns == ["pixel_2_3"]
 
 
@@ -123,6 +140,18 @@ def test_a_lineage_that_names_no_complete_snapshot_is_one_line(tmp_path):
 
     with pytest.raises(InputError) as err:
         fetch_snapshot({"md5": "abc", "path": "data/digits.csv"}, tmp_path)
-    assert str(err.value) == "model_name: the champion's lineage has no complete DVC snapshot record (no rev, repo, remote); give reference"
+    assert (
+        str(err.value)
+        == "model_name: the champion's lineage has no complete DVC snapshot record (no rev, repo, remote); give reference"
+    )
     with pytest.raises(InputError, match=r"model_name: snapshot data/x.csv@0000000000 is not in .* at that revision"):
-        fetch_snapshot({"md5": "a", "rev": "0" * 40, "path": "data/x.csv", "repo": str(tmp_path / "no-repo"), "remote": str(tmp_path)}, tmp_path)
+        fetch_snapshot(
+            {
+                "md5": "a",
+                "rev": "0" * 40,
+                "path": "data/x.csv",
+                "repo": str(tmp_path / "no-repo"),
+                "remote": str(tmp_path),
+            },
+            tmp_path,
+        )

@@ -17,7 +17,10 @@ CHAMP = {"version": "3", "run_id": "r3", "metrics": {"accuracy": 0.90, "log_loss
 def test_threshold_pass_without_champion_says_so():
     d = decide({"accuracy": 0.91}, {"accuracy": 0.8})
     assert d.passed and not d.compared_with_champion and not d.beats_champion
-    assert d.reasons == ["accuracy 0.9100 >= threshold 0.8000", "no champion yet: decided by the absolute thresholds alone"]
+    assert d.reasons == [
+        "accuracy 0.9100 >= threshold 0.8000",
+        "no champion yet: decided by the absolute thresholds alone",
+    ]
 
 
 def test_threshold_fail_lists_the_failure():
@@ -54,7 +57,9 @@ def test_nan_or_missing_metric_fails_closed(bad):
 
 
 def test_uncomparable_champion_is_stated_and_thresholds_decide():
-    d = decide({"accuracy": 0.9}, {"accuracy": 0.8}, {"version": "2", "skipped": "it predicts other classes than this model"})
+    d = decide(
+        {"accuracy": 0.9}, {"accuracy": 0.8}, {"version": "2", "skipped": "it predicts other classes than this model"}
+    )
     assert d.passed and not d.compared_with_champion
     assert "champion version 2 not compared (it predicts other classes than this model)" in d.reasons[-1]
 
@@ -70,4 +75,8 @@ def test_champion_moves_only_on_a_decision_against_it():
 
 def test_regression_metrics():
     m = regression_metrics([1.0, 2.0, 3.0], [1.0, 2.0, 5.0])
-    assert m["mae"] == pytest.approx(2 / 3) and m["rmse"] == pytest.approx((4 / 3) ** 0.5) and m["r2"] == pytest.approx(-1.0)
+    assert (
+        m["mae"] == pytest.approx(2 / 3)
+        and m["rmse"] == pytest.approx((4 / 3) ** 0.5)
+        and m["r2"] == pytest.approx(-1.0)
+    )

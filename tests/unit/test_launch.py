@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -58,19 +57,31 @@ run_plan(Plan([cmd], [{{}}], 0, "t"), Path("{tmp_path}/errors"))
 
 def test_a_process_whose_launcher_died_before_it_ran_leaves_at_once(tmp_path):
     marker = tmp_path / "ran"
-    proc = subprocess.run([sys.executable, "-c", launch.GUARD, "touch", str(marker)],
-                          env={**os.environ, launch.PARENT_ENV: "1"}, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", launch.GUARD, "touch", str(marker)],
+        env={**os.environ, launch.PARENT_ENV: "1"},
+        timeout=30,
+    )
     assert proc.returncode == 1 and not marker.exists()
-    ok = subprocess.run([sys.executable, "-c", launch.GUARD, "touch", str(marker)],
-                        env={**os.environ, launch.PARENT_ENV: str(os.getpid())}, timeout=30)
+    ok = subprocess.run(
+        [sys.executable, "-c", launch.GUARD, "touch", str(marker)],
+        env={**os.environ, launch.PARENT_ENV: str(os.getpid())},
+        timeout=30,
+    )
     assert ok.returncode == 0 and marker.exists()
 
 
 def test_stopping_a_group_ends_even_a_process_outside_its_own_process_group():
     """SIGTERM ignored and no process group of its own: killpg cannot reach it, the stop still
     ends it (it used to wait for it forever)."""
-    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"],
-                                stdout=subprocess.PIPE)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
     assert stubborn.stdout is not None and stubborn.stdout.readline()  # the handler is in place
     stopper = threading.Thread(target=launch._stop, args=([stubborn],), kwargs={"grace": 0.5}, daemon=True)
     stopper.start()

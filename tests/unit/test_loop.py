@@ -73,8 +73,14 @@ def settings(tmp_path):
     csv.write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(ROWS)))
 
     def make(**extra):
-        base = {"data": str(csv), "output_dir": str(tmp_path / "out"), "batch_size": BATCH, "nproc_per_node": 1, "epochs": 2,
-                "checkpoint_every_s": 0}
+        base = {
+            "data": str(csv),
+            "output_dir": str(tmp_path / "out"),
+            "batch_size": BATCH,
+            "nproc_per_node": 1,
+            "epochs": 2,
+            "checkpoint_every_s": 0,
+        }
         return TrainModelConfig.model_validate({**base, **extra})
 
     return make
@@ -102,7 +108,9 @@ def train(settings, stop_after: int | None = None, on_batch=None):
 
 def test_a_run_killed_mid_epoch_resumes_after_its_checkpoint_with_the_same_batches_and_means(settings):
     whole, ctx, model = train(settings(checkpoint_every_steps=3))
-    assert len(whole) == 10 and sorted(r for b in whole[:5] for r in b) == sorted(range(ROWS))  # an epoch sees every row once
+    assert len(whole) == 10 and sorted(r for b in whole[:5] for r in b) == sorted(
+        range(ROWS)
+    )  # an epoch sees every row once
     assert [h["step"] for h in ctx.metrics.history] == [5, 10]
     expected_means = [np.mean(whole[:5]), np.mean(whole[5:])]
     assert [h["loss"] for h in ctx.metrics.history] == pytest.approx(expected_means)
@@ -113,7 +121,9 @@ def test_a_run_killed_mid_epoch_resumes_after_its_checkpoint_with_the_same_batch
     resumed, ctx2, model2 = train(again)
     assert ctx2.resumed_from == 6 and first[:6] + resumed == whole
     assert model2["sum"] == model["sum"]  # the state resumed from step 6's copy, not from where the run died
-    assert [h["loss"] for h in ctx2.metrics.history] == pytest.approx(expected_means)  # the partial epoch's sums travelled
+    assert [h["loss"] for h in ctx2.metrics.history] == pytest.approx(
+        expected_means
+    )  # the partial epoch's sums travelled
 
 
 def test_an_epoch_end_checkpoints_only_when_the_interval_passed(settings, tmp_path):
@@ -161,9 +171,26 @@ def test_step_records_are_contiguous_and_their_phases_add_up(settings):
 
 
 def test_a_step_record_from_its_marks():
-    at = {"start": 0.0, "ready": 1.0, "backward_start": 3.0, "backward_end": 6.0, "step_start": 7.0, "step_end": 9.0, "done": 10.0}
-    assert step_record(at, "torch") == {"data_s": 1.0, "forward_s": 2.0, "backward_s": 3.0, "optimizer_s": 2.0, "other_s": 2.0, "step_s": 10.0}
-    assert step_record({"start": 0.0, "ready": 1.0, "back": 4.0, "done": 5.0}, "torch")["forward_s"] == 3.0  # accumulation: no step
+    at = {
+        "start": 0.0,
+        "ready": 1.0,
+        "backward_start": 3.0,
+        "backward_end": 6.0,
+        "step_start": 7.0,
+        "step_end": 9.0,
+        "done": 10.0,
+    }
+    assert step_record(at, "torch") == {
+        "data_s": 1.0,
+        "forward_s": 2.0,
+        "backward_s": 3.0,
+        "optimizer_s": 2.0,
+        "other_s": 2.0,
+        "step_s": 10.0,
+    }
+    assert (
+        step_record({"start": 0.0, "ready": 1.0, "back": 4.0, "done": 5.0}, "torch")["forward_s"] == 3.0
+    )  # accumulation: no step
     tf = step_record({"start": 0.0, "ready": 1.0, "step_start": 2.0, "step_end": 6.0, "done": 7.0}, "tensorflow")
     assert tf == {"data_s": 1.0, "compute_s": 4.0, "other_s": 2.0, "step_s": 7.0}
 

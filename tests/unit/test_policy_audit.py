@@ -8,19 +8,39 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from trainpipe.contract import audit
 from trainpipe.contract.config import build, load_file
 from trainpipe.contract.errors import AuditTampered, InputError
-from trainpipe.contract.policy import Policy, check_encryption, check_endpoint, check_location, check_scheme, is_within, load_policy
+from trainpipe.contract.policy import (
+    Policy,
+    check_encryption,
+    check_endpoint,
+    check_location,
+    check_scheme,
+    is_within,
+    load_policy,
+)
 
 pytestmark = pytest.mark.unit
 
-UAE = Policy(allowed_regions=["me-central-1"], allowed_locations=["s3://uae-data/ml", "/srv/uae"], require_encryption=True)
+UAE = Policy(
+    allowed_regions=["me-central-1"], allowed_locations=["s3://uae-data/ml", "/srv/uae"], require_encryption=True
+)
 
 
-@pytest.mark.parametrize("uri", ["http://127.0.0.1:5000", "http://localhost:8080/x", "http://[::1]:5000", "https://mlflow.example.com", "sqlite:///x.db"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:5000",
+        "http://localhost:8080/x",
+        "http://[::1]:5000",
+        "https://mlflow.example.com",
+        "sqlite:///x.db",
+    ],
+)
 def test_tls_allowed(uri):
     check_endpoint("tracking_uri", uri, Policy())
 
@@ -109,8 +129,10 @@ def test_audit_chain_verifies_and_names_tampering(tmp_path):
 
 def test_audit_appends_from_many_processes_interleave_cleanly(tmp_path):
     log = tmp_path / "audit.jsonl"
-    code = "import sys\nfrom pathlib import Path\nfrom trainpipe.contract import audit\n" \
-           "for i in range(20): audit.append(Path(sys.argv[1]), [{'action': 'execute', 'component': sys.argv[2]}])\n"
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom trainpipe.contract import audit\n"
+        "for i in range(20): audit.append(Path(sys.argv[1]), [{'action': 'execute', 'component': sys.argv[2]}])\n"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(log), f"p{i}"]) for i in range(4)]
     assert [p.wait(timeout=60) for p in procs] == [0] * 4
     assert audit.verify(log)["records"] == 80
@@ -118,10 +140,14 @@ def test_audit_appends_from_many_processes_interleave_cleanly(tmp_path):
 
 def test_audit_verify_command_exit_codes(tmp_path):
     log = _chain(tmp_path, 3)
-    ok = subprocess.run([sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(log)], capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(log)], capture_output=True, text=True
+    )
     assert ok.returncode == 0 and "intact, 3 records" in ok.stdout
     log.write_text(log.read_text().replace('"c1"', '"cX"'))
-    bad = subprocess.run([sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(log)], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(log)], capture_output=True, text=True
+    )
     assert bad.returncode == 6 and bad.stderr.count("\n") == 1 and "seq 1) was edited" in bad.stderr
 
 
@@ -130,10 +156,22 @@ def test_audit_verify_command_exit_codes(tmp_path):
 from trainpipe.components.train_model.spec import TrainModelConfig  # noqa: E402
 from trainpipe.pipelines.config import PipelineConfig  # noqa: E402
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-10**12, max_value=10**12), st.floats(allow_nan=True),
-                     st.text(max_size=20))
-_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=6)
-_keys = st.one_of(st.sampled_from(sorted(TrainModelConfig.model_fields) + sorted(PipelineConfig.model_fields)), st.text(string.ascii_lowercase + "_", min_size=1, max_size=12))
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6,
+)
+_keys = st.one_of(
+    st.sampled_from(sorted(TrainModelConfig.model_fields) + sorted(PipelineConfig.model_fields)),
+    st.text(string.ascii_lowercase + "_", min_size=1, max_size=12),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

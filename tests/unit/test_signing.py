@@ -30,16 +30,29 @@ def test_a_signed_folder_verifies_with_the_public_key_and_the_signing_keys_own_h
     tmp, model, sha = signed
     assert (model / signing.SIGNATURE_FILE).is_file() and len(sha) == 64
     assert signing.verify(model, "m", required=True, expected_digest=sha) == sha  # the signing key's public half
-    monkeypatch.setenv(signing.VERIFY_KEY_ENV, (tmp / "k.pub").read_text())  # the PEM itself, as a secret given as a variable
+    monkeypatch.setenv(
+        signing.VERIFY_KEY_ENV, (tmp / "k.pub").read_text()
+    )  # the PEM itself, as a secret given as a variable
     assert signing.verify(model, "m") == sha
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda m: (m / "model.safetensors").write_bytes(b"\x01" + (m / "model.safetensors").read_bytes()[1:]),
-     "model.safetensors differs from what was signed: it was changed after it was signed"),
-    (lambda m: (m / "extra.py").write_text("import os"), "files that were not signed were added (extra.py): it was changed after it was signed"),
-    (lambda m: (m / "model.json").unlink(), "files that were signed are missing (model.json): it was changed after it was signed"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            lambda m: (m / "model.safetensors").write_bytes(b"\x01" + (m / "model.safetensors").read_bytes()[1:]),
+            "model.safetensors differs from what was signed: it was changed after it was signed",
+        ),
+        (
+            lambda m: (m / "extra.py").write_text("import os"),
+            "files that were not signed were added (extra.py): it was changed after it was signed",
+        ),
+        (
+            lambda m: (m / "model.json").unlink(),
+            "files that were signed are missing (model.json): it was changed after it was signed",
+        ),
+    ],
+)
 def test_a_changed_added_or_missing_file_is_refused_in_one_line(signed, change, says):
     _, model, _ = signed
     change(model)
@@ -93,23 +106,63 @@ def _cert_chain(tmp_path):
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(name("platform CA")).issuer_name(name("platform CA")).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    leaf = (x509.CertificateBuilder().subject_name(name("register_model")).issuer_name(ca.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=7))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("platform CA"))
+        .issuer_name(name("platform CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(name("register_model"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=7))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     pem = serialization.Encoding.PEM
-    (tmp_path / "signer.pem").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (tmp_path / "signer.pem").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     (tmp_path / "signer.crt").write_bytes(leaf.public_bytes(pem))
     (tmp_path / "ca.crt").write_bytes(ca.public_bytes(pem))
 
@@ -137,6 +190,8 @@ def test_a_certificate_the_platform_issued_signs_and_its_chain_verifies(tmp_path
     _cert_chain(other)  # another CA: its certificate does not root this signature
     monkeypatch.setenv(signing.VERIFY_CHAIN_ENV, str(other / "ca.crt"))
     (model / "model.safetensors").write_bytes(b"\0" * 4096)
-    with pytest.raises(SignatureInvalid, match="failed signature verification: it was signed with another key than the one this platform "
-                                               "verifies with"):
+    with pytest.raises(
+        SignatureInvalid,
+        match="failed signature verification: it was signed with another key than the one this platform verifies with",
+    ):
         signing.verify(model, "m")

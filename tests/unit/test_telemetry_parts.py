@@ -54,9 +54,20 @@ def test_a_url_loses_its_credentials_in_a_log_line():
 def _ctx(rank: int = 0, records: list | None = None):
     settings = types.SimpleNamespace(backend="torch_ddp", precision="fp32", epochs=3, train_function="builtin:mlp")
     return types.SimpleNamespace(
-        settings=settings, rank=rank, world_size=2, dist_name="gloo", global_step=len(records or []), epoch=0, batches_done=len(records or []),
-        step_records=list(records or []), restarts=0, last_checkpoint_unix=None,
-        progress_ratio=lambda: 0.5, eta_seconds=lambda: 3.0, learning_rate=lambda: 0.1, last_logged=lambda: {"loss": 0.25},
+        settings=settings,
+        rank=rank,
+        world_size=2,
+        dist_name="gloo",
+        global_step=len(records or []),
+        epoch=0,
+        batches_done=len(records or []),
+        step_records=list(records or []),
+        restarts=0,
+        last_checkpoint_unix=None,
+        progress_ratio=lambda: 0.5,
+        eta_seconds=lambda: 3.0,
+        learning_rate=lambda: 0.1,
+        last_logged=lambda: {"loss": 0.25},
         device_figures=lambda: {},
     )
 
@@ -66,7 +77,10 @@ def _samples(families, name):
 
 
 def test_the_collector_folds_steps_at_scrape_time_and_holds_the_newest_until_the_end():
-    recs = [{"samples": 32, "step_s": 0.004, "data_s": 0.001, "forward_s": 0.001}, {"samples": 32, "step_s": 0.2, "data_s": 0.1}]
+    recs = [
+        {"samples": 32, "step_s": 0.004, "data_s": 0.001, "forward_s": 0.001},
+        {"samples": 32, "step_s": 0.2, "data_s": 0.1},
+    ]
     ctx = _ctx(records=recs)
     c = telemetry.TrainingCollector(ctx, {"run_id": "r1", "model": "builtin:mlp"})
     first = list(c.collect())
@@ -82,18 +96,32 @@ def test_the_collector_folds_steps_at_scrape_time_and_holds_the_newest_until_the
     phases = {s.labels["phase"]: s.value for s in _samples(last, "trainpipe_training_phase_seconds_total")}
     assert phases["data"] == pytest.approx(0.101) and "backward" not in phases
     loss = _samples(last, "trainpipe_training_logged")[0]
-    assert loss.labels["key"] == "loss" and loss.value == 0.25 and loss.labels["run_id"] == "r1" and loss.labels["rank"] == ""
+    assert (
+        loss.labels["key"] == "loss"
+        and loss.value == 0.25
+        and loss.labels["run_id"] == "r1"
+        and loss.labels["rank"] == ""
+    )
 
 
 def test_local_rank_0_answers_for_its_node_and_a_taken_port_is_one_warning(monkeypatch, capsys):
     monkeypatch.setenv(telemetry.ADDRESS_ENV, "127.0.0.1")
     port = free_port_pair()
-    ranks = [telemetry.TrainingMetrics.serve(_ctx(rank=r, records=[{"samples": 8, "step_s": 0.01}] * 3), port, r, 2) for r in (0, 1)]
+    ranks = [
+        telemetry.TrainingMetrics.serve(_ctx(rank=r, records=[{"samples": 8, "step_s": 0.01}] * 3), port, r, 2)
+        for r in (0, 1)
+    ]
     try:
         node = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         own = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?ranks=self", timeout=5).read().decode()
-        assert {line.split('rank="')[1][0] for line in node.splitlines() if line.startswith("trainpipe_training_global_step")} == {"0", "1"}
-        assert {line.split('rank="')[1][0] for line in own.splitlines() if line.startswith("trainpipe_training_global_step")} == {"0"}
+        assert {
+            line.split('rank="')[1][0]
+            for line in node.splitlines()
+            if line.startswith("trainpipe_training_global_step")
+        } == {"0", "1"}
+        assert {
+            line.split('rank="')[1][0] for line in own.splitlines() if line.startswith("trainpipe_training_global_step")
+        } == {"0"}
         assert node.count("# TYPE trainpipe_training_global_step gauge") == 1  # one family, both ranks' samples
         again = telemetry.TrainingMetrics.serve(_ctx(rank=0), port, 0, 1)
         assert again is None
@@ -101,7 +129,9 @@ def test_local_rank_0_answers_for_its_node_and_a_taken_port_is_one_warning(monke
         for r in ranks:
             r.close(finished=True)
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith(f"trainpipe telemetry: warning: metrics_port: cannot serve rank 0's metrics on 127.0.0.1:{port}")
+    assert len(err) == 1 and err[0].startswith(
+        f"trainpipe telemetry: warning: metrics_port: cannot serve rank 0's metrics on 127.0.0.1:{port}"
+    )
 
 
 def test_without_a_pushgateway_nothing_is_pushed_and_one_that_is_down_is_one_warning(monkeypatch, capsys):
@@ -110,7 +140,12 @@ def test_without_a_pushgateway_nothing_is_pushed_and_one_that_is_down_is_one_war
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    assert telemetry.push_component("validate_data", 0, 1.0, "r", {"rows": 3}, "local", url=f"http://u:pw@127.0.0.1:{closed}") is False
+    assert (
+        telemetry.push_component(
+            "validate_data", 0, 1.0, "r", {"rows": 3}, "local", url=f"http://u:pw@127.0.0.1:{closed}"
+        )
+        is False
+    )
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "cannot push validate_data's figures to http://127.0.0.1:" in err[0] and "pw" not in err[0]
 
@@ -126,7 +161,9 @@ def test_hashing_a_large_dataset_reports_progress_and_the_same_hash(tmp_path, mo
     monkeypatch.setenv(telemetry.PROGRESS_ENV, "0")
     assert dataset_digest(folder, "snapshot_dataset: hashing the data") == plain
     lines = capsys.readouterr().err.splitlines()
-    assert lines and all(line.startswith("snapshot_dataset: hashing the data: ") and " MB (" in line and "MB/s" in line for line in lines)
+    assert lines and all(
+        line.startswith("snapshot_dataset: hashing the data: ") and " MB (" in line and "MB/s" in line for line in lines
+    )
     assert lines[-1].startswith("snapshot_dataset: hashing the data: 9/9 MB (100%)")
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainpipe.training.data import rank_batches, steps_per_epoch
 from trainpipe.components.train_model.spec import TrainModelConfig
 from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
 from trainpipe.resources import threads_per_rank
+from trainpipe.training.data import rank_batches, steps_per_epoch
 
 pytestmark = pytest.mark.unit
 
@@ -89,7 +89,16 @@ def test_tensorflow_threads_follow_omp_num_threads(monkeypatch, tmp_path):
     for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr("trainpipe.resources.usable_cpus", lambda: 4)
-    config = build(TrainModelConfig, {"data": str(tmp_path), "output_dir": str(tmp_path / "o"), "backend": "tensorflow", "nproc_per_node": 2, "device": "cpu"})
+    config = build(
+        TrainModelConfig,
+        {
+            "data": str(tmp_path),
+            "output_dir": str(tmp_path / "o"),
+            "backend": "tensorflow",
+            "nproc_per_node": 2,
+            "device": "cpu",
+        },
+    )
     env = rank_env(config)
     assert (env["OMP_NUM_THREADS"], env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == ("2", "2", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -149,7 +158,9 @@ def test_ddp_resends_buffers_each_step_only_for_running_statistics(one_rank_grou
         assert _wrap(net).broadcast_buffers is False
     batchnorm = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
     assert _wrap(batchnorm).broadcast_buffers is True
-    assert _wrap(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))).broadcast_buffers is False
+    assert (
+        _wrap(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))).broadcast_buffers is False
+    )
     assert _wrap(mlp(64, 10, [32]), forward_sync_buffers=True).broadcast_buffers is True
 
 
@@ -163,4 +174,7 @@ def test_a_model_class_of_the_framework_is_imported_where_it_is_served_not_shipp
     assert builder_reference(torch.nn.Linear) == ("torch.nn.modules.linear:Linear", [])
     assert builder_reference("torch.nn:Sequential") == ("torch.nn:Sequential", [])
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures"))
-    assert builder_reference("teampkg.models:SeqConvNet") == ("teampkg.models:SeqConvNet", ["teampkg"])  # a team's own code still travels
+    assert builder_reference("teampkg.models:SeqConvNet") == (
+        "teampkg.models:SeqConvNet",
+        ["teampkg"],
+    )  # a team's own code still travels

@@ -39,7 +39,9 @@ def begin_output(path: str | os.PathLike[str]) -> Path:
     return out
 
 
-def finish_output(path: str | os.PathLike[str], component: str, result: dict[str, Any], lineage: dict[str, Any]) -> None:
+def finish_output(
+    path: str | os.PathLike[str], component: str, result: dict[str, Any], lineage: dict[str, Any]
+) -> None:
     """Mark an output directory complete (the last write of a step)."""
     atomic_write_json(Path(path) / MARKER, {"component": component, "result": result, "lineage": lineage})
 
@@ -69,4 +71,6 @@ def read_artifact(path: str | os.PathLike[str], field_name: str) -> ArtifactRef:
         doc = read_json(marker)
     except ValueError as exc:
         raise InputError(f"input {field_name!r}: {MARKER} is not valid JSON: {exc}") from None
-    return ArtifactRef(path=p, component=doc.get("component", ""), result=doc.get("result", {}), lineage=doc.get("lineage", {}))
+    return ArtifactRef(
+        path=p, component=doc.get("component", ""), result=doc.get("result", {}), lineage=doc.get("lineage", {})
+    )

@@ -23,8 +23,9 @@ import hashlib
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from trainpipe.contract.errors import AuditTampered, InputError
 from trainpipe.contract.io import atomic_write_json
@@ -150,11 +151,17 @@ def verify(log: Path) -> dict[str, Any]:
             except ValueError:
                 raise AuditTampered(f"audit_log: line {lineno} is not a JSON record") from None
             if record.get("seq") != n:
-                raise AuditTampered(f"audit_log: line {lineno} has seq {record.get('seq')!r}, expected {n} (a record was removed, inserted or reordered)")
+                raise AuditTampered(
+                    f"audit_log: line {lineno} has seq {record.get('seq')!r}, expected {n} (a record was removed, inserted or reordered)"
+                )
             if record.get("prev") != prev:
-                raise AuditTampered(f"audit_log: line {lineno} (seq {n}) does not follow the record before it (removed, inserted or reordered)")
+                raise AuditTampered(
+                    f"audit_log: line {lineno} (seq {n}) does not follow the record before it (removed, inserted or reordered)"
+                )
             if record_hash(record) != record.get("hash"):
-                raise AuditTampered(f"audit_log: line {lineno} (seq {n}) was edited: its hash does not match its content")
+                raise AuditTampered(
+                    f"audit_log: line {lineno} (seq {n}) was edited: its hash does not match its content"
+                )
             prev, n = record["hash"], n + 1
     head = head_path(log)
     if not head.is_file():
@@ -163,7 +170,9 @@ def verify(log: Path) -> dict[str, Any]:
     else:
         doc = json.loads(head.read_text())
         if doc.get("seq") != n - 1 or doc.get("hash") != prev:
-            raise AuditTampered(f"audit_log: the head says seq {doc.get('seq')} but the log ends at seq {n - 1} (records were removed from the end)")
+            raise AuditTampered(
+                f"audit_log: the head says seq {doc.get('seq')} but the log ends at seq {n - 1} (records were removed from the end)"
+            )
     return {"records": n, "head": prev}
 
 

@@ -19,12 +19,14 @@ import sys
 import time
 import types
 import typing
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
-from trainpipe.contract import artifacts, lineage as lineage_mod
+from trainpipe.contract import artifacts
+from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.config import build, load_file
 from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
@@ -49,7 +51,11 @@ def _role_fields(model: type[BaseModel], role: str) -> list[str]:
 
 def source_fields(model: type[BaseModel]) -> list[str]:
     """Input fields that may name raw data instead of an artifact."""
-    return [n for n, f in model.model_fields.items() if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("source")]
+    return [
+        n
+        for n, f in model.model_fields.items()
+        if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("source")
+    ]
 
 
 def input_fields(model: type[BaseModel]) -> list[str]:
@@ -72,7 +78,9 @@ def _is_plain_string(annotation: Any) -> bool:
 
 
 def _optional(annotation: Any) -> bool:
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
+        annotation
+    )
 
 
 def _parse_value(raw: str, annotation: Any) -> Any:
@@ -108,10 +116,11 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
     group = parser.add_argument_group("settings")
     for fname, f in model.model_fields.items():
         flag = "--" + fname.replace("_", "-")
-        help_ = (f.description or "") + ("" if f.is_required() else f" (default: {f.get_default(call_default_factory=True)!r})")
+        help_ = (f.description or "") + (
+            "" if f.is_required() else f" (default: {f.get_default(call_default_factory=True)!r})"
+        )
         group.add_argument(flag, dest=fname, default=argparse.SUPPRESS, metavar="VALUE", help=help_)
     return parser
-
 
 
 Core = Callable[[Any, Lineage, Runtime], ComponentResult]
@@ -159,8 +168,15 @@ def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dic
     if not os.environ.get(telemetry.PUSHGATEWAY_ENV):
         return
     run_id = ns.get("run_id") or ((payload.get("lineage") or {}).get("orchestrator") or {}).get("run_id")
-    telemetry.push_component(name, code, seconds, run_id, result.figures() if result is not None else {},
-                             os.environ.get(PROFILE_ENV) or "local", series=result.series() if result is not None else [])
+    telemetry.push_component(
+        name,
+        code,
+        seconds,
+        run_id,
+        result.figures() if result is not None else {},
+        os.environ.get(PROFILE_ENV) or "local",
+        series=result.series() if result is not None else [],
+    )
 
 
 @contextlib.contextmanager
@@ -180,7 +196,9 @@ def _stdout_to_stderr() -> Iterator[typing.TextIO]:
         os.close(saved)
 
 
-def _run(name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str) -> tuple[int, dict[str, Any], Any]:
+def _run(
+    name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str
+) -> tuple[int, dict[str, Any], Any]:
     payload: dict[str, Any] = {}
     config: Any = None
     audit_log: Path | None = None
@@ -204,7 +222,8 @@ def _run(name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], pref
         upstream = [
             artifacts.read_artifact(getattr(config, f), f).lineage
             for f in input_fields(model)
-            if getattr(config, f) and Path(getattr(config, f)).is_dir()
+            if getattr(config, f)
+            and Path(getattr(config, f)).is_dir()
             and not (f in sources and not (Path(getattr(config, f)) / artifacts.MARKER).exists())
         ]
         record = lineage_mod.merge(upstream).with_(**lineage_mod.run_sections(ns.get("orchestrator"), ns.get("run_id")))
@@ -240,7 +259,16 @@ def _run(name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], pref
         print(f"{prefix}: internal error (a bug in trainpipe; the traceback above says where)", file=sys.stderr)
         if audit_log is not None:
             with contextlib.suppress(TrainpipeError):
-                _audit(audit_log, name, model, config, ns, payload, None, TrainpipeError(f"internal error: {sys.exc_info()[0].__name__}"))
+                _audit(
+                    audit_log,
+                    name,
+                    model,
+                    config,
+                    ns,
+                    payload,
+                    None,
+                    TrainpipeError(f"internal error: {sys.exc_info()[0].__name__}"),
+                )
         return EXIT_INTERNAL, payload, None
     return EXIT_OK, payload, result
 
@@ -263,18 +291,32 @@ def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:
             continue
         if "://" in value:
             scheme = value.split("://", 1)[0]
-            raise InputError(f"{field}: unsupported URI scheme {scheme + '://'!r} in {value!r} (a local path is expected; orchestrators mount object storage as files)")
+            raise InputError(
+                f"{field}: unsupported URI scheme {scheme + '://'!r} in {value!r} (a local path is expected; orchestrators mount object storage as files)"
+            )
         p = Path(value).resolve()
-        if field in input_fields(model) and (p.is_file() or (field in source_fields(model) and p.is_dir() and not (p / artifacts.MARKER).exists())):
+        if field in input_fields(model) and (
+            p.is_file() or (field in source_fields(model) and p.is_dir() and not (p / artifacts.MARKER).exists())
+        ):
             continue  # raw data the user names (a file, a folder of Parquet files) may live anywhere it can be read
         if ".." in Path(value).parts:
-            raise InputError(f"{field}: {value!r} climbs out with '..' (path traversal is refused; give the path itself)")
+            raise InputError(
+                f"{field}: {value!r} climbs out with '..' (path traversal is refused; give the path itself)"
+            )
         if root is not None and not p.is_relative_to(root):
             raise InputError(f"{field}: {value!r} is outside the workspace {str(root)!r} (TRAINPIPE_WORKSPACE)")
 
 
-def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel | None, ns: dict[str, Any], payload: dict[str, Any],
-           result: Any, exc: TrainpipeError | None) -> None:
+def _audit(
+    log: Path,
+    name: str,
+    model: type[BaseModel],
+    config: BaseModel | None,
+    ns: dict[str, Any],
+    payload: dict[str, Any],
+    result: Any,
+    exc: TrainpipeError | None,
+) -> None:
     """Append this execution (and any gate decision or alias change it made) to the audit log."""
     from trainpipe.contract import audit
     from trainpipe.contract.io import file_digest
@@ -288,14 +330,19 @@ def _audit(log: Path, name: str, model: type[BaseModel], config: BaseModel | Non
     base = {
         "component": name,
         "who": audit.identity(),
-        "run": {"orchestrator": ns.get("orchestrator") or os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual", "run_id": ns.get("run_id")},
+        "run": {
+            "orchestrator": ns.get("orchestrator") or os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual",
+            "run_id": ns.get("run_id"),
+        },
     }
     execution = {
         **base,
         "action": "execute",
         "status": "ok" if exc is None else "failed",
         "inputs": {f: ref(f) for f in input_fields(model) if getattr(config, f)} if config is not None else {},
-        "outputs": {f: ref(f) for f in output_fields(model) if getattr(config, f)} if exc is None and config is not None else {},
+        "outputs": {f: ref(f) for f in output_fields(model) if getattr(config, f)}
+        if exc is None and config is not None
+        else {},
         "result_sha256": audit.payload_hash(payload) if exc is None else None,
     }
     if exc is not None:

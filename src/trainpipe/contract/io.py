@@ -12,8 +12,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 _CHUNK = 1 << 20
 
@@ -123,8 +124,10 @@ def dataset_digest(path: str | os.PathLike[str], progress_for: str | None = None
     if p.is_file():
         digest = file_digest(p, progress=progress)
     else:
-        entries = sorted(({"md5": file_digest(f, progress=progress), "relpath": f.relative_to(p).as_posix()} for f in files),
-                         key=lambda e: e["relpath"])
+        entries = sorted(
+            ({"md5": file_digest(f, progress=progress), "relpath": f.relative_to(p).as_posix()} for f in files),
+            key=lambda e: e["relpath"],
+        )
         digest = hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
     if progress is not None:
         progress.finish()

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
@@ -168,7 +169,7 @@ class Lineage(BaseModel):
     def _without_absent_sections(self, handler: Any) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
 
-    def with_(self, **sections: Any) -> "Lineage":
+    def with_(self, **sections: Any) -> Lineage:
         """A copy with these sections set (a step adds its own)."""
         return self.model_copy(update=sections)
 
@@ -177,7 +178,7 @@ class Lineage(BaseModel):
         return self.model_dump(mode="json")
 
     @classmethod
-    def of(cls, record: "Lineage | dict[str, Any] | None") -> "Lineage":
+    def of(cls, record: Lineage | dict[str, Any] | None) -> Lineage:
         """A record read back from an artifact (a dict), or one already typed.
 
         Raises:
@@ -192,7 +193,9 @@ class Lineage(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ()))
-            raise InputError(f"lineage: section {where!r} is not what trainpipe writes ({err.get('msg')}); was the artifact made by another version?") from None
+            raise InputError(
+                f"lineage: section {where!r} is not what trainpipe writes ({err.get('msg')}); was the artifact made by another version?"
+            ) from None
 
 
 #: Sections describing the step that runs, not the data: each step sets them anew.
@@ -201,7 +204,11 @@ RUN_SECTIONS = ("code", "orchestrator", "image")
 
 def run_sections(orchestrator_name: str | None = None, run_id: str | None = None) -> dict[str, Any]:
     """The sections describing this step's run: code version, orchestrator, image."""
-    return {"code": CodeLineage(**code_version()), "orchestrator": OrchestratorLineage(**orchestrator(orchestrator_name, run_id)), "image": image()}
+    return {
+        "code": CodeLineage(**code_version()),
+        "orchestrator": OrchestratorLineage(**orchestrator(orchestrator_name, run_id)),
+        "image": image(),
+    }
 
 
 def merge(records: Iterable[Lineage | dict[str, Any]]) -> Lineage:

@@ -48,7 +48,8 @@ class Policy(StrictModel):
         False, description="object-store remotes and artifact stores must be written with server-side encryption"
     )
     sse: Literal["AES256", "aws:kms"] | None = Field(
-        None, description="server-side encryption trainpipe asks of object stores it writes when their own config sets none"
+        None,
+        description="server-side encryption trainpipe asks of object stores it writes when their own config sets none",
     )
     sse_kms_key_id: str | None = Field(None, description="the KMS key of aws:kms encryption")
     allow_plain_http: list[str] = Field(
@@ -158,13 +159,19 @@ def check_location(field: str, uri: str, region: str | None = None, policy: Poli
     """
     policy = policy if policy is not None else load_policy()
     if policy.allowed_locations and not any(is_within(uri, p) for p in policy.allowed_locations):
-        raise InputError(f"{field}: {uri!r} is outside the policy's allowed_locations ({', '.join(policy.allowed_locations)})")
+        raise InputError(
+            f"{field}: {uri!r} is outside the policy's allowed_locations ({', '.join(policy.allowed_locations)})"
+        )
     scheme, _ = _location(uri)
     if policy.allowed_regions and scheme != "file":
         if not region:
-            raise InputError(f"{field}: the region of {uri!r} is not set; the policy allows only {', '.join(policy.allowed_regions)}")
+            raise InputError(
+                f"{field}: the region of {uri!r} is not set; the policy allows only {', '.join(policy.allowed_regions)}"
+            )
         if region not in policy.allowed_regions:
-            raise InputError(f"{field}: region {region!r} of {uri!r} is not allowed by the policy (allowed: {', '.join(policy.allowed_regions)})")
+            raise InputError(
+                f"{field}: region {region!r} of {uri!r} is not allowed by the policy (allowed: {', '.join(policy.allowed_regions)})"
+            )
 
 
 def env_region() -> str | None:
@@ -194,9 +201,13 @@ def check_encryption(field: str, uri: str, sse: str | None, policy: Policy | Non
     policy = policy if policy is not None else load_policy()
     scheme, _ = _location(uri)
     if policy.require_encryption and scheme not in SSE_SCHEMES + ("file",):
-        raise InputError(f"{field}: {uri!r} is a store whose encryption trainpipe cannot configure; the policy requires server-side encryption (use s3:// with sse)")
+        raise InputError(
+            f"{field}: {uri!r} is a store whose encryption trainpipe cannot configure; the policy requires server-side encryption (use s3:// with sse)"
+        )
     if policy.require_encryption and scheme in SSE_SCHEMES and not sse:
-        raise InputError(f"{field}: {uri!r} would be written unencrypted; the policy requires server-side encryption (set sse to AES256 or aws:kms)")
+        raise InputError(
+            f"{field}: {uri!r} would be written unencrypted; the policy requires server-side encryption (set sse to AES256 or aws:kms)"
+        )
 
 
 def check_scheme(field: str, uri: str, allowed: tuple[str, ...]) -> None:
@@ -207,8 +218,9 @@ def check_scheme(field: str, uri: str, allowed: tuple[str, ...]) -> None:
     """
     scheme = _location(uri)[0]
     if scheme not in allowed:
-        raise InputError(f"{field}: unsupported URI scheme {scheme + '://'!r} in {uri!r} (supported: {', '.join(s + '://' if s != 'file' else 'a local path' for s in allowed)})")
-
+        raise InputError(
+            f"{field}: unsupported URI scheme {scheme + '://'!r} in {uri!r} (supported: {', '.join(s + '://' if s != 'file' else 'a local path' for s in allowed)})"
+        )
 
 
 def s3_upload_args(sse: str | None, kms_key_id: str | None) -> dict[str, str]:

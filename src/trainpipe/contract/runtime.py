@@ -25,7 +25,7 @@ class Runtime:
     trusted_code: tuple[str, ...] = ()
 
     @classmethod
-    def from_env(cls) -> "Runtime":
+    def from_env(cls) -> Runtime:
         """What the orchestrator set: ``TRAINPIPE_POLICY``, ``TRAINPIPE_HARDWARE_PROFILE``,
         ``TRAINPIPE_TRUSTED_MODEL_CODE``.
 

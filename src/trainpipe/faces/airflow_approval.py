@@ -19,10 +19,15 @@ class TrainpipeApprovalOperator(ApprovalOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         user = event.get("responded_by_user") or {}
-        context["ti"].xcom_push(key=ANSWER_KEY, value={
-            "chosen_options": list(event.get("chosen_options") or []),
-            "params_input": dict(event.get("params_input") or {}),
-            "responded_by_user": {"id": str(user.get("id", "")), "name": str(user.get("name", ""))} if user else None,
-            "error": event.get("error_type") if "error" in event else None,
-        })
+        context["ti"].xcom_push(
+            key=ANSWER_KEY,
+            value={
+                "chosen_options": list(event.get("chosen_options") or []),
+                "params_input": dict(event.get("params_input") or {}),
+                "responded_by_user": {"id": str(user.get("id", "")), "name": str(user.get("name", ""))}
+                if user
+                else None,
+                "error": event.get("error_type") if "error" in event else None,
+            },
+        )
         return super().execute_complete(context=context, event=event)

@@ -15,8 +15,15 @@ from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator
 
 
 def component_task(
-    operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], *, mode: str, image: str | None,
-    profile: Any = None, resources: Any = None, **kwargs: Any,
+    operator_cls: type[TrainpipeOperator],
+    task_id: str,
+    settings: dict[str, Any],
+    *,
+    mode: str,
+    image: str | None,
+    profile: Any = None,
+    resources: Any = None,
+    **kwargs: Any,
 ) -> Any:
     """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
     name = operator_cls.component
@@ -29,8 +36,16 @@ def component_task(
     if mode == "kubernetes":
         from trainpipe.faces.airflow_pod import kubernetes_task
 
-        return kubernetes_task(operator_cls.component, task_id=task_id, settings=settings, image=image, profile=profile, resources=resources,
-                               operator_cls=operator_cls, **kwargs)
+        return kubernetes_task(
+            operator_cls.component,
+            task_id=task_id,
+            settings=settings,
+            image=image,
+            profile=profile,
+            resources=resources,
+            operator_cls=operator_cls,
+            **kwargs,
+        )
     if mode != "local":
         raise ValueError(f"mode: {mode!r} is not local or kubernetes")
     return operator_cls(task_id=task_id, settings=settings, **kwargs)
@@ -40,8 +55,16 @@ def component_task(
 GATE_KEYS = ("thresholds", "min_improvement", "max_regression", "metric_functions", "lower_is_better")
 
 
-def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, include: tuple[str, ...] = ("profile_training",),
-                optimize_keys: Any = None, approval_timeout: timedelta | None = None) -> tuple[Any, Any]:
+def model_steps(
+    step: Any,
+    *,
+    snapshot_dir: str,
+    run_dir: str,
+    train_keys: Any,
+    include: tuple[str, ...] = ("profile_training",),
+    optimize_keys: Any = None,
+    approval_timeout: timedelta | None = None,
+) -> tuple[Any, Any]:
     """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them.
 
     ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
@@ -71,11 +94,19 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
         },
         execution_timeout=timedelta(hours=6),
     )
-    profile = step(
-        ProfileTrainingOperator,
-        "profile_training",
-        {"model": f"{run_dir}/train_model", "output_dir": f"{run_dir}/profile_training", "tracking_uri": "{{ params.tracking_uri }}"},
-    ) if "profile_training" in include else None
+    profile = (
+        step(
+            ProfileTrainingOperator,
+            "profile_training",
+            {
+                "model": f"{run_dir}/train_model",
+                "output_dir": f"{run_dir}/profile_training",
+                "tracking_uri": "{{ params.tracking_uri }}",
+            },
+        )
+        if "profile_training" in include
+        else None
+    )
     evaluate = step(
         EvaluateModelOperator,
         "evaluate_model",
@@ -90,7 +121,9 @@ def model_steps(step: Any, *, snapshot_dir: str, run_dir: str, train_keys: Any, 
             **{k: "{{ params.%s | tojson }}" % k for k in GATE_KEYS},
         },
     )
-    gate = GateOperator(task_id="gate", condition=gate_passed, doc_md="Continue only when evaluate_model's decision passed.")
+    gate = GateOperator(
+        task_id="gate", condition=gate_passed, doc_md="Continue only when evaluate_model's decision passed."
+    )
     optimize = None
     if optimize_keys is not None:
         from trainpipe.components.optimize_model.airflow_task import OptimizeModelOperator
@@ -147,26 +180,42 @@ def approval_steps(register: Any, timeout: timedelta) -> Any:
     approve = TrainpipeApprovalOperator(
         task_id="approve",
         subject=f"Promote {{{{ params.model_name }}}} version {version} to {{{{ params.alias }}}}?",
-        body=("The gate passed: {{ ti.xcom_pull(task_ids='evaluate_model')['decision']['reasons'] | join('; ') }}.\n\n"
-              f"`trainpipe lineage models:/{{{{ params.model_name }}}}/{version}` shows its chain back to the raw data. "
-              "Approve to move the serving alias to it; Reject (the default when nobody answers in time) leaves it a challenger."),
+        body=(
+            "The gate passed: {{ ti.xcom_pull(task_ids='evaluate_model')['decision']['reasons'] | join('; ') }}.\n\n"
+            f"`trainpipe lineage models:/{{{{ params.model_name }}}}/{version}` shows its chain back to the raw data. "
+            "Approve to move the serving alias to it; Reject (the default when nobody answers in time) leaves it a challenger."
+        ),
         defaults="Reject",
         response_timeout=timeout,
         execution_timeout=None,
         retries=0,
-        params={"reason": Param("", type="string", description="why (goes into the model version's tags and the audit log)")},
+        params={
+            "reason": Param("", type="string", description="why (goes into the model version's tags and the audit log)")
+        },
         doc_md="A person approves before the serving alias moves (the config's require_approval).",
     )
-    settings = {"model_uri": f"models:/{{{{ params.model_name }}}}/{version}", "alias": "{{ params.alias }}",
-                "tracking_uri": "{{ params.tracking_uri }}"}
-    promote = PromoteOperator(task_id="promote_model", settings=settings, doc_md="`trainpipe promote` with the approver's answer.")
-    rejected = PromoteOperator(task_id="record_rejection", settings=settings, reject=True, trigger_rule="all_skipped",
-                               doc_md="Records a rejection (or the timeout's default) on the version and in the audit log; moves nothing.")
+    settings = {
+        "model_uri": f"models:/{{{{ params.model_name }}}}/{version}",
+        "alias": "{{ params.alias }}",
+        "tracking_uri": "{{ params.tracking_uri }}",
+    }
+    promote = PromoteOperator(
+        task_id="promote_model", settings=settings, doc_md="`trainpipe promote` with the approver's answer."
+    )
+    rejected = PromoteOperator(
+        task_id="record_rejection",
+        settings=settings,
+        reject=True,
+        trigger_rule="all_skipped",
+        doc_md="Records a rejection (or the timeout's default) on the version and in the audit log; moves nothing.",
+    )
     register >> approve >> promote >> rejected
     return rejected
 
 
-def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str, retrain_on: str | None = "{{ params.retrain_on }}") -> tuple[Any, Any]:
+def drift_steps(
+    step: Any, *, snapshot_dir: str, run_dir: str, retrain_on: str | None = "{{ params.retrain_on }}"
+) -> tuple[Any, Any]:
     """detect_drift on a snapshot, then the gate that lets the model steps run only when it says
     to retrain. ``retrain_on`` None leaves detect_drift's own (drift). Returns both tasks."""
     from trainpipe.components.detect_drift.airflow_task import DetectDriftOperator
@@ -187,8 +236,12 @@ def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str, retrain_on: str |
             **({"retrain_on": retrain_on} if retrain_on else {}),
         },
     )
-    decide = GateOperator(task_id="retrain", condition=drift_says_retrain, retries=0,
-                          doc_md="Continue only when detect_drift decided to retrain; a skip logs why in one line.")
+    decide = GateOperator(
+        task_id="retrain",
+        condition=drift_says_retrain,
+        retries=0,
+        doc_md="Continue only when detect_drift decided to retrain; a skip logs why in one line.",
+    )
     detect >> decide
     return detect, decide
 
@@ -207,7 +260,9 @@ def dataset_asset(dataset_name: str) -> Any:
     """The Airflow Asset a dataset's snapshots update (snapshot_dataset emits it with the DVC hash)."""
     from airflow.sdk import Asset
 
-    return Asset(name=f"trainpipe-dataset-{dataset_name}", uri=f"trainpipe://datasets/{dataset_name}", group="trainpipe")
+    return Asset(
+        name=f"trainpipe-dataset-{dataset_name}", uri=f"trainpipe://datasets/{dataset_name}", group="trainpipe"
+    )
 
 
 def new_snapshot(triggering_asset_events: Any = None, **_: Any) -> str | bool:
@@ -283,23 +338,44 @@ class DagSettings:
             from trainpipe.contract.policy import ENV, to_env
 
             env[ENV] = to_env(self.config.policy)
-        if task_id in ("evaluate_model", "optimize_model") and self.config.trusted_code():  # they rebuild the team's model from its code
+        if (
+            task_id in ("evaluate_model", "optimize_model") and self.config.trusted_code()
+        ):  # they rebuild the team's model from its code
             env["TRAINPIPE_TRUSTED_MODEL_CODE"] = self.config.trusted_code()
         if env:
             key = "env_vars" if self.mode == "kubernetes" else "env"
             kwargs[key] = {**env, **kwargs.get(key, {})}
-        return component_task(operator_cls, task_id, settings, mode=self.mode, image=image, resources=resources,
-                              profile=self.profile if self.mode == "kubernetes" else None, **kwargs)
+        return component_task(
+            operator_cls,
+            task_id,
+            settings,
+            mode=self.mode,
+            image=image,
+            resources=resources,
+            profile=self.profile if self.mode == "kubernetes" else None,
+            **kwargs,
+        )
 
     def params(self, *keys: str) -> dict[str, Any]:
         """DAG params from the config (overridable per run)."""
         c = self.config
         values = {
-            "data": c.data, "label_column": c.label_column, "workspace": c.workspace, "suite": c.suite,
-            "dataset_name": c.dataset_name, "dvc_repo_dir": c.dvc_repo_dir, "dvc_remote_url": c.dvc_remote_url,
-            "tracking_uri": c.tracking_uri, "experiment_name": c.experiment_name, "model_name": c.model_name, "alias": c.alias,
-            **{k: getattr(c, k) for k in GATE_KEYS}, "train": c.train.model_dump(mode="json"),
-            "retrain_on": c.retrain_on, "drift_share": c.drift_share, "max_champion_age_days": c.max_champion_age_days,
+            "data": c.data,
+            "label_column": c.label_column,
+            "workspace": c.workspace,
+            "suite": c.suite,
+            "dataset_name": c.dataset_name,
+            "dvc_repo_dir": c.dvc_repo_dir,
+            "dvc_remote_url": c.dvc_remote_url,
+            "tracking_uri": c.tracking_uri,
+            "experiment_name": c.experiment_name,
+            "model_name": c.model_name,
+            "alias": c.alias,
+            **{k: getattr(c, k) for k in GATE_KEYS},
+            "train": c.train.model_dump(mode="json"),
+            "retrain_on": c.retrain_on,
+            "drift_share": c.drift_share,
+            "max_champion_age_days": c.max_champion_age_days,
             "optimize": c.optimize.settings(),
         }
         return {k: values[k] for k in keys} if keys else values

@@ -14,7 +14,8 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Callable, ClassVar, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from airflow.providers.standard.utils.skipmixin import SkipMixin
 from airflow.sdk import BaseOperator
@@ -72,11 +73,21 @@ class TrainpipeOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         cmd = self.command(context)
         ti = context.get("ti")
-        env = dict(os.environ, **self.env, TRAINPIPE_ORCHESTRATOR="airflow", TRAINPIPE_RUN_ID=str(context["run_id"]),
-                   TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1))  # the Pushgateway's retries figure
+        env = dict(
+            os.environ,
+            **self.env,
+            TRAINPIPE_ORCHESTRATOR="airflow",
+            TRAINPIPE_RUN_ID=str(context["run_id"]),
+            TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1),
+        )  # the Pushgateway's retries figure
         try:
-            code, out, last = stream(cmd, env, lambda line: self.log.info("%s", line.rstrip("\n")), on_start=self._started,
-                                     start_new_session=True)  # its own process group: on_kill ends all of it
+            code, out, last = stream(
+                cmd,
+                env,
+                lambda line: self.log.info("%s", line.rstrip("\n")),
+                on_start=self._started,
+                start_new_session=True,
+            )  # its own process group: on_kill ends all of it
         finally:
             self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
         if code == 0:
@@ -133,9 +144,24 @@ class PromoteOperator(TrainpipeOperator):
         approver = str(user.get("name") or user.get("id") or "") or "airflow: no answer before the approval timed out"
         reason = str((answer.get("params_input") or {}).get("reason") or "").strip()
         if not reason:
-            reason = ("approved" if not self.reject else "rejected") + " in Airflow" if user else "no answer before the timeout: rejected by default"
+            reason = (
+                ("approved" if not self.reject else "rejected") + " in Airflow"
+                if user
+                else "no answer before the timeout: rejected by default"
+            )
         s = self.settings
-        cmd = [sys.executable, "-m", "trainpipe.cli", "promote", str(s["model_uri"]), "--reason", reason, "--approver", approver, "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "trainpipe.cli",
+            "promote",
+            str(s["model_uri"]),
+            "--reason",
+            reason,
+            "--approver",
+            approver,
+            "--json",
+        ]
         cmd += ["--alias", str(s["alias"])] if s.get("alias") else []
         cmd += ["--tracking-uri", str(s["tracking_uri"])] if s.get("tracking_uri") else []
         return cmd + (["--reject"] if self.reject else [])

@@ -10,7 +10,8 @@ Imported only when a DAG is built in Kubernetes mode.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
@@ -58,15 +59,28 @@ class TrainpipePodOperator(KubernetesPodOperator):
 
 
 def kubernetes_task(
-    component: str, *, task_id: str, settings: dict[str, Any], image: str, namespace: str = "default",
-    profile: Any = None, resources: Any = None, operator_cls: Any = None, **kwargs: Any,
+    component: str,
+    *,
+    task_id: str,
+    settings: dict[str, Any],
+    image: str,
+    namespace: str = "default",
+    profile: Any = None,
+    resources: Any = None,
+    operator_cls: Any = None,
+    **kwargs: Any,
 ) -> Any:
     """The same command in a pod, with the component image and the hardware profile's translation.
 
     The result JSON goes to ``/airflow/xcom/return.json`` so it becomes the XCom value.
     """
     command = component_command(
-        component, settings, orchestrator="airflow", run_id="{{ run_id }}", result_path="/airflow/xcom/return.json", python="python"
+        component,
+        settings,
+        orchestrator="airflow",
+        run_id="{{ run_id }}",
+        result_path="/airflow/xcom/return.json",
+        python="python",
     )
     kwargs["env_vars"] = {"TRAINPIPE_TRY_NUMBER": "{{ ti.try_number }}", **(kwargs.get("env_vars") or {})}
     if profile is not None:
@@ -76,8 +90,14 @@ def kubernetes_task(
             base = int(settings["metrics_port"]) if str(settings["metrics_port"]).isdigit() else profile.metrics_port
             labels, annotations = pods.metrics_metadata(base)
             metadata = {"labels": labels, "annotations": annotations}
-            command = component_command(component, settings, orchestrator="airflow", run_id="{{ run_id }}",
-                                        result_path="/airflow/xcom/return.json", python="python")
+            command = component_command(
+                component,
+                settings,
+                orchestrator="airflow",
+                run_id="{{ run_id }}",
+                result_path="/airflow/xcom/return.json",
+                python="python",
+            )
         training = component == "train_model"
         spec = pods.pod_spec(profile, resources or profile.default, container_name="base", training=training)
         if training:  # killed from the UI (on_kill deletes the pod): the same grace to checkpoint

@@ -53,7 +53,7 @@ def note_failure(name: str, code: int, line: str) -> None:
     """Tell ``trainpipe run`` (when it runs this step) which step failed, how, with what code."""
     target = os.environ.get(FAILURE_FILE_ENV)
     prefix = f"trainpipe {name}: error: "
-    line = line[len(prefix):] if line.startswith(prefix) else line
+    line = line[len(prefix) :] if line.startswith(prefix) else line
     if target:
         tmp = f"{target}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:

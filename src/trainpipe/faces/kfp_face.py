@@ -7,7 +7,8 @@ runs which component is decided in :mod:`trainpipe.images`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kfp import dsl
 

@@ -10,7 +10,6 @@ import shutil
 import sys
 from typing import Any
 
-
 #: Left in a task's output by an attempt that failed for good; a retried attempt (KFP's retry policy
 #: cannot tell a permanent exit code from a transient one) exits with it at once instead of running again.
 FAILED_RECORD = ".trainpipe-failed.json"
@@ -36,7 +35,10 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         with open(record, encoding="utf-8") as fh:
             previous = json.load(fh)
         line = previous.get("message", "")
-        print(f"trainpipe {name}: an earlier attempt of this task failed for good (exit {previous['exit_code']}), not run again: {line}", file=sys.stderr)
+        print(
+            f"trainpipe {name}: an earlier attempt of this task failed for good (exit {previous['exit_code']}), not run again: {line}",
+            file=sys.stderr,
+        )
         note_failure(name, int(previous["exit_code"]), line)
         sys.exit(int(previous["exit_code"]))
     cmd = component_command(name, from_face(name, settings), orchestrator="kfp", run_id=run_id)

@@ -30,21 +30,38 @@ ARTIFACTS: dict[str, dict[str, str]] = {
     "train_model": {"data": "data", "output_dir": "model"},
     "profile_training": {"model": "model", "data": "data", "output_dir": "profile"},
     "evaluate_model": {"model": "model", "data": "data", "output_dir": "decision"},
-    "register_model": {"model": "model", "decision": "decision", "profile": "profile", "optimized": "optimized", "output_dir": "registration"},
+    "register_model": {
+        "model": "model",
+        "decision": "decision",
+        "profile": "profile",
+        "optimized": "optimized",
+        "output_dir": "registration",
+    },
     "detect_drift": {"data": "data", "reference": "reference", "output_dir": "drift"},
-    "optimize_model": {"model": "model", "data": "data", "calibration_data": "calibration_data", "output_dir": "optimized"},
+    "optimize_model": {
+        "model": "model",
+        "data": "data",
+        "calibration_data": "calibration_data",
+        "output_dir": "optimized",
+    },
 }
 #: A step's setting that the pipeline (and the DAG) names otherwise: (component, its field) -> the
 #: pipeline's setting. Every other step setting that shares a pipeline setting's name takes it.
 RENAMED: dict[tuple[str, str], str] = {
     ("snapshot_dataset", "repo_dir"): "dvc_repo_dir",
     ("snapshot_dataset", "remote_url"): "dvc_remote_url",
-    ("evaluate_model", "champion_alias"): "alias",  # the gate compares with the model serving under the pipeline's alias
+    (
+        "evaluate_model",
+        "champion_alias",
+    ): "alias",  # the gate compares with the model serving under the pipeline's alias
     ("detect_drift", "champion_alias"): "alias",  # drift is measured against the data of the model serving under it
 }
 #: A step's setting that shares a pipeline setting's name but is not that setting: it keeps its own value.
 NOT_FROM_PIPELINE: dict[tuple[str, str], str] = {
-    ("profile_training", "profile_steps"): "the steps a profiling pass of its own traces; in a pipeline it reads the trace train_model made",
+    (
+        "profile_training",
+        "profile_steps",
+    ): "the steps a profiling pass of its own traces; in a pipeline it reads the trace train_model made",
 }
 #: Parameters of a face that are not settings of the component.
 FACE_ONLY = frozenset({"run_id", "dataset_md5"})
@@ -67,7 +84,12 @@ def from_face(component: str, values: dict[str, Any]) -> dict[str, Any]:
         if name in FACE_ONLY:
             continue
         field = fields.get(name)
-        if field is not None and not field.is_required() and field.get_default(call_default_factory=True) is None and value == UNSET.get(type(value), object()):
+        if (
+            field is not None
+            and not field.is_required()
+            and field.get_default(call_default_factory=True) is None
+            and value == UNSET.get(type(value), object())
+        ):
             value = None
         out[name] = value
     return out

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
@@ -34,7 +35,9 @@ def read_meta(model_dir: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ModelError(f"{str(path)!r} is not valid JSON: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ModelError(f"{str(path)!r} is not a {FORMAT} model description (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+        raise ModelError(
+            f"{str(path)!r} is not a {FORMAT} model description (format {meta.get('format') if isinstance(meta, dict) else None!r})"
+        )
     for key in ("builder", "init_args", "feature_columns", "task"):
         if key not in meta:
             raise ModelError(f"{str(path)!r} lacks {key!r}")
@@ -130,8 +133,12 @@ class KerasModel(LoadedModel):
     def raw_output(self, x: Any, batch: int = 65536) -> Any:
         import numpy as np
 
-        out = np.concatenate([np.asarray(self.module(x[i : i + batch], training=False), dtype=np.float32)
-                              for i in range(0, max(len(x), 1), batch)]).reshape(len(x), -1)
+        out = np.concatenate(
+            [
+                np.asarray(self.module(x[i : i + batch], training=False), dtype=np.float32)
+                for i in range(0, max(len(x), 1), batch)
+            ]
+        ).reshape(len(x), -1)
         return out[:, 0] if self.task == "regression" and out.shape[1] == 1 else out
 
 
@@ -183,7 +190,9 @@ def load(model_dir: str | Path, trusted: Callable[[str], bool] = lambda module: 
     try:
         module.load_state_dict(load_file(str(weights)), strict=True)
     except Exception as exc:
-        raise ModelError(f"weights in {str(weights)!r} cannot be loaded into {meta['builder']}: {_first_line(exc)}") from None
+        raise ModelError(
+            f"weights in {str(weights)!r} cannot be loaded into {meta['builder']}: {_first_line(exc)}"
+        ) from None
     module.eval()
     return LoadedModel(module, meta)
 
@@ -208,8 +217,10 @@ def _load_keras(model_dir: str | Path, meta: dict[str, Any], builder: Callable[.
         values = [stored[k] for k in sorted(stored)]
         if len(values) != len(model.weights):
             raise ValueError(f"{len(values)} tensors for {len(model.weights)} weights")
-        for var, value in zip(model.weights, values):
+        for var, value in zip(model.weights, values, strict=True):
             var.assign(value)
     except Exception as exc:
-        raise ModelError(f"weights in {str(weights)!r} cannot be loaded into {meta['builder']}: {_first_line(exc)}") from None
+        raise ModelError(
+            f"weights in {str(weights)!r} cannot be loaded into {meta['builder']}: {_first_line(exc)}"
+        ) from None
     return KerasModel(model, meta)

@@ -14,8 +14,9 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from trainpipe.contract.errors import InputError
 from trainpipe.serving import loader
@@ -43,12 +44,18 @@ def load_artifact(model_dir: str | Path, runtime: Any, field: str = "model") -> 
     from trainpipe import signing
     from trainpipe.contract.runtime import TRUSTED_CODE_ENV
 
-    if (Path(model_dir) / signing.SIGNATURE_FILE).is_file():  # a signed model (a registered copy) is verified before it is read
+    if (
+        Path(model_dir) / signing.SIGNATURE_FILE
+    ).is_file():  # a signed model (a registered copy) is verified before it is read
         signing.verify(model_dir, field)
     try:
         return loader.load(model_dir, trusted=runtime.trusts)
     except loader.ModelError as exc:
-        hint = f"; a platform that trusts it lists its module in {TRUSTED_CODE_ENV}" if "not trusted here" in str(exc) else ""
+        hint = (
+            f"; a platform that trusts it lists its module in {TRUSTED_CODE_ENV}"
+            if "not trusted here" in str(exc)
+            else ""
+        )
         raise InputError(f"{field}: {exc}{hint}") from None
 
 
@@ -63,15 +70,21 @@ def code_location(package: str) -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None:
-        raise InputError(f"save_model: the model's code package {package!r} cannot be found here, so it cannot travel with the model")
+        raise InputError(
+            f"save_model: the model's code package {package!r} cannot be found here, so it cannot travel with the model"
+        )
     if spec.submodule_search_locations:
         locations = [Path(p) for p in spec.submodule_search_locations]
         if len(locations) != 1:
-            raise InputError(f"save_model: the model's code package {package!r} spans {len(locations)} folders; give it one folder with an __init__.py")
+            raise InputError(
+                f"save_model: the model's code package {package!r} spans {len(locations)} folders; give it one folder with an __init__.py"
+            )
         return locations[0]
     if spec.origin and spec.origin.endswith(".py"):
         return Path(spec.origin)
-    raise InputError(f"save_model: the model's code {package!r} is not Python source ({spec.origin}), so it cannot travel with the model")
+    raise InputError(
+        f"save_model: the model's code {package!r} is not Python source ({spec.origin}), so it cannot travel with the model"
+    )
 
 
 def stage_code(meta: dict[str, Any], dest: Path) -> list[str]:
@@ -97,8 +110,12 @@ def requirements(meta: dict[str, Any], extra: list[str] | None = None) -> list[s
     """What the model needs installed (mlflow adds itself): the versions trainpipe trained with."""
     from importlib.metadata import version
 
-    pins = [f"torch=={version('torch').split('+')[0]}", f"safetensors=={version('safetensors')}", f"numpy=={version('numpy')}",
-            f"pandas=={version('pandas')}"]
+    pins = [
+        f"torch=={version('torch').split('+')[0]}",
+        f"safetensors=={version('safetensors')}",
+        f"numpy=={version('numpy')}",
+        f"pandas=={version('pandas')}",
+    ]
     return pins + list(extra or [])
 
 
@@ -115,9 +132,18 @@ def log_model(run_id: str, model_dir: str | Path, extra_requirements: list[str] 
     """
     model_dir = Path(model_dir)
     meta = loader.read_meta(model_dir)
-    return _log_pyfunc(run_id, model_dir, (loader.WEIGHTS_FILE, loader.META_FILE), PYFUNC_FILE, meta, requirements(meta, extra_requirements),
-                       name=ARTIFACT_PATH, model_type=f"trainpipe-{meta['task']}", tags={"trainpipe.builder": str(meta["builder"])},
-                       metadata={"trainpipe": {"builder": meta["builder"], "task": meta["task"]}})
+    return _log_pyfunc(
+        run_id,
+        model_dir,
+        (loader.WEIGHTS_FILE, loader.META_FILE),
+        PYFUNC_FILE,
+        meta,
+        requirements(meta, extra_requirements),
+        name=ARTIFACT_PATH,
+        model_type=f"trainpipe-{meta['task']}",
+        tags={"trainpipe.builder": str(meta["builder"])},
+        metadata={"trainpipe": {"builder": meta["builder"], "task": meta["task"]}},
+    )
 
 
 def log_onnx_model(run_id: str, model_dir: str | Path) -> str:
@@ -131,14 +157,33 @@ def log_onnx_model(run_id: str, model_dir: str | Path) -> str:
 
     model_dir = Path(model_dir)
     meta = json.loads((model_dir / loader.META_FILE).read_text(encoding="utf-8"))
-    return _log_pyfunc(run_id, model_dir, ("model.onnx", loader.META_FILE), ONNX_PYFUNC_FILE, {}, list(meta["requirements"]),
-                       name=f"{ARTIFACT_PATH}-{meta['variant']}", model_type=f"trainpipe-onnx-{meta['task']}",
-                       tags={"trainpipe.variant": str(meta["variant"])},
-                       metadata={"trainpipe": {"variant": meta["variant"], "task": meta["task"], "parent": meta.get("parent")}})
+    return _log_pyfunc(
+        run_id,
+        model_dir,
+        ("model.onnx", loader.META_FILE),
+        ONNX_PYFUNC_FILE,
+        {},
+        list(meta["requirements"]),
+        name=f"{ARTIFACT_PATH}-{meta['variant']}",
+        model_type=f"trainpipe-onnx-{meta['task']}",
+        tags={"trainpipe.variant": str(meta["variant"])},
+        metadata={"trainpipe": {"variant": meta["variant"], "task": meta["task"], "parent": meta.get("parent")}},
+    )
 
 
-def _log_pyfunc(run_id: str, model_dir: Path, files: tuple[str, ...], python_model: Path, meta: dict[str, Any], pip_requirements: list[str],
-                *, name: str, model_type: str, tags: dict[str, str], metadata: dict[str, Any]) -> str:
+def _log_pyfunc(
+    run_id: str,
+    model_dir: Path,
+    files: tuple[str, ...],
+    python_model: Path,
+    meta: dict[str, Any],
+    pip_requirements: list[str],
+    *,
+    name: str,
+    model_type: str,
+    tags: dict[str, str],
+    metadata: dict[str, Any],
+) -> str:
     import mlflow.pyfunc
     import pandas as pd
     from mlflow import MlflowClient
@@ -150,7 +195,9 @@ def _log_pyfunc(run_id: str, model_dir: Path, files: tuple[str, ...], python_mod
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a task log is not a terminal
     client = MlflowClient()
     run = client.get_run(run_id)
-    logged = client.create_logged_model(run.info.experiment_id, name=name, source_run_id=run_id, model_type=model_type, tags=tags)
+    logged = client.create_logged_model(
+        run.info.experiment_id, name=name, source_run_id=run_id, model_type=model_type, tags=tags
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="trainpipe-pyfunc-") as tmp:
             weights = Path(tmp) / "stage" / WEIGHTS_DIR  # pyfunc keeps an artifact folder under its own name
@@ -159,7 +206,9 @@ def _log_pyfunc(run_id: str, model_dir: Path, files: tuple[str, ...], python_mod
                 shutil.copyfile(model_dir / file, weights / file)
             code = stage_code(meta, Path(tmp) / "code")
             with warnings.catch_warnings(), _pins_are_this_environments():
-                warnings.filterwarnings("ignore", message=".*Inferred schema contains integer column")  # class labels are integers
+                warnings.filterwarnings(
+                    "ignore", message=".*Inferred schema contains integer column"
+                )  # class labels are integers
                 warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
                 mlflow.pyfunc.save_model(
                     Path(tmp) / "model",

@@ -27,7 +27,9 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
     if isinstance(builder, str):
         if builder.startswith("builtin:"):
             if builder.split(":", 1)[1] not in BUILTIN_NETS:
-                raise InputError(f"save_model: unknown built-in {builder!r} (built in: {', '.join('builtin:' + n for n in BUILTIN_NETS)})")
+                raise InputError(
+                    f"save_model: unknown built-in {builder!r} (built in: {', '.join('builtin:' + n for n in BUILTIN_NETS)})"
+                )
             return builder, []
         module_name, _, qualname = builder.partition(":")
     else:
@@ -36,17 +38,23 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
             return f"builtin:{qualname}", []
     shown = f"{module_name}:{qualname}"
     if not module_name or not qualname or module_name == "__main__" or "<" in qualname:
-        raise InputError(f"save_model: {shown} is not importable by name (a local, lambda or __main__ object); define the model class "
-                         "at module level in a package: its code travels with the model")
+        raise InputError(
+            f"save_model: {shown} is not importable by name (a local, lambda or __main__ object); define the model class "
+            "at module level in a package: its code travels with the model"
+        )
     if module_name.split(".")[0] == "trainpipe":
-        raise InputError(f"save_model: {shown} lives in trainpipe, which a served model does not have; use builder='builtin:mlp' "
-                         "(or cnn) or your own package")
+        raise InputError(
+            f"save_model: {shown} lives in trainpipe, which a served model does not have; use builder='builtin:mlp' "
+            "(or cnn) or your own package"
+        )
     try:
         obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError):
-        raise InputError(f"save_model: {shown} cannot be imported by name; its code cannot travel with the model") from None
+        raise InputError(
+            f"save_model: {shown} cannot be imported by name; its code cannot travel with the model"
+        ) from None
     if not isinstance(builder, str) and obj is not builder:
         raise InputError(f"save_model: {shown} names another object than the one given")
     top = module_name.split(".")[0]

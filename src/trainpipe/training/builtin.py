@@ -20,7 +20,8 @@ class BuiltinConfig(StrictModel):
 
     hidden_units: list[int] = Field(default_factory=lambda: [64], description="MLP hidden layer widths")
     image_shape: list[int] | None = Field(
-        None, description="cnn: [height, width] or [channels, height, width] of each row; default a square of the feature count"
+        None,
+        description="cnn: [height, width] or [channels, height, width] of each row; default a square of the feature count",
     )
     learning_rate: float = Field(0.05, gt=0, le=10)
     momentum: float = Field(0.9, ge=0, lt=1)
@@ -30,7 +31,7 @@ class BuiltinConfig(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "BuiltinConfig":
+    def _check(self) -> BuiltinConfig:
         if any(h < 1 or h > 65_536 for h in self.hidden_units):
             raise ValueError("hidden_units: every width must be between 1 and 65536")
         if self.image_shape is not None and (len(self.image_shape) not in (2, 3) or min(self.image_shape) < 1):
@@ -44,9 +45,13 @@ def parse(config: dict[str, Any], task: str) -> BuiltinConfig:
 
     cfg = build(BuiltinConfig, config, where="train_config")
     if task == "classification" and cfg.loss not in ("auto", "cross_entropy"):
-        raise InputError(f"train_config field 'loss': {cfg.loss} is a regression loss; classification uses cross_entropy")
+        raise InputError(
+            f"train_config field 'loss': {cfg.loss} is a regression loss; classification uses cross_entropy"
+        )
     if task == "regression" and cfg.loss == "cross_entropy":
-        raise InputError("train_config field 'loss': cross_entropy is a classification loss; regression takes mse, huber or mae")
+        raise InputError(
+            "train_config field 'loss': cross_entropy is a classification loss; regression takes mse, huber or mae"
+        )
     return cfg
 
 
@@ -59,11 +64,15 @@ def image_shape(cfg: BuiltinConfig, features: int) -> list[int]:
     if cfg.image_shape is None:
         side = math.isqrt(features)
         if side * side != features:
-            raise InputError(f"train_config field 'image_shape': {features} feature columns are not a square image; set image_shape for builtin:cnn")
+            raise InputError(
+                f"train_config field 'image_shape': {features} feature columns are not a square image; set image_shape for builtin:cnn"
+            )
         return [1, side, side]
     shape = [1, *cfg.image_shape] if len(cfg.image_shape) == 2 else list(cfg.image_shape)
     if math.prod(shape) != features:
-        raise InputError(f"train_config field 'image_shape': {shape} holds {math.prod(shape)} values but the data has {features} feature columns")
+        raise InputError(
+            f"train_config field 'image_shape': {shape} holds {math.prod(shape)} values but the data has {features} feature columns"
+        )
     return shape
 
 
@@ -101,7 +110,9 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
             net.out.mean.fill_(data.target_mean)
             net.out.std.fill_(data.target_std)
     model = ctx.prepare(net)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
     ctx.restore(model=model, optimizer=opt)
     scale = float(data.target_std)
     regression_loss = {"auto": F.mse_loss, "mse": F.mse_loss, "huber": F.huber_loss, "mae": F.l1_loss}[cfg.loss]

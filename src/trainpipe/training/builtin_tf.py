@@ -17,8 +17,10 @@ def build_keras(arch: str, args: dict[str, Any], mean: list[float], std: list[fl
     import keras
 
     features, n_out = args["features"], args["n_outputs"]
-    layers: list[Any] = [keras.Input(shape=(features,)),
-                         keras.layers.Normalization(mean=np.asarray(mean), variance=np.asarray(std) ** 2)]
+    layers: list[Any] = [
+        keras.Input(shape=(features,)),
+        keras.layers.Normalization(mean=np.asarray(mean), variance=np.asarray(std) ** 2),
+    ]
     if arch == "cnn":
         c, h, w = args["image_shape"]
         layers += [
@@ -37,7 +39,9 @@ def build_keras(arch: str, args: dict[str, Any], mean: list[float], std: list[fl
     return keras.Sequential(layers)
 
 
-def torch_state_dict(model: Any, arch: str, mean: list[float], std: list[float], task: str, target: tuple[float, float]) -> dict[str, np.ndarray]:
+def torch_state_dict(
+    model: Any, arch: str, mean: list[float], std: list[float], task: str, target: tuple[float, float]
+) -> dict[str, np.ndarray]:
     """The Keras weights under :class:`~trainpipe.serving.nets.TabularNet`'s names and layouts."""
     import keras
 
@@ -45,7 +49,7 @@ def torch_state_dict(model: Any, arch: str, mean: list[float], std: list[float],
     *body, head = dense_or_conv
     names = [f"body.{i}" for i in ([1, 3, 7] if arch == "cnn" else [2 * k for k in range(len(body))])] + ["head"]
     state: dict[str, np.ndarray] = {"norm.mean": np.asarray(mean, np.float32), "norm.std": np.asarray(std, np.float32)}
-    for name, layer in zip(names, [*body, head]):
+    for name, layer in zip(names, [*body, head], strict=True):
         kernel, bias = (np.asarray(w) for w in layer.get_weights())
         kernel = kernel.transpose(3, 2, 0, 1) if isinstance(layer, keras.layers.Conv2D) else kernel.T
         state[f"{name}.weight"] = np.ascontiguousarray(kernel, dtype=np.float32)
@@ -67,7 +71,9 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
     data = ctx.data.load()
     args = init_args(arch, cfg, data, task)
     model = ctx.prepare(build_keras(arch, args, data.mean, data.std))
-    opt: Any = keras.optimizers.SGD(learning_rate=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay or None)
+    opt: Any = keras.optimizers.SGD(
+        learning_rate=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay or None
+    )
     if ctx.precision == "fp16":
         opt = keras.optimizers.LossScaleOptimizer(opt)
     opt.build(model.trainable_variables)
@@ -94,9 +100,11 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
             loss = ctx.compute_loss(per)
             scaled = opt.scale_loss(loss)  # identity unless a LossScaleOptimizer (fp16)
         grads = tape.gradient(scaled, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         if classification:
-            return tf.reduce_mean(per), tf.reduce_mean(tf.cast(tf.equal(tf.argmax(out, axis=1), tf.cast(y, tf.int64)), tf.float32))
+            return tf.reduce_mean(per), tf.reduce_mean(
+                tf.cast(tf.equal(tf.argmax(out, axis=1), tf.cast(y, tf.int64)), tf.float32)
+            )
         return tf.reduce_mean(per), tf.constant(0.0)
 
     for x, y in ctx.batches(data):

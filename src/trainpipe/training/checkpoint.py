@@ -46,8 +46,11 @@ def completed_checkpoints(ckpt_dir: Path) -> list[Path]:
     """Checkpoint folders whose writing finished (renamed into place), oldest first."""
     if not ckpt_dir.is_dir():
         return []
-    return sorted(p for p in ckpt_dir.iterdir()
-                  if p.is_dir() and p.name.startswith(CKPT_PREFIX) and p.name[len(CKPT_PREFIX):].isdigit())
+    return sorted(
+        p
+        for p in ckpt_dir.iterdir()
+        if p.is_dir() and p.name.startswith(CKPT_PREFIX) and p.name[len(CKPT_PREFIX) :].isdigit()
+    )
 
 
 class StateIO(Protocol):
@@ -84,7 +87,9 @@ class CheckpointManager:
         chief: Whether this rank renames and prunes.
     """
 
-    def __init__(self, directory: Path, keep: int, every_steps: int, every_s: float, io: StateIO, *, chief: bool) -> None:
+    def __init__(
+        self, directory: Path, keep: int, every_steps: int, every_s: float, io: StateIO, *, chief: bool
+    ) -> None:
         self.directory, self.keep, self.every_steps, self.every_s = directory, keep, every_steps, every_s
         self.io, self.chief = io, chief
         self.last_step: int | None = None
@@ -119,7 +124,10 @@ class CheckpointManager:
             except BaseException as exc:  # noqa: BLE001 (whatever a torn file raises, the one before is tried)
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 if self.chief:
-                    print(f"train_model: warning: skipping unreadable checkpoint {path.name}: {first[:200]}", file=sys.stderr)
+                    print(
+                        f"train_model: warning: skipping unreadable checkpoint {path.name}: {first[:200]}",
+                        file=sys.stderr,
+                    )
                 continue
             self.last_step = int(trainer["global_step"])
             if self.chief:
@@ -162,7 +170,9 @@ class CheckpointManager:
             if finalize is not None:
                 finalize()
             return
-        self._thread = threading.Thread(target=self._write, args=(write, finalize), name="trainpipe-checkpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._write, args=(write, finalize), name="trainpipe-checkpoint", daemon=True
+        )
         self._thread.start()
 
     def _write(self, write: Callable[[], None], finalize: Callable[[], None] | None) -> None:
@@ -209,5 +219,11 @@ class CheckpointManager:
     def figures(self) -> dict[str, Any]:
         """What checkpoints cost this rank: the loop's stall (staging) and wait (for the previous
         write), and the background write time, in total and for the last checkpoints."""
-        return {"saved": self.saves, "staged_bytes": self.io.staged_bytes, "every_steps": self.every_steps, "every_s": self.every_s,
-                "totals": {k: round(v, 6) for k, v in self.totals.items()}, "recent": {k: list(v) for k, v in self.recent.items()}}
+        return {
+            "saved": self.saves,
+            "staged_bytes": self.io.staged_bytes,
+            "every_steps": self.every_steps,
+            "every_s": self.every_s,
+            "totals": {k: round(v, 6) for k, v in self.totals.items()},
+            "recent": {k: list(v) for k, v in self.recent.items()},
+        }

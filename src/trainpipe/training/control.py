@@ -73,7 +73,9 @@ class Control:
         """Whether a control point falls after this many batches."""
         return batches_done >= self._next
 
-    def agree(self, batches_done: int, time_due: bool, all_reduce_sum: Callable[[list[float]], list[float]]) -> Decision:
+    def agree(
+        self, batches_done: int, time_due: bool, all_reduce_sum: Callable[[list[float]], list[float]]
+    ) -> Decision:
         """Agree with the other ranks (a collective: every rank calls it at the same batch)."""
         now = time.monotonic()
         caught = received()

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from trainpipe.contract.errors import InputError
-
 
 # --- the order of rows --------------------------------------------------------------------------
 
@@ -41,7 +41,9 @@ def epoch_permutation(n_rows: int, seed: int, epoch: int) -> Any:
     return np.random.default_rng(seed + epoch).permutation(n_rows)
 
 
-def rank_batches(n_rows: int, batch_size: int, seed: int, epoch: int, rank: int, world: int, start_step: int = 0) -> Any:
+def rank_batches(
+    n_rows: int, batch_size: int, seed: int, epoch: int, rank: int, world: int, start_step: int = 0
+) -> Any:
     """Row indices of this rank's share of each global batch, from ``start_step`` on.
 
     Returns:
@@ -63,7 +65,9 @@ class StreamSource(Protocol):
 
     def batches_per_epoch(self, world: int, local_batch: int) -> int: ...
 
-    def local_batches(self, epoch: int, rank: int, world: int, local_batch: int, seed: int, skip: int) -> Iterator[tuple[Any, ...]]: ...
+    def local_batches(
+        self, epoch: int, rank: int, world: int, local_batch: int, seed: int, skip: int
+    ) -> Iterator[tuple[Any, ...]]: ...
 
 
 # --- the snapshot -------------------------------------------------------------------------------
@@ -121,7 +125,9 @@ def _moments(sums: Any, squares: Any, n: int) -> tuple[list[float], list[float]]
     return mean.tolist(), std.tolist()
 
 
-def load_table(path: str | Path, label_column: str, task: str, test_fraction: float, seed: int, batch_size: int) -> TabularData:
+def load_table(
+    path: str | Path, label_column: str, task: str, test_fraction: float, seed: int, batch_size: int
+) -> TabularData:
     """Read a dataset into memory: its training rows, checked against training's preconditions.
 
     Raises:
@@ -138,7 +144,15 @@ def load_table(path: str | Path, label_column: str, task: str, test_fraction: fl
     train_idx, _ = split_indices(len(df), test_fraction, seed)
     xt = x[train_idx]
     mean, std = _moments(xt.astype(np.float64).sum(axis=0), (xt.astype(np.float64) ** 2).sum(axis=0), len(xt))
-    data = TabularData(x=np.ascontiguousarray(xt), y=None, feature_columns=cols, label_column=label_column, task=task, mean=mean, std=std)
+    data = TabularData(
+        x=np.ascontiguousarray(xt),
+        y=None,
+        feature_columns=cols,
+        label_column=label_column,
+        task=task,
+        mean=mean,
+        std=std,
+    )
     if task == "classification":
         classes, y = encode_labels(y_raw)
         data.classes, data.y = classes, np.ascontiguousarray(y[train_idx])
@@ -174,9 +188,14 @@ class ParquetStream(_Rows):
         self.groups = row_groups(self.path)
         columns = dataset_columns(self.path)
         if label_column not in columns:
-            raise InputError(f"label_column: {label_column!r} is not a column of the data (columns: {', '.join(columns[:10])})")
+            raise InputError(
+                f"label_column: {label_column!r} is not a column of the data (columns: {', '.join(columns[:10])})"
+            )
         self.feature_columns = [c for c in columns if c != label_column]
-        self.train_rows = [int((~held_out(np.arange(g.first_row, g.first_row + g.rows), test_fraction, seed)).sum()) for g in self.groups]
+        self.train_rows = [
+            int((~held_out(np.arange(g.first_row, g.first_row + g.rows), test_fraction, seed)).sum())
+            for g in self.groups
+        ]
         self.classes: list[Any] = []
         self.mean: list[float] = []
         self.std: list[float] = []
@@ -184,7 +203,6 @@ class ParquetStream(_Rows):
         self.rows = sum(g.rows for g in self.groups)
         self._shards: dict[int, list[list[int]]] = {}
         self._checked: set[int] = set()  # row groups whose rows passed the preconditions
-
 
     def _read(self, index: int) -> tuple[Any, Any]:
         """Training rows of row group ``index``: float32 features and raw labels (checked).
@@ -208,7 +226,7 @@ class ParquetStream(_Rows):
         x = df[self.feature_columns].to_numpy(dtype=np.float32)[keep]
         return x, df[self.label_column].to_numpy()[keep]
 
-    def scan(self, batch_size: int) -> "ParquetStream":
+    def scan(self, batch_size: int) -> ParquetStream:
         """One pass over every row group: check the preconditions, and learn the feature scaling
         and the classes (or the target's scaling). Returns self.
 
@@ -221,8 +239,10 @@ class ParquetStream(_Rows):
 
         need = min_rows(batch_size, self.test_fraction, self.seed)
         if self.rows < need:
-            raise InputError(f"data: {self.rows} rows, but batch_size {batch_size} with test_fraction {self.test_fraction} "
-                             f"(seed {self.seed}) needs at least {need}")
+            raise InputError(
+                f"data: {self.rows} rows, but batch_size {batch_size} with test_fraction {self.test_fraction} "
+                f"(seed {self.seed}) needs at least {need}"
+            )
         sums = np.zeros(self.n_features)
         squares = np.zeros(self.n_features)
         n, t_sum, t_sq = 0, 0.0, 0.0
@@ -242,7 +262,9 @@ class ParquetStream(_Rows):
         self.mean, self.std = _moments(sums, squares, n)
         if self.task == "classification":
             if len(labels) < 2:
-                raise InputError(f"label_column: {self.label_column!r} has a single class ({next(iter(labels), None)!r}); nothing to learn")
+                raise InputError(
+                    f"label_column: {self.label_column!r} has a single class ({next(iter(labels), None)!r}); nothing to learn"
+                )
             self.classes = sorted(labels, key=lambda v: (str(type(v)), v))
         else:
             self.target_mean = t_sum / max(n, 1)
@@ -275,7 +297,9 @@ class ParquetStream(_Rows):
             raise InputError(f"data: labels the model never saw: {y[codes < 0][0]!r}")
         return codes.astype(np.int64)
 
-    def local_batches(self, epoch: int, rank: int, world: int, local_batch: int, seed: int, skip: int) -> Iterator[tuple[Any, Any]]:
+    def local_batches(
+        self, epoch: int, rank: int, world: int, local_batch: int, seed: int, skip: int
+    ) -> Iterator[tuple[Any, Any]]:
         """This rank's batches of ``local_batch`` rows in epoch ``epoch``, after the first ``skip``."""
         import numpy as np
 
@@ -293,7 +317,7 @@ class ParquetStream(_Rows):
         ahead = _ReadAhead(self._read, order[first:])
         cur_x = cur_y = None
         pos, emitted = 0, skip
-        for gi, (x, y) in zip(order[first:], ahead):
+        for gi, (x, y) in zip(order[first:], ahead, strict=True):
             perm = np.random.default_rng([seed, epoch, gi]).permutation(len(x))[start_row:]
             start_row = 0
             nx, ny = x[perm], self._encode(y[perm])
@@ -361,7 +385,9 @@ class Snapshot:
         streamed: Whether :meth:`load` streams it (a directory of Parquet files).
     """
 
-    def __init__(self, path: str | Path, label_column: str, task: str, test_fraction: float, seed: int, batch_size: int) -> None:
+    def __init__(
+        self, path: str | Path, label_column: str, task: str, test_fraction: float, seed: int, batch_size: int
+    ) -> None:
         from trainpipe.tabular import find_dataset
 
         self.path = find_dataset(path, "data")
@@ -375,7 +401,9 @@ class Snapshot:
 
     def stream(self) -> ParquetStream:
         """The training rows of a Parquet dataset as a stream, scanned (checked, scaling and classes learnt)."""
-        return ParquetStream(self.path, self.label_column, self.task, self.test_fraction, self.seed).scan(self.batch_size)
+        return ParquetStream(self.path, self.label_column, self.task, self.test_fraction, self.seed).scan(
+            self.batch_size
+        )
 
     def load(self) -> TabularData | ParquetStream:
         """:meth:`stream` for a directory of Parquet files, else :meth:`table`."""
@@ -408,5 +436,7 @@ def example_rows(source: Any, snapshot: Snapshot, label_column: str) -> Any:
     try:
         frame = snapshot.frame()
     except InputError:
-        raise InputError("save_model: give input_example (a DataFrame of raw feature rows): the data was not read through ctx.data") from None
+        raise InputError(
+            "save_model: give input_example (a DataFrame of raw feature rows): the data was not read through ctx.data"
+        ) from None
     return pd.DataFrame(frame.drop(columns=[label_column]).head(5))

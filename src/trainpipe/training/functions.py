@@ -34,7 +34,9 @@ def resolve_function(spec: str) -> Callable[..., Any]:
     try:
         inspect.signature(func).bind(object(), {})
     except TypeError:
-        raise InputError(f"train_function: {spec} takes {inspect.signature(func)}, but trainpipe calls it as f(ctx, config)") from None
+        raise InputError(
+            f"train_function: {spec} takes {inspect.signature(func)}, but trainpipe calls it as f(ctx, config)"
+        ) from None
     except ValueError:
         pass  # a builtin without a signature: it will tell when called
     return func
@@ -46,5 +48,7 @@ def _builtin(spec: str) -> Callable[..., Any]:
     name = spec.split(":", 1)[1]
     func = builtin.FUNCTIONS.get(name)
     if func is None:
-        raise InputError(f"train_function: unknown built-in {spec!r} (built in: {', '.join('builtin:' + n for n in builtin.FUNCTIONS)})")
+        raise InputError(
+            f"train_function: unknown built-in {spec!r} (built in: {', '.join('builtin:' + n for n in builtin.FUNCTIONS)})"
+        )
     return func

@@ -35,9 +35,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trainpipe.contract.errors import EXIT_TRANSIENT, RETRYABLE_EXIT_CODES, InputError
 from trainpipe.training.control import PREEMPT_SIGNALS
@@ -75,7 +76,9 @@ def torchrun_command(config: Any, config_path: Path) -> list[str]:
     not ``--node-rank``, decides which node hosts global rank 0)."""
     job_id = os.environ.get("TRAINPIPE_JOB_ID") or os.environ.get("PET_RDZV_ID") or "trainpipe"
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
         f"--nnodes={config.nnodes}",
         f"--node-rank={node_rank(config)}",
         "--rdzv-backend=c10d",
@@ -83,16 +86,37 @@ def torchrun_command(config: Any, config_path: Path) -> list[str]:
         f"--rdzv-id={job_id}",
         f"--rdzv-conf=timeout={config.collective_timeout_s}",
     ]
-    return cmd + [f"--nproc-per-node={config.nproc_per_node}", f"--max-restarts={config.max_restarts}", "--monitor-interval=0.1",
-                  "-m", WORKER, str(config_path)]
+    return cmd + [
+        f"--nproc-per-node={config.nproc_per_node}",
+        f"--max-restarts={config.max_restarts}",
+        "--monitor-interval=0.1",
+        "-m",
+        WORKER,
+        str(config_path),
+    ]
 
 
 def horovodrun_command(config: Any, config_path: Path) -> list[str]:
     """horovodrun on this host with gloo (no MPI needed)."""
     n = config.nproc_per_node
-    return [sys.executable, "-m", "horovod.runner.launch", "-np", str(n), "-H", f"localhost:{n}", "--gloo",
-            "--start-timeout", str(config.collective_timeout_s), "--network-interface", "lo",
-            sys.executable, "-m", WORKER, str(config_path)]
+    return [
+        sys.executable,
+        "-m",
+        "horovod.runner.launch",
+        "-np",
+        str(n),
+        "-H",
+        f"localhost:{n}",
+        "--gloo",
+        "--start-timeout",
+        str(config.collective_timeout_s),
+        "--network-interface",
+        "lo",
+        sys.executable,
+        "-m",
+        WORKER,
+        str(config_path),
+    ]
 
 
 def free_ports(n: int) -> list[int]:
@@ -126,10 +150,14 @@ def tf_worker_envs(config: Any) -> list[dict[str, str]]:
         workers = [f"127.0.0.1:{p}" for p in free_ports(config.nproc_per_node)]
         return [{"TF_CONFIG": json.dumps(tf_config(workers, i)), "RANK": str(i)} for i in range(len(workers))]
     if config.nproc_per_node != 1:
-        raise InputError("nproc_per_node: backend tensorflow runs one worker per node (it uses every local GPU); set 1 for nnodes > 1")
+        raise InputError(
+            "nproc_per_node: backend tensorflow runs one worker per node (it uses every local GPU); set 1 for nnodes > 1"
+        )
     raw = os.environ.get("TF_CONFIG")
     if not raw:
-        raise InputError("TF_CONFIG: backend tensorflow with nnodes > 1 needs TF_CONFIG in the environment (a TFJob or Trainer runtime sets it)")
+        raise InputError(
+            "TF_CONFIG: backend tensorflow with nnodes > 1 needs TF_CONFIG in the environment (a TFJob or Trainer runtime sets it)"
+        )
     try:
         cluster = json.loads(raw)["cluster"]["worker"]
     except (ValueError, KeyError, TypeError):
@@ -168,7 +196,9 @@ def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
     server ran every training step measurably slower here (paired runs, 2 ranks on 2 cores), so the
     ranks rendezvous through a file (``FileStore``), a fresh one each start of the group."""
     if config.nnodes > 1:
-        return Plan([torchrun_command(config, config_path)], [env], 0, "torchrun", preempt_wait_s=config.collective_timeout_s)
+        return Plan(
+            [torchrun_command(config, config_path)], [env], 0, "torchrun", preempt_wait_s=config.collective_timeout_s
+        )
     n = config.nproc_per_node
     common = {**env, "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0"}
     envs = [{**common, "RANK": str(i), "LOCAL_RANK": str(i)} for i in range(n)]
@@ -180,12 +210,24 @@ def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
         rendezvous.mkdir(parents=True, exist_ok=True)
         return [{"TRAINPIPE_STORE_FILE": str(rendezvous / uuid.uuid4().hex)}] * n
 
-    return Plan([[sys.executable, "-m", WORKER, str(config_path)]] * n, envs, config.max_restarts, "torch", fresh_store if n > 1 else None,
-                config.collective_timeout_s)
+    return Plan(
+        [[sys.executable, "-m", WORKER, str(config_path)]] * n,
+        envs,
+        config.max_restarts,
+        "torch",
+        fresh_store if n > 1 else None,
+        config.collective_timeout_s,
+    )
 
 
 def horovod_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
-    return Plan([horovodrun_command(config, config_path)], [env], config.max_restarts, "horovod", preempt_wait_s=config.collective_timeout_s)
+    return Plan(
+        [horovodrun_command(config, config_path)],
+        [env],
+        config.max_restarts,
+        "horovod",
+        preempt_wait_s=config.collective_timeout_s,
+    )
 
 
 def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
@@ -194,10 +236,21 @@ def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan
     envs = tf_worker_envs(config)
     command = [sys.executable, "-m", WORKER, str(config_path)]
     if config.nnodes == 1 and len(envs) > 1:
-        return Plan([command] * len(envs), [env] * len(envs), config.max_restarts, "tensorflow", lambda: tf_worker_envs(config),
-                    config.collective_timeout_s)
-    return Plan([command] * len(envs), [{**env, **extra} for extra in envs], config.max_restarts, "tensorflow",
-                preempt_wait_s=config.collective_timeout_s)
+        return Plan(
+            [command] * len(envs),
+            [env] * len(envs),
+            config.max_restarts,
+            "tensorflow",
+            lambda: tf_worker_envs(config),
+            config.collective_timeout_s,
+        )
+    return Plan(
+        [command] * len(envs),
+        [{**env, **extra} for extra in envs],
+        config.max_restarts,
+        "tensorflow",
+        preempt_wait_s=config.collective_timeout_s,
+    )
 
 
 #: backend -> how its ranks start.
@@ -263,7 +316,7 @@ def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            for kill in (lambda: os.killpg(p.pid, signal.SIGKILL), p.kill):
+            for kill in (lambda p=p: os.killpg(p.pid, signal.SIGKILL), p.kill):
                 try:
                     kill()
                 except ProcessLookupError:
@@ -288,8 +341,11 @@ class _Preemption:
     def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]]) -> None:
         if self.signum is None:
             self.signum, self.deadline = signum, time.monotonic() + self.plan.preempt_wait_s
-            print(f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its step and stops",
-                  file=sys.stderr, flush=True)
+            print(
+                f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its step and stops",
+                file=sys.stderr,
+                flush=True,
+            )
             if self.plan.label == "torchrun":
                 for p in procs:
                     with contextlib.suppress(ProcessLookupError):
@@ -359,8 +415,14 @@ def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = No
     pid_dir = Path(tempfile.mkdtemp(prefix="trainpipe-ranks-"))
     preemption = _Preemption(plan, pid_dir)
     main = threading.current_thread() is threading.main_thread()
-    previous = {name: signal.signal(getattr(signal, name), lambda signum, _f: preemption.on_signal(signum, procs))
-                for name in PREEMPT_SIGNALS} if main else {}
+    previous = (
+        {
+            name: signal.signal(getattr(signal, name), lambda signum, _f: preemption.on_signal(signum, procs))
+            for name in PREEMPT_SIGNALS
+        }
+        if main
+        else {}
+    )
     try:
         return _attempts(plan, procs, relay, errors_dir, abort, preemption, {PIDS_ENV: str(pid_dir)})
     finally:
@@ -371,16 +433,33 @@ def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = No
         shutil.rmtree(pid_dir, ignore_errors=True)
 
 
-def _attempts(plan: Plan, procs: list[subprocess.Popen[bytes]], relay: _Relay, errors_dir: Path, abort: Callable[[], bool] | None,
-              preemption: _Preemption, common: dict[str, str]) -> int:
+def _attempts(
+    plan: Plan,
+    procs: list[subprocess.Popen[bytes]],
+    relay: _Relay,
+    errors_dir: Path,
+    abort: Callable[[], bool] | None,
+    preemption: _Preemption,
+    common: dict[str, str],
+) -> int:
     code = 0
     for attempt in range(plan.restarts + 1):
         if attempt:
-            print(f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint", file=sys.stderr)
+            print(
+                f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint",
+                file=sys.stderr,
+            )
         extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
         parent = {"TRAINPIPE_ATTEMPT": str(attempt), PARENT_ENV: str(os.getpid()), **common}
-        procs[:] = [subprocess.Popen(_dies_with_launcher(cmd), env={**os.environ, **env, **extra, **parent}, start_new_session=True,
-                                     stderr=subprocess.PIPE) for cmd, env, extra in zip(plan.commands, plan.envs, extras)]
+        procs[:] = [
+            subprocess.Popen(
+                _dies_with_launcher(cmd),
+                env={**os.environ, **env, **extra, **parent},
+                start_new_session=True,
+                stderr=subprocess.PIPE,
+            )
+            for cmd, env, extra in zip(plan.commands, plan.envs, extras, strict=True)
+        ]
         for p in procs:
             relay.follow(p)
         while True:
@@ -420,7 +499,9 @@ def _attempts(plan: Plan, procs: list[subprocess.Popen[bytes]], relay: _Relay, e
     return code
 
 
-def launch(config: Any, config_path: Path, env: dict[str, str], errors_dir: Path, abort: Callable[[], bool] | None = None) -> int:
+def launch(
+    config: Any, config_path: Path, env: dict[str, str], errors_dir: Path, abort: Callable[[], bool] | None = None
+) -> int:
     """Start this node's ranks for the configured backend; the exit code of the group.
 
     ``abort`` is polled while they run: when it says so, the group is stopped.

@@ -60,7 +60,14 @@ class BaseContext:
         self.out = Path(settings.output_dir)
         self.ckpt_dir = Path(settings.checkpoint_dir) if settings.checkpoint_dir else self.out / CHECKPOINT_DIR
         self.fault = Fault.from_env()
-        self.data = Snapshot(settings.data, settings.label_column, settings.task, settings.test_fraction, settings.seed, settings.batch_size)
+        self.data = Snapshot(
+            settings.data,
+            settings.label_column,
+            settings.task,
+            settings.test_fraction,
+            settings.seed,
+            settings.batch_size,
+        )
         self.epoch = self.global_step = self.batches_done = self.resumed_from = self.steps_per_epoch = 0
         self.restarts = attempt()
         self.metrics = EpochMetrics(world_size, self._keep, self._fold, self._to_float, self._all_reduce_sum)
@@ -127,12 +134,22 @@ class BaseContext:
         if self.checkpoints is not None:
             raise InputError("train_function: ctx.restore was called twice; register every object in one call")
         if self._batches_started:
-            raise InputError("train_function: ctx.restore must come before ctx.batches (it sets where the data resumes)")
+            raise InputError(
+                "train_function: ctx.restore must come before ctx.batches (it sets where the data resumes)"
+            )
         if not objects:
-            raise InputError("train_function: ctx.restore needs the objects to checkpoint, e.g. ctx.restore(model=model, optimizer=opt)")
+            raise InputError(
+                "train_function: ctx.restore needs the objects to checkpoint, e.g. ctx.restore(model=model, optimizer=opt)"
+            )
         s = self.settings
-        manager = CheckpointManager(self.ckpt_dir, s.keep_checkpoints, s.checkpoint_every_steps, s.checkpoint_every_s,
-                                    self._state_io(dict(objects)), chief=self.is_chief)
+        manager = CheckpointManager(
+            self.ckpt_dir,
+            s.keep_checkpoints,
+            s.checkpoint_every_steps,
+            s.checkpoint_every_s,
+            self._state_io(dict(objects)),
+            chief=self.is_chief,
+        )
         self.checkpoints = manager
         manager.remove_stale()
         self._barrier()
@@ -145,15 +162,23 @@ class BaseContext:
         # every rank must resume from the same step: a rank that read another folder would diverge
         s1, s2 = self._all_reduce_sum([float(self.global_step), float(self.global_step) ** 2])
         if s1 * s1 != self.world_size * s2:
-            raise TrainpipeError("checkpoint: ranks loaded different checkpoints; is checkpoint_dir shared by every node?")
+            raise TrainpipeError(
+                "checkpoint: ranks loaded different checkpoints; is checkpoint_dir shared by every node?"
+            )
         return self.global_step
 
     def _barrier(self) -> None:
         self._all_reduce_sum([0.0])
 
     def _trainer_state(self) -> dict[str, Any]:
-        return {"global_step": self.global_step, "batches_done": self.batches_done, "epoch": self.epoch,
-                "carried": self.metrics.carried, "history": self.metrics.history, "world_size": self.world_size}
+        return {
+            "global_step": self.global_step,
+            "batches_done": self.batches_done,
+            "epoch": self.epoch,
+            "carried": self.metrics.carried,
+            "history": self.metrics.history,
+            "world_size": self.world_size,
+        }
 
     def _save_checkpoint(self, mid_epoch: bool) -> bool:
         """Checkpoint this step (every rank at once); False when it is the one already written."""
@@ -202,11 +227,16 @@ class BaseContext:
             Preempted: the platform asked the job to stop (a checkpoint was written first).
         """
         if self._batches_started:
-            raise InputError("train_function: ctx.batches was called twice; iterate one call over the whole run (it spans every epoch)")
+            raise InputError(
+                "train_function: ctx.batches was called twice; iterate one call over the whole run (it spans every epoch)"
+            )
         self._batches_started = True
         if self.checkpoints is None and self.is_chief:
-            print("train_model: warning: the training function registered no state with ctx.restore: "
-                  "this run neither checkpoints nor resumes", file=sys.stderr)
+            print(
+                "train_model: warning: the training function registered no state with ctx.restore: "
+                "this run neither checkpoints nor resumes",
+                file=sys.stderr,
+            )
         s = self.settings
         if sources.is_trainpipe_rows(source):
             self._tabular = source
@@ -216,8 +246,14 @@ class BaseContext:
         self.steps_per_epoch = per_epoch
         from trainpipe.telemetry import Progress
 
-        self._progress = Progress("train_model", self._planned_batches(), "batches", start=self.batches_done,
-                                  rate_unit=("samples", float(s.batch_size)), show=self.is_chief)
+        self._progress = Progress(
+            "train_model",
+            self._planned_batches(),
+            "batches",
+            start=self.batches_done,
+            rate_unit=("samples", float(s.batch_size)),
+            show=self.is_chief,
+        )
         self.timer.begin()
         if self.checkpoints is not None:
             self.checkpoints.start_clock()
@@ -260,8 +296,11 @@ class BaseContext:
         if ends_epoch:
             self._end_epoch()
         decision = self._agree() if ends_epoch or self._control.due(self.batches_done) else None
-        due = last or (decision is not None and decision.time_due) or (stepped and self.checkpoints is not None
-                                                                       and self.checkpoints.steps_due(self.global_step))
+        due = (
+            last
+            or (decision is not None and decision.time_due)
+            or (stepped and self.checkpoints is not None and self.checkpoints.steps_due(self.global_step))
+        )
         saved = self._save_checkpoint(mid_epoch=not ends_epoch) if due or (decision and decision.preempt) else False
         if ends_epoch or saved or decision is not None:
             self.timer.extend_last()  # what the loop did after the batch (metrics, agreement, staging) is the batch's
@@ -290,9 +329,15 @@ class BaseContext:
     def _end_epoch(self) -> None:
         line = self.metrics.end_epoch(self.epoch, self.global_step)
         if self.is_chief:
-            atomic_write_text(self.out / METRICS_FILE, "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.metrics.history))
+            atomic_write_text(
+                self.out / METRICS_FILE, "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.metrics.history)
+            )
             shown = " ".join(f"{k} {v:.4f}" for k, v in line.items() if k not in ("epoch", "step"))
-            print(f"train_model: epoch {self.epoch + 1}/{self.settings.epochs} step {self.global_step} {shown}".rstrip(), file=sys.stderr, flush=True)
+            print(
+                f"train_model: epoch {self.epoch + 1}/{self.settings.epochs} step {self.global_step} {shown}".rstrip(),
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _done(self) -> bool:
         return self.settings.max_steps is not None and self.global_step >= self.settings.max_steps
@@ -315,8 +360,16 @@ class BaseContext:
 
     # --- the model ------------------------------------------------------------------------------
 
-    def save_model(self, model: Any, *, input_example: Any = None, init_args: dict[str, Any] | None = None, builder: Any = None,
-                   classes: list[Any] | None = None, task: str | None = None) -> None:
+    def save_model(
+        self,
+        model: Any,
+        *,
+        input_example: Any = None,
+        init_args: dict[str, Any] | None = None,
+        builder: Any = None,
+        classes: list[Any] | None = None,
+        task: str | None = None,
+    ) -> None:
         """Write the trained model: ``model.safetensors`` (weights only) and ``model.json`` (how to
         rebuild it), which train_model turns into an MLflow pyfunc model that loads without trainpipe.
 
@@ -343,8 +396,15 @@ class BaseContext:
         self._save_model(model, input_example, init_args, builder, classes, task or self.settings.task)
         self._model_saved = True
 
-    def _save_model(self, model: Any, input_example: Any, init_args: dict[str, Any] | None, builder: Any, classes: list[Any] | None,
-                    task: str) -> None:
+    def _save_model(
+        self,
+        model: Any,
+        input_example: Any,
+        init_args: dict[str, Any] | None,
+        builder: Any,
+        classes: list[Any] | None,
+        task: str,
+    ) -> None:
         raise NotImplementedError
 
     # --- what live telemetry reads ----------------------------------------------------------------
@@ -389,7 +449,9 @@ class BaseContext:
         if self.global_step == 0:
             raise InputError(f"train_function: {spec} returned without calling ctx.step: nothing was trained")
         if not self._model_saved:
-            raise InputError(f"train_function: {spec} returned without calling ctx.save_model: there is no model to register")
+            raise InputError(
+                f"train_function: {spec} returned without calling ctx.save_model: there is no model to register"
+            )
         self.write_telemetry()
         self._last_barrier()
 
@@ -406,12 +468,23 @@ class BaseContext:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         s = self.settings
         return {
-            "rank": self.rank, "world_size": self.world_size, "backend": s.backend, "dist_backend": self.dist_name,
-            "precision": s.precision, "batch_size": s.batch_size, "wall_s": time.perf_counter() - self._t0,
-            "time_to_first_step_s": self.first_step_s, "resumed_from_step": self.resumed_from, "global_steps": self.global_step,
-            "first_step_unix": self.first_step_unix, "cpu_s": usage.ru_utime + usage.ru_stime, "usable_cpus": usable_cpus(),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "backend": s.backend,
+            "dist_backend": self.dist_name,
+            "precision": s.precision,
+            "batch_size": s.batch_size,
+            "wall_s": time.perf_counter() - self._t0,
+            "time_to_first_step_s": self.first_step_s,
+            "resumed_from_step": self.resumed_from,
+            "global_steps": self.global_step,
+            "first_step_unix": self.first_step_unix,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "usable_cpus": usable_cpus(),
             "peak_rss_mb": usage.ru_maxrss / 1024.0,
-            "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", self.world_size))),
+            "local_world": int(
+                os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", self.world_size))
+            ),
             "checkpoints": self.checkpoints.figures() if self.checkpoints is not None else None,
             "steps": self.step_records,
         }

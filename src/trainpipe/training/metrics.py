@@ -30,8 +30,14 @@ class EpochMetrics:
         all_reduce_sum: Sums a list of floats over every rank (a collective).
     """
 
-    def __init__(self, world_size: int, keep: Callable[[Any], Any], fold: Callable[[list[Any]], Any], to_float: Callable[[Any], float],
-                 all_reduce_sum: Callable[[list[float]], list[float]]) -> None:
+    def __init__(
+        self,
+        world_size: int,
+        keep: Callable[[Any], Any],
+        fold: Callable[[list[Any]], Any],
+        to_float: Callable[[Any], float],
+        all_reduce_sum: Callable[[list[float]], list[float]],
+    ) -> None:
         self.world_size = world_size
         self._keep, self._fold, self._to_float, self._all_reduce_sum = keep, fold, to_float, all_reduce_sum
         self._pending: dict[str, list[Any]] = {}
@@ -69,7 +75,9 @@ class EpochMetrics:
         flat = [x for k in keys for x in self._host(self._folded.get(k))] + [float(digest)]
         total = self._all_reduce_sum(flat)
         if total[-1] != digest * self.world_size:
-            raise InputError("train_function: the ranks logged different keys with ctx.log; every rank must log the same ones")
+            raise InputError(
+                "train_function: the ranks logged different keys with ctx.log; every rank must log the same ones"
+            )
         self._folded = {}
         return {k: [total[2 * i], total[2 * i + 1]] for i, k in enumerate(keys)}
 

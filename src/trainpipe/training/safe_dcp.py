@@ -19,8 +19,15 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 _DCP = "torch.distributed.checkpoint."
-_ALLOWED = {("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "Path"),
-            ("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset")}
+_ALLOWED = {
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "Path"),
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+}
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -35,7 +42,9 @@ class _MetadataUnpickler(pickle.Unpickler):
                 return obj
         elif (module, name) in _ALLOWED:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"checkpoint metadata names {module}.{name}, which a checkpoint's metadata does not hold")
+        raise pickle.UnpicklingError(
+            f"checkpoint metadata names {module}.{name}, which a checkpoint's metadata does not hold"
+        )
 
 
 class SafeReader(FileSystemReader):
@@ -46,7 +55,11 @@ class SafeReader(FileSystemReader):
 
         rank = kwargs.get("rank")
         # torch 2.6 reads one ".metadata" (no per-rank metadata, no _get_metadata_path)
-        where = self._get_metadata_path(rank) if hasattr(self, "_get_metadata_path") else self.fs.concat_path(self.path, ".metadata")
+        where = (
+            self._get_metadata_path(rank)
+            if hasattr(self, "_get_metadata_path")
+            else self.fs.concat_path(self.path, ".metadata")
+        )
         with self.fs.create_stream(where, "rb") as fh:
             metadata = _MetadataUnpickler(fh).load()
         if getattr(metadata, "storage_meta", None) is None:

@@ -42,6 +42,7 @@ def plan(source: Any, placement: Placement, settings: Any, rank: int, world: int
     """
     local = settings.batch_size // world
     if isinstance(source, StreamSource) and not isinstance(source, (tuple, list, dict)):
+
         def stream(epoch: int, skip: int) -> Iterator[Any]:
             yield from placement.from_host(source.local_batches(epoch, rank, world, local, settings.seed, skip))
 
@@ -60,7 +61,7 @@ def plan(source: Any, placement: Placement, settings: Any, rank: int, world: int
     def in_memory(epoch: int, skip: int) -> Iterator[Any]:
         rows = rank_batches(n, settings.batch_size, settings.seed, epoch, rank, world, skip)
         for picked in placement.gather(arrays, rows):
-            yield dict(zip(keys, picked)) if keys else tuple(picked)
+            yield dict(zip(keys, picked, strict=True)) if keys else tuple(picked)
 
     return steps_per_epoch(n, settings.batch_size), in_memory
 

@@ -47,7 +47,9 @@ class TFContext(BaseContext):
         import keras
 
         if "TF_CONFIG" in os.environ:
-            options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(settings.collective_timeout_s))
+            options = tf.distribute.experimental.CommunicationOptions(
+                timeout_seconds=float(settings.collective_timeout_s)
+            )
             strategy: Any = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
             name = "MultiWorkerMirroredStrategy"
         else:
@@ -66,13 +68,16 @@ class TFContext(BaseContext):
         self._models: list[Any] = []
         self._profile = (
             {"trace": None, "tensorboard_logdir": "tf_profile", "first_step_index": 4, "steps": settings.profile_steps}
-            if settings.profile_steps and self.is_chief else None
+            if settings.profile_steps and self.is_chief
+            else None
         )
         self._profiling = False
 
         @tf.function
         def reduce_sums(local: Any) -> Any:
-            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(lambda v: tf.identity(v), args=(local,)), axis=None)
+            return self.strategy.reduce(
+                tf.distribute.ReduceOp.SUM, self.strategy.run(lambda v: tf.identity(v), args=(local,)), axis=None
+            )
 
         self._reduce_sums = reduce_sums
 
@@ -106,9 +111,9 @@ class TFContext(BaseContext):
         return out
 
     def peer_failure(self, exc: BaseException) -> bool:
-        return isinstance(exc, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError)) or (
-            isinstance(exc, tf.errors.InternalError) and "ollective" in str(exc)
-        )
+        return isinstance(
+            exc, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError)
+        ) or (isinstance(exc, tf.errors.InternalError) and "ollective" in str(exc))
 
     def _last_barrier(self) -> None:
         """TF's collectives pull: a worker that has its sum may leave while a peer's last pull from
@@ -132,7 +137,10 @@ class TFContext(BaseContext):
 
     def _fold(self, values: list[Any]) -> float:
         # each value: the mean of its local replicas (a worker has one replica per device)
-        parts = [tf.add_n([tf.cast(tf.reshape(v, []), tf.float64) for v in self._local(x)]) / len(self._local(x)) for x in values]
+        parts = [
+            tf.add_n([tf.cast(tf.reshape(v, []), tf.float64) for v in self._local(x)]) / len(self._local(x))
+            for x in values
+        ]
         return float(tf.add_n(parts).numpy())
 
     def _all_reduce_sum(self, values: list[float]) -> list[float]:
@@ -153,7 +161,9 @@ class TFContext(BaseContext):
             return tf.constant(batch)
         parts = np.array_split(batch, local_replicas)
         first = self.rank * local_replicas
-        return self.strategy.experimental_distribute_values_from_function(lambda ctx: tf.constant(parts[ctx.replica_id_in_sync_group - first]))
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(parts[ctx.replica_id_in_sync_group - first])
+        )
 
     def _on_batch_end(self) -> None:
         p = self._profile
@@ -174,8 +184,15 @@ class TFContext(BaseContext):
 
     # --- the model ------------------------------------------------------------------------------
 
-    def _save_model(self, model: Any, input_example: Any, init_args: dict[str, Any] | None, builder: Any, classes: list[Any] | None,
-                    task: str) -> None:
+    def _save_model(
+        self,
+        model: Any,
+        input_example: Any,
+        init_args: dict[str, Any] | None,
+        builder: Any,
+        classes: list[Any] | None,
+        task: str,
+    ) -> None:
         """The Keras model's weights (in order) and how to rebuild it: ``builder(**init_args)`` must
         return the same, unbuilt Keras model (importable from a package; it travels with the model).
         The built-in nets (``builtin:mlp``, ``builtin:cnn``) are written in the torch layout instead,
@@ -185,7 +202,9 @@ class TFContext(BaseContext):
         if not self.is_chief:
             return
         if builder is None:
-            raise InputError("save_model: with backend tensorflow give builder= (a function returning the Keras model) and its init_args")
+            raise InputError(
+                "save_model: with backend tensorflow give builder= (a function returning the Keras model) and its init_args"
+            )
         example = self._example(input_example)
         raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
         if isinstance(builder, str) and builder.startswith("builtin:"):
@@ -195,7 +214,9 @@ class TFContext(BaseContext):
         weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
         self.write_model(weights, "tensorflow", ref, code, init_args or {}, task, classes, example, raw)
 
-    def _write_builtin(self, model: Any, builder: str, init_args: dict[str, Any], task: str, example: Any, raw: np.ndarray) -> None:
+    def _write_builtin(
+        self, model: Any, builder: str, init_args: dict[str, Any], task: str, example: Any, raw: np.ndarray
+    ) -> None:
         from trainpipe.training.builtin_tf import torch_state_dict
 
         data = self._tabular
@@ -218,8 +239,18 @@ class TFContext(BaseContext):
 
         return example_rows(self._tabular, self.data, self.settings.label_column)
 
-    def write_model(self, weights: dict[str, np.ndarray], framework: str, builder: str, code: list[str], init_args: dict[str, Any],
-                    task: str, classes: list[Any] | None, example: Any, raw: np.ndarray) -> None:
+    def write_model(
+        self,
+        weights: dict[str, np.ndarray],
+        framework: str,
+        builder: str,
+        code: list[str],
+        init_args: dict[str, Any],
+        task: str,
+        classes: list[Any] | None,
+        example: Any,
+        raw: np.ndarray,
+    ) -> None:
         """model.safetensors, model.json and the examples (chief only)."""
         from safetensors.numpy import save
 
@@ -233,13 +264,26 @@ class TFContext(BaseContext):
         except TypeError as exc:
             raise InputError(f"save_model: init_args must be JSON-able: {exc}") from None
         meta = {
-            "format": loader.FORMAT, "framework": framework, "builder": builder, "init_args": init_args, "code": code, "task": task,
-            "classes": list(classes or []), "feature_columns": [str(c) for c in example.columns], "label_column": self.settings.label_column,
+            "format": loader.FORMAT,
+            "framework": framework,
+            "builder": builder,
+            "init_args": init_args,
+            "code": code,
+            "task": task,
+            "classes": list(classes or []),
+            "feature_columns": [str(c) for c in example.columns],
+            "label_column": self.settings.label_column,
             "split": {"test_fraction": self.settings.test_fraction, "seed": self.settings.seed, "method": "splitmix64"},
-            "train_function": self.settings.train_function, "trained_with": "tensorflow", "precision": self.settings.precision,
-            "world_size": self.world_size, "device": self._device(), "dist_backend": self.dist_name,
+            "train_function": self.settings.train_function,
+            "trained_with": "tensorflow",
+            "precision": self.settings.precision,
+            "world_size": self.world_size,
+            "device": self._device(),
+            "dist_backend": self.dist_name,
         }
-        atomic_write_bytes(self.out / loader.WEIGHTS_FILE, save({k: np.ascontiguousarray(v) for k, v in weights.items()}))
+        atomic_write_bytes(
+            self.out / loader.WEIGHTS_FILE, save({k: np.ascontiguousarray(v) for k, v in weights.items()})
+        )
         atomic_write_json(self.out / loader.META_FILE, meta)
         write_examples(self.out, example, loader.outputs_frame(raw, task, list(classes or []), None))
 
@@ -261,11 +305,17 @@ class TFContext(BaseContext):
         if "TF_CONFIG" in os.environ:
             hosts = {h.split(":")[0] for h in json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"]}
             local = self.world_size if len(hosts) == 1 else 1
-        out.update({
-            "device": self._device(), "device_name": self._device(), "local_world": local,
-            "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.environ.get("OMP_NUM_THREADS") or 0),
-            "weights_sha256": weights_digest(weights) if weights else None, "peak_device_mb": None, "profiler": self._profile,
-        })
+        out.update(
+            {
+                "device": self._device(),
+                "device_name": self._device(),
+                "local_world": local,
+                "threads": int(os.environ.get("TF_NUM_INTRAOP_THREADS") or os.environ.get("OMP_NUM_THREADS") or 0),
+                "weights_sha256": weights_digest(weights) if weights else None,
+                "peak_device_mb": None,
+                "profiler": self._profile,
+            }
+        )
         return out
 
     def close(self) -> None:
@@ -291,9 +341,13 @@ class _TFPlacement:
         for batch in batches:
             yield tuple(self.ctx._to_replicas(np.asarray(b)) for b in batch)
 
-    def other(self, source: Any, settings: Any, rank: int, world: int) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
-        raise InputError(f"train_function: ctx.batches with backend {settings.backend} takes TabularData, a ParquetStream, "
-                         f"a tuple or dict of arrays, or a StreamSource, not {type(source).__name__}")
+    def other(
+        self, source: Any, settings: Any, rank: int, world: int
+    ) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
+        raise InputError(
+            f"train_function: ctx.batches with backend {settings.backend} takes TabularData, a ParquetStream, "
+            f"a tuple or dict of arrays, or a StreamSource, not {type(source).__name__}"
+        )
 
 
 class _TFState:
@@ -303,8 +357,14 @@ class _TFState:
 
     def __init__(self, objects: dict[str, Any], ctx: TFContext) -> None:
         for name, obj in objects.items():
-            if not isinstance(obj, (tf.Module, tf.Variable)) and not hasattr(obj, "_track_trackable") and not hasattr(obj, "variables"):
-                raise InputError(f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint can hold")
+            if (
+                not isinstance(obj, (tf.Module, tf.Variable))
+                and not hasattr(obj, "_track_trackable")
+                and not hasattr(obj, "variables")
+            ):
+                raise InputError(
+                    f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint can hold"
+                )
         self.ckpt, self.ctx = tf.train.Checkpoint(**objects), ctx
 
     def prepare(self) -> None:

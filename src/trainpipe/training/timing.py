@@ -23,16 +23,29 @@ def step_record(at: dict[str, float], framework: str) -> dict[str, float]:
     start, ready, done = at["start"], at["ready"], at["done"]
     rec = {"data_s": ready - start}
     if "step_start" in at and framework == "tensorflow":
-        rec.update({"compute_s": at["step_end"] - at["step_start"], "other_s": (at["step_start"] - ready) + (done - at["step_end"])})
+        rec.update(
+            {
+                "compute_s": at["step_end"] - at["step_start"],
+                "other_s": (at["step_start"] - ready) + (done - at["step_end"]),
+            }
+        )
     elif "step_start" in at:
         fwd_end = at.get("backward_start", at["step_start"])
         bwd = at["backward_end"] - at["backward_start"] if "backward_end" in at else 0.0
-        rec.update({"forward_s": fwd_end - ready, "backward_s": bwd, "optimizer_s": at["step_end"] - at["step_start"],
-                    "other_s": (at["step_start"] - at.get("backward_end", fwd_end)) + (done - at["step_end"])})
+        rec.update(
+            {
+                "forward_s": fwd_end - ready,
+                "backward_s": bwd,
+                "optimizer_s": at["step_end"] - at["step_start"],
+                "other_s": (at["step_start"] - at.get("backward_end", fwd_end)) + (done - at["step_end"]),
+            }
+        )
     elif framework == "tensorflow":  # a batch with no optimizer step (gradient accumulation)
         rec.update({"compute_s": at["back"] - ready, "other_s": done - at["back"]})
     else:
-        rec.update({"forward_s": at["back"] - ready, "backward_s": 0.0, "optimizer_s": 0.0, "other_s": done - at["back"]})
+        rec.update(
+            {"forward_s": at["back"] - ready, "backward_s": 0.0, "optimizer_s": 0.0, "other_s": done - at["back"]}
+        )
     rec["step_s"] = done - start
     return rec
 
@@ -66,7 +79,15 @@ class StepTimer:
         """Marks ``done`` and records the batch."""
         self.mark("done")
         at = self._at
-        self.records.append({"epoch": epoch, "step": step, "samples": samples, **step_record(at, self.framework), "t": at["done"] - self.t0})
+        self.records.append(
+            {
+                "epoch": epoch,
+                "step": step,
+                "samples": samples,
+                **step_record(at, self.framework),
+                "t": at["done"] - self.t0,
+            }
+        )
         self._prev_end = at["done"]
 
     def extend_last(self) -> None:

@@ -66,7 +66,9 @@ class TorchContext(BaseContext):
         self._rows = None
         from trainpipe.training.torch_profiling import NvmlSampler, TorchProfile
 
-        self._profiler = TorchProfile(settings, self.out, self.device) if settings.profile_steps and self.is_chief else None
+        self._profiler = (
+            TorchProfile(settings, self.out, self.device) if settings.profile_steps and self.is_chief else None
+        )
         self._gpu = NvmlSampler(self.device) if self.device.type == "cuda" else None
 
     # --- model ----------------------------------------------------------------------------------
@@ -105,7 +107,9 @@ class TorchContext(BaseContext):
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         self.timer.mark("backward_end")
 
-    def step(self, optimizer: torch.optim.Optimizer, clip_grad_norm: float | None = None, zero_grad: bool = True) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, clip_grad_norm: float | None = None, zero_grad: bool = True
+    ) -> None:
         """One optimizer step: gradients averaged over ranks (Horovod), unscaled and clipped when
         asked, ``optimizer.step()``, then ``zero_grad``. Counts the step (checkpoints follow it).
         Nothing here waits for the device."""
@@ -172,7 +176,9 @@ class TorchContext(BaseContext):
     def _state_io(self, objects: dict[str, Any]) -> StateIO:
         from trainpipe.training.torch_state import TorchState
 
-        return TorchState(objects, self._strategy, self.device, self.scaler, self.rank, self.is_chief, self.fault, self._barrier)
+        return TorchState(
+            objects, self._strategy, self.device, self.scaler, self.rank, self.is_chief, self.fault, self._barrier
+        )
 
     def _on_batch_end(self) -> None:
         if self._profiler is not None:
@@ -180,8 +186,15 @@ class TorchContext(BaseContext):
 
     # --- the model ------------------------------------------------------------------------------
 
-    def _save_model(self, model: torch.nn.Module, input_example: Any, init_args: dict[str, Any] | None, builder: Any,
-                    classes: list[Any] | None, task: str) -> None:
+    def _save_model(
+        self,
+        model: torch.nn.Module,
+        input_example: Any,
+        init_args: dict[str, Any] | None,
+        builder: Any,
+        classes: list[Any] | None,
+        task: str,
+    ) -> None:
         from trainpipe.training import torch_model
 
         state = self._strategy.full_state(model, cpu=True)  # FSDP2 gathers the shards: every rank takes part
@@ -194,10 +207,19 @@ class TorchContext(BaseContext):
         if classes is None and task == "classification" and self._tabular is not None:
             classes = list(self._tabular.classes)
         s = self.settings
-        meta = {"label_column": s.label_column, "split": {"test_fraction": s.test_fraction, "seed": s.seed, "method": "splitmix64"},
-                "train_function": s.train_function, "trained_with": s.backend, "precision": s.precision, "world_size": self.world_size,
-                "device": self.device.type, "dist_backend": self.dist_name}
-        torch_model.write_model(self.out, state, self.unwrap(model), meta, input_example, init_args, builder, classes, task)
+        meta = {
+            "label_column": s.label_column,
+            "split": {"test_fraction": s.test_fraction, "seed": s.seed, "method": "splitmix64"},
+            "train_function": s.train_function,
+            "trained_with": s.backend,
+            "precision": s.precision,
+            "world_size": self.world_size,
+            "device": self.device.type,
+            "dist_backend": self.dist_name,
+        }
+        torch_model.write_model(
+            self.out, state, self.unwrap(model), meta, input_example, init_args, builder, classes, task
+        )
 
     # --- the end --------------------------------------------------------------------------------
 
@@ -210,17 +232,21 @@ class TorchContext(BaseContext):
             state.update({k: v.detach().float().cpu().numpy() for k, v in full.items()})
         out = super().telemetry()
         cuda = self.device.type == "cuda"
-        out.update({
-            "device": str(self.device),
-            "threads": torch.get_num_threads(),
-            "weights_sha256": weights_digest(state) if state else None,
-            "device_name": torch.cuda.get_device_name(self.device) if cuda else platform.processor() or platform.machine(),
-            "peak_device_mb": (torch.cuda.max_memory_allocated(self.device) / 2**20) if cuda else None,
-            "rows_on": self._rows.where if self._rows is not None else None,
-            "profiler": self._profiler.finish() if self._profiler is not None else None,
-            "gpu": self._gpu.finish() if self._gpu is not None else None,
-            "torch": torch.__version__,
-        })
+        out.update(
+            {
+                "device": str(self.device),
+                "threads": torch.get_num_threads(),
+                "weights_sha256": weights_digest(state) if state else None,
+                "device_name": torch.cuda.get_device_name(self.device)
+                if cuda
+                else platform.processor() or platform.machine(),
+                "peak_device_mb": (torch.cuda.max_memory_allocated(self.device) / 2**20) if cuda else None,
+                "rows_on": self._rows.where if self._rows is not None else None,
+                "profiler": self._profiler.finish() if self._profiler is not None else None,
+                "gpu": self._gpu.finish() if self._gpu is not None else None,
+                "torch": torch.__version__,
+            }
+        )
         return out
 
     def learning_rate(self) -> float | None:

@@ -68,7 +68,7 @@ class AheadCopy:
             pending = self._upload(slot, following) if following is not None else None
             current = torch.cuda.current_stream(self.device)
             current.wait_event(copied)
-            _map(batch, lambda t: t.record_stream(current))  # made on the side stream, used on this one
+            _map(batch, lambda t, s=current: t.record_stream(s))  # made on the side stream, used on this one
             yield batch
 
 
@@ -84,6 +84,7 @@ def _map(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 def _fill_from(batch: Any) -> Fill:
     """A host batch (numpy arrays or tensors, in any structure) copied into pinned buffers."""
+
     def fill(buffer: Callable[[Any, tuple[int, ...], torch.dtype], torch.Tensor]) -> Any:
         counter = iter(range(1 << 30))
 
@@ -143,8 +144,10 @@ class TorchPlacement:
 
             def fills() -> Iterator[Fill]:
                 for r in index:
-                    yield lambda buffer, r=r: [torch.index_select(a, 0, r, out=buffer(i, (len(r), *a.shape[1:]), a.dtype))
-                                               for i, a in enumerate(arrays)]
+                    yield lambda buffer, r=r: [
+                        torch.index_select(a, 0, r, out=buffer(i, (len(r), *a.shape[1:]), a.dtype))
+                        for i, a in enumerate(arrays)
+                    ]
 
             yield from self._ahead.run(fills())
 
@@ -155,11 +158,15 @@ class TorchPlacement:
             return
         yield from self._ahead.run(_fill_from(b) for b in batches)
 
-    def other(self, source: Any, settings: Any, rank: int, world: int) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
+    def other(
+        self, source: Any, settings: Any, rank: int, world: int
+    ) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
         """A map-style dataset (``__len__`` and ``__getitem__``): rows collated per batch."""
         if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
-            raise InputError(f"train_function: ctx.batches cannot iterate a {type(source).__name__} "
-                             "(give TabularData, a ParquetStream, a tuple or dict of arrays, a map-style dataset or a StreamSource)")
+            raise InputError(
+                f"train_function: ctx.batches cannot iterate a {type(source).__name__} "
+                "(give TabularData, a ParquetStream, a tuple or dict of arrays, a map-style dataset or a StreamSource)"
+            )
         from torch.utils.data import default_collate
 
         n = len(source)
@@ -167,7 +174,11 @@ class TorchPlacement:
         def mapped(epoch: int, skip: int) -> Iterator[Any]:
             def collated() -> Iterator[Any]:
                 for idx in rank_batches(n, settings.batch_size, settings.seed, epoch, rank, world, skip):
-                    items = source.__getitems__(idx.tolist()) if hasattr(source, "__getitems__") else [source[int(i)] for i in idx]
+                    items = (
+                        source.__getitems__(idx.tolist())
+                        if hasattr(source, "__getitems__")
+                        else [source[int(i)] for i in idx]
+                    )
                     yield default_collate(items)
 
             yield from self.from_host(collated())

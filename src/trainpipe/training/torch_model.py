@@ -23,8 +23,17 @@ def model_class(module: torch.nn.Module) -> type:
     return next(c for c in type(module).__mro__ if not issubclass(c, FSDPModule))
 
 
-def write_model(out: Path, state: dict[str, torch.Tensor], module: torch.nn.Module, meta: dict[str, Any], input_example: Any,
-                init_args: dict[str, Any] | None, builder: Any, classes: list[Any] | None, task: str) -> None:
+def write_model(
+    out: Path,
+    state: dict[str, torch.Tensor],
+    module: torch.nn.Module,
+    meta: dict[str, Any],
+    input_example: Any,
+    init_args: dict[str, Any] | None,
+    builder: Any,
+    classes: list[Any] | None,
+    task: str,
+) -> None:
     """Write the model and prove that it loads: rebuilt from its description, weights strict,
     predicting on the example (rank 0 only).
 
@@ -47,8 +56,17 @@ def write_model(out: Path, state: dict[str, torch.Tensor], module: torch.nn.Modu
     except TypeError as exc:
         raise InputError(f"save_model: init_args must be JSON-able: {exc}") from None
     weights = {k: v.detach().to("cpu").clone().contiguous() for k, v in state.items()}
-    meta = {**meta, "format": loader.FORMAT, "framework": "torch", "builder": builder_ref, "init_args": init_args or {}, "code": code,
-            "task": task, "classes": list(classes or []), "feature_columns": [str(c) for c in input_example.columns]}
+    meta = {
+        **meta,
+        "format": loader.FORMAT,
+        "framework": "torch",
+        "builder": builder_ref,
+        "init_args": init_args or {},
+        "code": code,
+        "task": task,
+        "classes": list(classes or []),
+        "feature_columns": [str(c) for c in input_example.columns],
+    }
     atomic_write_bytes(out / loader.WEIGHTS_FILE, save(weights))
     atomic_write_json(out / loader.META_FILE, meta)
     try:
@@ -58,7 +76,11 @@ def write_model(out: Path, state: dict[str, torch.Tensor], module: torch.nn.Modu
         raise InputError(f"save_model: the model cannot be rebuilt for serving: {exc}") from None
     except Exception as exc:  # noqa: BLE001 (the team's model failing on its example, in one line)
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        raise InputError(f"save_model: the rebuilt model fails on input_example: {type(exc).__name__}: {first}") from None
+        raise InputError(
+            f"save_model: the rebuilt model fails on input_example: {type(exc).__name__}: {first}"
+        ) from None
     if task == "classification" and classes and output.shape[1] != 1 + len(classes):
-        raise InputError(f"save_model: the model gives {output.shape[1] - 1} outputs but there are {len(classes)} classes")
+        raise InputError(
+            f"save_model: the model gives {output.shape[1] - 1} outputs but there are {len(classes)} classes"
+        )
     write_examples(out, input_example, output)

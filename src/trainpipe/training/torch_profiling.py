@@ -27,8 +27,12 @@ class TorchProfile:
         self.trace = out / TELEMETRY_DIR / "trace_rank0.json"
         self._complete = False
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        self.prof = profile(activities=activities, schedule=schedule(wait=PROFILE_SKIP, warmup=1, active=self.active, repeat=1),
-                            on_trace_ready=self._ready, with_flops=True)
+        self.prof = profile(
+            activities=activities,
+            schedule=schedule(wait=PROFILE_SKIP, warmup=1, active=self.active, repeat=1),
+            on_trace_ready=self._ready,
+            with_flops=True,
+        )
         self.prof.start()
 
     def _ready(self, prof: Any) -> None:
@@ -44,10 +48,14 @@ class TorchProfile:
         collective = [e for e in events if any(k in e.key.lower() for k in names)]
         top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
         return {
-            "trace": self.trace.name, "first_step_index": self.first, "steps": self.active,
+            "trace": self.trace.name,
+            "first_step_index": self.first,
+            "steps": self.active,
             "flops_per_step": sum(int(e.flops or 0) for e in events) / self.active,
             "collective_ms_per_step": sum(e.cpu_time_total for e in collective) / 1000.0 / self.active,
-            "top_ops": [{"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "calls": int(e.count)} for e in top],
+            "top_ops": [
+                {"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "calls": int(e.count)} for e in top
+            ],
         }
 
     def step(self) -> None:
@@ -97,7 +105,12 @@ class NvmlSampler:
                 power = self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
             except Exception:  # noqa: BLE001 (not every board reports power)
                 power = None
-            return {"index": self._index, "utilization": rates.gpu / 100.0, "memory_used": float(info.used), "power": power}
+            return {
+                "index": self._index,
+                "utilization": rates.gpu / 100.0,
+                "memory_used": float(info.used),
+                "power": power,
+            }
         except Exception:  # noqa: BLE001 (telemetry never fails a run)
             return None
 
@@ -108,4 +121,8 @@ class NvmlSampler:
         self._thread.join(timeout=2)
         if not self.util:
             return None
-        return {"utilization_pct_mean": sum(self.util) / len(self.util), "memory_used_mb_max": max(self.mem), "samples": len(self.util)}
+        return {
+            "utilization_pct_mean": sum(self.util) / len(self.util),
+            "memory_used_mb_max": max(self.mem),
+            "samples": len(self.util),
+        }

@@ -55,7 +55,9 @@ def set_rng(state: dict[str, Any], device: torch.device) -> None:
 
     torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
     if state.get("cuda") and device.type == "cuda":
-        torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8), device)
+        torch.cuda.set_rng_state(
+            torch.frombuffer(bytearray(base64.b64decode(state["cuda"])), dtype=torch.uint8), device
+        )
     n = state["numpy"]
     np.random.set_state((n[0], np.asarray(n[1], dtype=np.uint32), n[2], n[3], n[4]))
     p = state["python"]
@@ -181,15 +183,30 @@ class TorchState:
         InputError: an object has no state, or an optimizer belongs to no registered module.
     """
 
-    def __init__(self, objects: dict[str, Any], strategy: TorchStrategy, device: torch.device, scaler: Any, rank: int, chief: bool,
-                 fault: Fault, barrier: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        objects: dict[str, Any],
+        strategy: TorchStrategy,
+        device: torch.device,
+        scaler: Any,
+        rank: int,
+        chief: bool,
+        fault: Fault,
+        barrier: Callable[[], None],
+    ) -> None:
         modules = [v for v in objects.values() if isinstance(v, torch.nn.Module)]
         for name, obj in objects.items():
             if isinstance(obj, torch.optim.Optimizer):
                 if not any(_owner(obj, m) for m in modules):
-                    raise InputError(f"train_function: ctx.restore({name}=...) is an optimizer of no module registered beside it")
-            elif not isinstance(obj, torch.nn.Module) and not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-                raise InputError(f"train_function: ctx.restore({name}=...) has no state_dict/load_state_dict to checkpoint")
+                    raise InputError(
+                        f"train_function: ctx.restore({name}=...) is an optimizer of no module registered beside it"
+                    )
+            elif not isinstance(obj, torch.nn.Module) and not (
+                hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
+            ):
+                raise InputError(
+                    f"train_function: ctx.restore({name}=...) has no state_dict/load_state_dict to checkpoint"
+                )
         from torch.distributed.checkpoint import state_dict as _  # noqa: F401 (its import is start-up's cost, not a step's)
 
         self.objects, self.strategy, self.device, self.scaler = objects, strategy, device, scaler

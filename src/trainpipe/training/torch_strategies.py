@@ -31,8 +31,13 @@ def _attempt_store(rank: int, timeout: timedelta) -> Any:
     import torch.distributed as dist
 
     agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=not agent_hosts and rank == 0,
-                         timeout=timeout, wait_for_workers=False)
+    base = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=not agent_hosts and rank == 0,
+        timeout=timeout,
+        wait_for_workers=False,
+    )
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "run")
     return dist.PrefixStore(f"trainpipe/{run_id}/attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
 
@@ -84,7 +89,11 @@ class TorchStrategy:
 
     def ranks(self) -> tuple[int, int, int]:
         """``(rank, world size, local rank)`` of this process."""
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+        return (
+            int(os.environ.get("RANK", 0)),
+            int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)),
+        )
 
     def start(self, device: torch.device, rank: int, world: int) -> str:
         """Start communication; returns the name of what carries it (nccl, gloo, horovod-gloo, ...)."""
@@ -100,12 +109,15 @@ class TorchStrategy:
         if isinstance(exc, getattr(dist, "DistError", ())):
             return True
         text = str(exc)
-        return isinstance(exc, RuntimeError) and any(k in text for k in ("gloo", "NCCL", "Connection reset", "Connection closed", "timed out",
-                                                                          "Timed out"))
+        return isinstance(exc, RuntimeError) and any(
+            k in text for k in ("gloo", "NCCL", "Connection reset", "Connection closed", "timed out", "Timed out")
+        )
 
     # --- the model ------------------------------------------------------------------------------
 
-    def wrap(self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None) -> torch.nn.Module:
+    def wrap(
+        self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None
+    ) -> torch.nn.Module:
         """The model on its device, wrapped so that its gradients are averaged over ranks."""
         raise NotImplementedError
 
@@ -169,7 +181,9 @@ class DDPStrategy(TorchStrategy):
             store.set_timeout(timeout)
             dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         elif "MASTER_ADDR" in os.environ:  # torchrun across nodes
-            dist.init_process_group(backend, store=_attempt_store(rank, timeout), rank=rank, world_size=world, timeout=timeout)
+            dist.init_process_group(
+                backend, store=_attempt_store(rank, timeout), rank=rank, world_size=world, timeout=timeout
+            )
         else:  # launched by hand as one process
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
             backend = "gloo"
@@ -185,11 +199,15 @@ class DDPStrategy(TorchStrategy):
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def wrap(self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None) -> torch.nn.Module:
+    def wrap(
+        self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None
+    ) -> torch.nn.Module:
         model = model.to(device)
         if world == 1:
             return model
-        return ddp_wrap(model, device, tracks_running_stats(model) if forward_sync_buffers is None else forward_sync_buffers)
+        return ddp_wrap(
+            model, device, tracks_running_stats(model) if forward_sync_buffers is None else forward_sync_buffers
+        )
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
@@ -217,12 +235,16 @@ class FSDPStrategy(DDPStrategy):
 
     name = "fsdp"
 
-    def wrap(self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None) -> torch.nn.Module:
+    def wrap(
+        self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None
+    ) -> torch.nn.Module:
         from torch.distributed.fsdp import fully_shard
 
         if device.type == "cpu" and not cpu_fsdp_supported():
-            raise InputError(f"backend: torch_fsdp on CPU needs torch 2.9 or later (before it FSDP2 on gloo does not train as DDP does); "
-                             f"this rank has torch {torch.__version__}: use torch_ddp on CPU, or train on a GPU")
+            raise InputError(
+                f"backend: torch_fsdp on CPU needs torch 2.9 or later (before it FSDP2 on gloo does not train as DDP does); "
+                f"this rank has torch {torch.__version__}: use torch_ddp on CPU, or train on a GPU"
+            )
         model = model.to(device)
         for child in model.children():
             if any(True for _ in child.parameters()):
@@ -268,7 +290,9 @@ class HorovodStrategy(TorchStrategy):
     def peer_failure(self, exc: BaseException) -> bool:
         return type(exc).__name__ == "HorovodInternalError" or super().peer_failure(exc)
 
-    def wrap(self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None) -> torch.nn.Module:
+    def wrap(
+        self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None
+    ) -> torch.nn.Module:
         model = model.to(device)
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         index, self._wrapped = self._wrapped, self._wrapped + 1
@@ -321,7 +345,11 @@ class HorovodStrategy(TorchStrategy):
 
 
 #: The torch strategy of each backend name.
-STRATEGIES: dict[str, type[TorchStrategy]] = {"torch_ddp": DDPStrategy, "torch_fsdp": FSDPStrategy, "horovod": HorovodStrategy}
+STRATEGIES: dict[str, type[TorchStrategy]] = {
+    "torch_ddp": DDPStrategy,
+    "torch_fsdp": FSDPStrategy,
+    "horovod": HorovodStrategy,
+}
 
 
 def make_strategy(settings: Any) -> TorchStrategy:

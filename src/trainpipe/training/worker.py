@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from trainpipe.contract.errors import InputError, TrainpipeError, UserCodeError
+from trainpipe.contract.errors import TrainpipeError, UserCodeError
 from trainpipe.contract.io import atomic_write_json
 
 ERRORS_DIR = ".errors"
@@ -55,7 +55,11 @@ def _seed(seed: int, framework: str) -> None:
 def _where(exc: BaseException, spec: str) -> str:
     """``file:line in function`` of the innermost frame of the team's code."""
     module = spec.partition(":")[0].split(".")[0]
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f"/{module}/" in f.filename or f.filename.endswith(f"/{module}.py")]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if f"/{module}/" in f.filename or f.filename.endswith(f"/{module}.py")
+    ]
     if not frames:
         frames = traceback.extract_tb(exc.__traceback__)[-1:]
     if not frames:
@@ -93,7 +97,9 @@ def run(settings: Any) -> None:
             if os.environ.get("TRAINPIPE_DEBUG"):
                 traceback.print_exc()
             message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            raise UserCodeError(f"train_function: {spec} raised {type(exc).__name__}: {message}{_where(exc, spec)}") from None
+            raise UserCodeError(
+                f"train_function: {spec} raised {type(exc).__name__}: {message}{_where(exc, spec)}"
+            ) from None
         try:
             ctx.finish()
         except TrainpipeError:
@@ -114,15 +120,21 @@ def run(settings: Any) -> None:
 def _peer_failed(ctx: Any, exc: Exception) -> None:
     """A collective that failed because a peer died or hung: the group restarts from the newest checkpoint."""
     if ctx.peer_failure(exc):
-        print(f"train_model rank {ctx.rank}: a collective failed ({type(exc).__name__}); the group restarts", file=sys.stderr, flush=True)
+        print(
+            f"train_model rank {ctx.rank}: a collective failed ({type(exc).__name__}); the group restarts",
+            file=sys.stderr,
+            flush=True,
+        )
         raise PeerFailure(str(exc)) from None
 
 
 def report(settings: Any, exc: TrainpipeError) -> None:
     """The rank's error for the launcher (``<output_dir>/.errors/rank<N>.json``)."""
     rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
-    atomic_write_json(Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json",
-                      {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code})
+    atomic_write_json(
+        Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json",
+        {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
+    )
 
 
 def _die_with_parent() -> None:
