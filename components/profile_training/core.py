@@ -21,12 +21,17 @@ from trainpipe.components.profile_training.spec import (
     ProfileTrainingConfig,
     ProfileTrainingResult,
 )
-from trainpipe.components.train_model.spec import TELEMETRY_DIR
+from trainpipe.contract import errors
+from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_text
-from trainpipe.contract.lineage import Lineage, ProfileLineage
+from trainpipe.contract.lineage import Lineage, TrainingProfileLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
+from trainpipe.layout import ERRORS_DIR, MODEL_META, TELEMETRY_DIR
+from trainpipe.training import launch
+from trainpipe.training.preflight import check_inputs, rank_env
+from trainpipe.training.settings import TrainModelConfig
 
 #: Step phases in the order they happen. The torch backends time forward, backward and
 #: optimizer apart; TensorFlow runs them in one tf.function, reported as ``compute``.
@@ -68,7 +73,8 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
 
 
 def cpu_peak_tflops(cpus: int) -> tuple[float, str]:
-    """fp32 vector peak of ``cpus`` cores: cores x clock x FLOPs per cycle (2 FMA units: AVX-512 64, AVX2 32, else 8)."""
+    """fp32 vector peak of ``cpus`` cores: cores x clock x FLOPs per cycle (2 FMA units: AVX-512 64,
+    AVX2 32, else 8)."""
     flags, mhz = "", 0.0
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
@@ -194,7 +200,8 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
     if data_share > 0.2:
         out.append(
             f"Data loading takes {data_share:.0%} of each step: load batches in background workers "
-            "(DataLoader num_workers > 0, persistent_workers), pin host memory (pin_memory=True) and prefetch onto the device."
+            "(DataLoader num_workers > 0, persistent_workers), pin host memory (pin_memory=True) and prefetch onto the "
+            "device."
         )
     r0 = ranks[0]
     cpus, local = int(r0.get("usable_cpus") or 0), int(r0.get("local_world") or summary["world_size"])
@@ -207,7 +214,8 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
     on_gpu = str(r0.get("device", "")).startswith("cuda")
     if (on_gpu and step < 10) or (not on_gpu and step < 2):
         out.append(
-            f"Steps take {step:.2f} ms with {per_rank_batch} samples per rank: fixed per-step costs (Python, kernel launches, "
+            f"Steps take {step:.2f} ms with {per_rank_batch} samples per rank: fixed per-step costs (Python, kernel "
+            "launches, "
             "all-reduce latency) dominate; raise batch_size (and the learning rate with it) to use the device."
         )
     comm = summary.get("collective_ms_per_step")
@@ -218,16 +226,19 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
         )
     if summary["rank_skew"] > 1.25:
         out.append(
-            f"The slowest rank's steps are {summary['rank_skew']:.2f}x the fastest's: look for a straggler (noisy neighbour, uneven data, thermal throttling)."
+            f"The slowest rank's steps are {summary['rank_skew']:.2f}x the fastest's: look for a straggler (noisy "
+            "neighbour, uneven data, thermal throttling)."
         )
     other = b.get("other", 0.0)
     if step and other / step > 0.25:
         out.append(
-            f"{other / step:.0%} of the step time is outside the model (metric sync, checkpoint writes): checkpoint less often (checkpoint_every_steps)."
+            f"{other / step:.0%} of the step time is outside the model (metric sync, checkpoint writes): checkpoint "
+            "less often (checkpoint_every_steps)."
         )
     if on_gpu and summary.get("mfu") is not None and summary["mfu"] < 0.05:
         out.append(
-            f"MFU is {summary['mfu']:.1%}: the model is too small for the device or the input pipeline starves it; try bf16 and larger batches."
+            f"MFU is {summary['mfu']:.1%}: the model is too small for the device or the input pipeline starves it; try "
+            "bf16 and larger batches."
         )
     return out
 
@@ -283,7 +294,8 @@ def render_report(summary: dict[str, Any], charts: list[tuple[str, str]], recomm
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in summary.items())
     recs = "".join(f"<li>{html.escape(r)}</li>" for r in recommendations) or "<li>No bottleneck stands out.</li>"
     imgs = "".join(
-        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        f'<figure><img alt="{html.escape(t)}" '
+        f'src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
         for t, b in charts
     )
     return (
@@ -296,12 +308,6 @@ def render_report(summary: dict[str, Any], charts: list[tuple[str, str]], recomm
 
 def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     """Run a short training pass (warm-up + ``profile_steps`` steps, no MLflow run) and return its output directory."""
-    from trainpipe.components.train_model.core import check_inputs, rank_env
-    from trainpipe.components.train_model.spec import ERRORS_DIR, TrainModelConfig
-    from trainpipe.contract import errors
-    from trainpipe.contract.config import build
-    from trainpipe.training import launch
-
     run_dir = out / "pass"
     settings = {
         **config.train,
@@ -377,7 +383,7 @@ def profile_training(
     out = Path(config.output_dir)
     source = Path(config.model) if config.model else profiling_pass(config, out)
     ranks = load_telemetry(source)
-    meta_path = source / "model.json"
+    meta_path = source / MODEL_META
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
     summary = summarize(ranks, config.warmup_steps, meta, config.peak_tflops)
     recommendations = recommend(summary, ranks)
@@ -394,7 +400,7 @@ def profile_training(
         _log_to_mlflow(config, run_id, summary, out, (runtime or Runtime()).policy)
     result = ProfileTrainingResult(**summary, recommendations=recommendations, trace=trace, mlflow_run_id=run_id)
     result.lineage = lineage.with_(
-        profile=ProfileLineage(
+        training_profile=TrainingProfileLineage(
             samples_per_second=round(result.samples_per_second, 1),
             step_time_ms=round(result.step_time_ms["mean"], 3),
             world_size=result.world_size,

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,96 +18,20 @@ from typing import Any
 
 from trainpipe import telemetry
 from trainpipe.components.train_model.spec import (
-    ERRORS_DIR,
-    METRICS_FILE,
-    MODEL_FILE,
-    MODEL_META,
     NAME,
-    TELEMETRY_DIR,
     TrainModelConfig,
     TrainModelResult,
 )
 from trainpipe.contract import errors
-from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
+from trainpipe.layout import EPOCH_METRICS_FILE, ERRORS_DIR, MODEL_FILE, MODEL_META, TELEMETRY_DIR
 from trainpipe.profiles import metrics_port
-from trainpipe.resources import threads_per_rank
 from trainpipe.tabular import find_dataset
 from trainpipe.training import launch
-
-#: What each backend needs installed, and how to get it.
-BACKEND_MODULES = {
-    "torch_ddp": ("torch", "pip install 'trainpipe[torch]'"),
-    "torch_fsdp": ("torch", "pip install 'trainpipe[torch]'"),
-    "tensorflow": ("tensorflow", "pip install 'trainpipe[tensorflow]'"),
-    "horovod": ("horovod", "make horovod (builds Horovod 0.28.1 with C++17 into a wheel cache)"),
-}
-
-
-def check_inputs(config: TrainModelConfig) -> None:
-    """Fail fast, in one line, before any rank starts, on what needs no framework to check.
-
-    The data and the training function itself are checked by the ranks (reading the data and
-    importing the function import the framework); their errors stop the group at once.
-    """
-    module, how = BACKEND_MODULES[config.backend]
-    if importlib.util.find_spec(module) is None:
-        raise InputError(f"backend: {config.backend} needs {module}, which is not installed ({how})")
-    wants_cuda = config.device == "cuda" or config.dist_backend == "nccl"
-    gpus = cuda_device_count() if (wants_cuda or config.precision == "fp16" or config.device == "auto") else 0
-    if wants_cuda and gpus == 0:
-        raise InputError("device: cuda requested but no CUDA device is visible")
-    if config.precision == "fp16" and (gpus == 0 or config.device == "cpu"):
-        raise InputError("precision: fp16 needs a CUDA device (use bf16 on CPU)")
-    uses_gpus = gpus > 0 and config.device != "cpu"
-    if uses_gpus and config.backend != "tensorflow" and config.nproc_per_node > gpus:
-        raise InputError(
-            f"nproc_per_node: {config.nproc_per_node} GPU ranks requested but only {gpus} GPUs are visible on this node"
-        )
-    fn = config.train_function
-    if fn.startswith("builtin:"):
-        from trainpipe.training.builtin import parse
-
-        parse(config.train_config, config.task)
-    else:
-        top = fn.partition(":")[0].split(".")[0]  # found without importing it (its import would import the framework)
-        try:
-            found = importlib.util.find_spec(top)
-        except (ImportError, ValueError):
-            found = None
-        if found is None:
-            raise InputError(
-                f"train_function: cannot import {top!r} for {fn!r} (is its package installed or on PYTHONPATH?)"
-            )
-    find_dataset(config.data, "data")
-
-
-def cuda_device_count() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-def rank_env(config: TrainModelConfig) -> dict[str, str]:
-    """The ranks' environment: threads per rank from the usable CPUs unless OMP_NUM_THREADS is set;
-    TensorFlow's thread pools follow the same figure unless its own variables are set."""
-    env = dict(os.environ)
-    threads = env.get("OMP_NUM_THREADS") or str(threads_per_rank(config.nproc_per_node))
-    env["OMP_NUM_THREADS"] = threads
-    env.setdefault("TF_NUM_INTRAOP_THREADS", threads)
-    env.setdefault("TF_NUM_INTEROP_THREADS", "1")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if config.backend == "tensorflow" and (config.device == "cpu" or cuda_device_count() == 0):
-        env["CUDA_VISIBLE_DEVICES"] = ""  # TF would otherwise probe for CUDA and log errors on CPU hosts
-    return env
+from trainpipe.training.preflight import check_inputs, rank_env
 
 
 class _Tracking(threading.Thread):
@@ -236,7 +158,8 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
                 "preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one"
             )
         raise errors.TrainpipeError(
-            f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} restarts (rank logs above)"
+            f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} "
+            "restarts (rank logs above)"
         )
     if tracking_thread is None:
         return _worker_node_result(config, wall, lineage)
@@ -250,7 +173,7 @@ def _discard_outputs(out: Path) -> None:
 
     for name in (ERRORS_DIR, TELEMETRY_DIR):
         shutil.rmtree(out / name, ignore_errors=True)
-    for name in (MODEL_FILE, MODEL_META, METRICS_FILE, INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE):
+    for name in (MODEL_FILE, MODEL_META, EPOCH_METRICS_FILE, INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE):
         (out / name).unlink(missing_ok=True)
 
 
@@ -266,7 +189,7 @@ def _report(
     client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
     history = [
-        json.loads(line) for line in (out / METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()
+        json.loads(line) for line in (out / EPOCH_METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()
     ]
     last = {
         k: float(v)
@@ -285,7 +208,7 @@ def _report(
             for i in range(0, len(metrics), 1000):
                 client.log_batch(run_id, metrics=metrics[i : i + 1000])
         client.log_metric(run_id, "train_wall_seconds", wall)
-        for name in (MODEL_META, METRICS_FILE):
+        for name in (MODEL_META, EPOCH_METRICS_FILE):
             client.log_artifact(run_id, str(out / name), artifact_path="train_model")
         model_uri = package.log_model(run_id, out, config.serving_requirements)
         sha = file_digest(out / MODEL_FILE, "sha256")
@@ -438,4 +361,4 @@ def _worker_node_result(config: TrainModelConfig, wall: float, lineage: Lineage)
     )
 
 
-__all__ = ["NAME", "check_inputs", "train_model"]
+__all__ = ["NAME", "train_model"]

@@ -1,200 +1,22 @@
-"""train_model: typed config and result. Imports nothing heavy."""
+"""train_model: typed config and result. Imports nothing heavy.
+
+Its settings are the library's training settings (:mod:`trainpipe.training.settings`): the ranks,
+the launcher and profile_training's own pass read the same type.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.lineage import TrainingRun
 from trainpipe.contract.result import ComponentResult
+from trainpipe.training.settings import ClusterJob, TrainModelConfig, TrainModelParams
 
 NAME = "train_model"
-MODEL_FILE = "model.safetensors"
-MODEL_META = "model.json"
-ERRORS_DIR = ".errors"
-METRICS_FILE = "metrics.jsonl"
-TELEMETRY_DIR = "telemetry"
-CHECKPOINT_DIR = "checkpoints"
 
-
-#: The training functions trainpipe ships (``builtin:<name>``), written on the public context.
-BUILTIN_FUNCTIONS = ("mlp", "cnn")
-BACKENDS = ("torch_ddp", "torch_fsdp", "horovod", "tensorflow")
-TASKS = ("classification", "regression")
-
-
-class ClusterJob(StrictModel):
-    """Where a multi-node job runs on Kubernetes (used when nnodes > 1)."""
-
-    launcher: Literal["trainjob", "pytorchjob"] = Field(
-        "trainjob", description="Kubeflow Trainer TrainJob, or the legacy PyTorchJob"
-    )
-    namespace: str | None = Field(
-        None, min_length=1, description="where the job goes (default: the profile's team namespace, else kubeflow)"
-    )
-    runtime: str = Field("torch-distributed", min_length=1, description="the TrainJob's ClusterTrainingRuntime")
-    image: str | None = Field(None, description="the trainpipe image every node runs (default: TRAINPIPE_IMAGE)")
-    profile: str = Field("gpu", description="hardware profile of each node: cpu, gpu or a YAML file")
-    shared_pvc: str = Field(..., min_length=1, description="a ReadWriteMany PVC mounted by this step and by every node")
-    mount_path: str = Field(
-        "/mnt/trainpipe", description="where the PVC is mounted, in this step's pod and on the nodes"
-    )
-    job_name: str | None = Field(
-        None,
-        description="default: trainpipe-train-<hash of the run id and the step's output>; a retry reattaches to it",
-    )
-    poll_s: float = Field(10, gt=0, le=600)
-    timeout_s: float = Field(86_400, gt=0, le=30 * 86_400)
-
-
-class TrainModelParams(StrictModel):
-    """Settings of train_model that are not artifacts."""
-
-    train_function: str = Field(
-        "builtin:mlp",
-        min_length=1,
-        description="the training function: builtin:mlp, builtin:cnn, or your own 'package.module:function' called as f(ctx, train_config)",
-    )
-    train_config: dict[str, Any] = Field(
-        default_factory=dict,
-        description="passed to the training function (the built-ins take hidden_units, learning_rate, momentum, ...)",
-    )
-    task: Literal["classification", "regression"] = Field(
-        "classification", description="what the label is: classes or values"
-    )
-    label_column: str = Field("label", min_length=1, description="name of the label column")
-    backend: Literal["torch_ddp", "torch_fsdp", "horovod", "tensorflow"] = Field(
-        "torch_ddp",
-        description="torch_ddp (DDP under torchrun), torch_fsdp (FSDP2 under torchrun), horovod (PyTorch binding) or tensorflow (MultiWorkerMirroredStrategy)",
-    )
-    horovod_binding: Literal["torch", "tensorflow"] = Field(
-        "torch", description="Horovod framework binding; only torch builds against this stack"
-    )
-    precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="bf16 runs on CPU and GPU; fp16 needs CUDA")
-    nproc_per_node: int = Field(2, ge=1, le=256, description="processes (ranks) on this node")
-    nnodes: int = Field(
-        1, ge=1, le=4096, description="nodes in the job; > 1 needs rdzv_endpoint (or MASTER_ADDR/MASTER_PORT)"
-    )
-    node_rank: int | None = Field(
-        None, ge=0, description="this node's rank (default: NODE_RANK / PET_NODE_RANK / RANK from the environment)"
-    )
-    rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous (multi-node)")
-    cluster: ClusterJob | None = Field(
-        None, description="run a multi-node job (nnodes > 1) through the Kubeflow Trainer"
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when present")
-    dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on cuda, gloo on cpu")
-    epochs: int = Field(10, ge=1, le=100_000)
-    max_steps: int | None = Field(
-        None, ge=1, le=10**9, description="stop after this many optimizer steps (a short profiling pass)"
-    )
-    batch_size: int = Field(64, ge=1, le=10_000_000, description="global batch size, split evenly across all ranks")
-    test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, the same split evaluate_model uses")
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    max_restarts: int = Field(
-        3,
-        ge=0,
-        le=100,
-        description="restarts of the whole worker group after a failure; each resumes from the newest checkpoint",
-    )
-    collective_timeout_s: int = Field(
-        300, ge=10, le=86_400, description="bound on a hung collective: never an endless wait"
-    )
-    device_data_share: float = Field(
-        0.25,
-        ge=0,
-        le=0.9,
-        description="on a GPU, in-memory training rows move to the device when they take at most this share of its free memory "
-        "(batches are then gathered there); otherwise each batch is copied ahead from pinned host memory; 0: always from the host",
-    )
-    profile_steps: int = Field(
-        0,
-        ge=0,
-        le=10_000,
-        description="trace this many steps with torch.profiler on rank 0 (after 4 warm-up steps); 0: off",
-    )
-    metrics_port: int | None = Field(
-        None,
-        ge=0,
-        le=65_535,
-        description="serve each rank's Prometheus metrics on this port + its local rank while it trains; "
-        "0: off (on a KFP face 0 is unset: turn it off in the profile); default: the hardware profile's",
-    )
-    checkpoint_every_s: float = Field(
-        300,
-        ge=0,
-        le=30 * 86_400,
-        description="checkpoint once this many seconds passed since the last (at the next step's end, an epoch's end included); "
-        "the last step, and a preemption (SIGTERM, SIGUSR1), always checkpoint; 0: not by time",
-    )
-    checkpoint_every_steps: int = Field(
-        0, ge=0, le=10**9, description="also checkpoint every N optimizer steps (0: not by count)"
-    )
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
-    serving_requirements: list[str] = Field(
-        default_factory=list,
-        description="extra pip requirements of the registered model (your model code's own dependencies)",
-    )
-    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
-    experiment_name: str = Field("trainpipe", min_length=1)
-
-    @property
-    def world_size(self) -> int:
-        return self.nproc_per_node * self.nnodes
-
-    @model_validator(mode="after")
-    def _check(self) -> TrainModelParams:
-        if self.batch_size % self.world_size:
-            raise ValueError(
-                f"batch_size: {self.batch_size} must be divisible by the world size {self.world_size} (nproc_per_node x nnodes)"
-            )
-        if self.dist_backend == "nccl" and self.device == "cpu":
-            raise ValueError("dist_backend: nccl needs device cuda")
-        if self.train_function.startswith("builtin:"):
-            if self.train_function.split(":", 1)[1] not in BUILTIN_FUNCTIONS:
-                raise ValueError(
-                    f"train_function: unknown built-in {self.train_function!r} (built in: {', '.join('builtin:' + f for f in BUILTIN_FUNCTIONS)})"
-                )
-        elif not _is_entry_point(self.train_function):
-            raise ValueError(
-                f"train_function: {self.train_function!r} is neither builtin:mlp, builtin:cnn nor 'package.module:function'"
-            )
-        if self.backend == "horovod" and self.horovod_binding == "tensorflow":
-            raise ValueError(
-                "horovod_binding: tensorflow is not available: Horovod 0.28.1's TensorFlow ops do not build against "
-                "TensorFlow 2.21; use backend tensorflow (MultiWorkerMirroredStrategy) or horovod with the torch binding"
-            )
-        if self.nnodes > 1 and self.backend == "horovod":
-            raise ValueError(
-                "nnodes: multi-node horovod runs under an MPIJob or horovodrun with hosts; use torch_ddp, torch_fsdp or tensorflow for nnodes > 1"
-            )
-        return self
-
-
-def _is_entry_point(value: str) -> bool:
-    module, sep, func = value.partition(":")
-    return (
-        bool(sep)
-        and all(p.isidentifier() for p in module.split("."))
-        and all(p.isidentifier() for p in func.split("."))
-    )
-
-
-class TrainModelConfig(TrainModelParams):
-    """Everything train_model needs, artifacts included."""
-
-    data: str = Field(
-        ..., min_length=1, description="the dataset snapshot (snapshot_dataset's output)", json_schema_extra=SOURCE
-    )
-    output_dir: str = Field(
-        ..., min_length=1, description="where the model, checkpoints and telemetry go", json_schema_extra=OUTPUT
-    )
-    checkpoint_dir: str | None = Field(
-        None, description="checkpoints (default: <output_dir>/checkpoints); a rerun resumes from it"
-    )
+__all__ = ["NAME", "ClusterJob", "TrainModelConfig", "TrainModelParams", "TrainModelResult"]
 
 
 class TrainModelResult(ComponentResult, TrainingRun):
@@ -226,4 +48,5 @@ class TrainModelResult(ComponentResult, TrainingRun):
 
     def summary(self) -> str:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items()))
-        return f"{self.train_function} on {self.world_size}x {self.dist_backend} ({self.device}): {shown or 'no metrics logged'}, run {self.mlflow_run_id}"
+        where = f"{self.world_size}x {self.dist_backend} ({self.device})"
+        return f"{self.train_function} on {where}: {shown or 'no metrics logged'}, run {self.mlflow_run_id}"

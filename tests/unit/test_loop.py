@@ -15,8 +15,8 @@ import pytest
 from tests.unit.test_checkpoint import DictState
 from trainpipe.contract.errors import Preempted
 from trainpipe.training import control
+from trainpipe.training.context import BaseContext
 from trainpipe.training.control import Control
-from trainpipe.training.loop import BaseContext
 from trainpipe.training.timing import StepTimer, step_record
 
 pytestmark = pytest.mark.unit

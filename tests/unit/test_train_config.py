@@ -84,7 +84,7 @@ def test_threads_per_rank_respects_the_cpu_budget(monkeypatch, capsys):
 
 def test_tensorflow_threads_follow_omp_num_threads(monkeypatch, tmp_path):
     """An OMP_NUM_THREADS the user set also sizes TF's pools (it used to leave each TF worker on every core)."""
-    from trainpipe.components.train_model.core import rank_env
+    from trainpipe.training.preflight import rank_env
 
     for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
         monkeypatch.delenv(var, raising=False)

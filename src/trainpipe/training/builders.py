@@ -28,7 +28,8 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
         if builder.startswith("builtin:"):
             if builder.split(":", 1)[1] not in BUILTIN_NETS:
                 raise InputError(
-                    f"save_model: unknown built-in {builder!r} (built in: {', '.join('builtin:' + n for n in BUILTIN_NETS)})"
+                    f"save_model: unknown built-in {builder!r} (built in: "
+                    f"{', '.join('builtin:' + n for n in BUILTIN_NETS)})"
                 )
             return builder, []
         module_name, _, qualname = builder.partition(":")
@@ -39,7 +40,8 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
     shown = f"{module_name}:{qualname}"
     if not module_name or not qualname or module_name == "__main__" or "<" in qualname:
         raise InputError(
-            f"save_model: {shown} is not importable by name (a local, lambda or __main__ object); define the model class "
+            f"save_model: {shown} is not importable by name (a local, lambda or __main__ object); define the model "
+            "class "
             "at module level in a package: its code travels with the model"
         )
     if module_name.split(".")[0] == "trainpipe":

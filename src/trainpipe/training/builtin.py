@@ -1,9 +1,11 @@
 """trainpipe's built-in training functions, ``builtin:mlp`` and ``builtin:cnn``: classification or
 regression on the snapshot's rows, written on the same public context as a team's function.
 
-With a torch backend they train :mod:`trainpipe.serving.nets`; with ``backend: tensorflow`` the
-Keras twin (:mod:`trainpipe.training.builtin_tf`), whose weights are written in the torch layout so
-evaluation and serving do not depend on the backend. Frameworks are imported inside the functions.
+This module holds their settings (``train_config``), shared by both frameworks and checked before
+any rank starts. With a torch backend they train :mod:`trainpipe.serving.nets`
+(:mod:`trainpipe.training.builtin_torch`); with ``backend: tensorflow`` the Keras twin
+(:mod:`trainpipe.training.builtin_tf`), whose weights are written in the torch layout so evaluation
+and serving do not depend on the backend. Imports no framework.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ class BuiltinConfig(StrictModel):
     hidden_units: list[int] = Field(default_factory=lambda: [64], description="MLP hidden layer widths")
     image_shape: list[int] | None = Field(
         None,
-        description="cnn: [height, width] or [channels, height, width] of each row; default a square of the feature count",
+        description="cnn: [height, width] or [channels, height, width] of each row; default a square of the feature "
+        "count",
     )
     learning_rate: float = Field(0.05, gt=0, le=10)
     momentum: float = Field(0.9, ge=0, lt=1)
@@ -65,13 +68,15 @@ def image_shape(cfg: BuiltinConfig, features: int) -> list[int]:
         side = math.isqrt(features)
         if side * side != features:
             raise InputError(
-                f"train_config field 'image_shape': {features} feature columns are not a square image; set image_shape for builtin:cnn"
+                f"train_config field 'image_shape': {features} feature columns are not a square image; set image_shape "
+                "for builtin:cnn"
             )
         return [1, side, side]
     shape = [1, *cfg.image_shape] if len(cfg.image_shape) == 2 else list(cfg.image_shape)
     if math.prod(shape) != features:
         raise InputError(
-            f"train_config field 'image_shape': {shape} holds {math.prod(shape)} values but the data has {features} feature columns"
+            f"train_config field 'image_shape': {shape} holds {math.prod(shape)} values but the data has {features} "
+            "feature columns"
         )
     return shape
 
@@ -86,60 +91,5 @@ def init_args(arch: str, cfg: BuiltinConfig, data: Any, task: str) -> dict[str, 
     return args
 
 
-def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
-    """Train the built-in net on the snapshot (torch backends)."""
-    if ctx.framework == "tensorflow":
-        from trainpipe.training.builtin_tf import tabular as tf_tabular
-
-        return tf_tabular(ctx, config, arch)
-    import torch
-    import torch.nn.functional as F
-
-    from trainpipe.serving import nets
-
-    task = ctx.settings.task
-    cfg = parse(config, task)
-    data = ctx.data.load()
-    args = init_args(arch, cfg, data, task)
-    builder = nets.BUILDERS[arch]
-    net = builder(**args)
-    with torch.no_grad():  # the scaling travels inside the model: it serves raw rows
-        net.norm.mean.copy_(torch.tensor(data.mean))
-        net.norm.std.copy_(torch.tensor(data.std))
-        if task == "regression":
-            net.out.mean.fill_(data.target_mean)
-            net.out.std.fill_(data.target_std)
-    model = ctx.prepare(net)
-    opt = torch.optim.SGD(
-        model.parameters(), lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
-    ctx.restore(model=model, optimizer=opt)
-    scale = float(data.target_std)
-    regression_loss = {"auto": F.mse_loss, "mse": F.mse_loss, "huber": F.huber_loss, "mae": F.l1_loss}[cfg.loss]
-    for x, y in ctx.batches(data):
-        with ctx.autocast():
-            out = model(x)
-        if task == "classification":
-            loss = F.cross_entropy(out.float(), y)
-            ctx.backward(loss)
-            ctx.step(opt)
-            ctx.log(loss=loss, accuracy=(out.argmax(1) == y).float().mean())
-        else:
-            loss = regression_loss(out.float() / scale, y / scale)  # on the target's standard scale
-            ctx.backward(loss)
-            ctx.step(opt)
-            ctx.log(loss=loss)
-    ctx.save_model(model, builder=f"builtin:{arch}", init_args=args)
-
-
-def mlp(ctx: Any, config: dict[str, Any]) -> None:
-    """``builtin:mlp``: an MLP on the rows (``hidden_units``), SGD with momentum."""
-    tabular(ctx, config, "mlp")
-
-
-def cnn(ctx: Any, config: dict[str, Any]) -> None:
-    """``builtin:cnn``: rows as images (``image_shape``), two convolutions, a dense layer; SGD with momentum."""
-    tabular(ctx, config, "cnn")
-
-
-FUNCTIONS = {"mlp": mlp, "cnn": cnn}
+#: The built-in functions (``builtin:<name>``); each framework's module defines one of each name.
+NAMES = ("mlp", "cnn")

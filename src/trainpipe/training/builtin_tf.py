@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from trainpipe.training.builtin import init_args, parse
+
 
 def build_keras(arch: str, args: dict[str, Any], mean: list[float], std: list[float]) -> Any:
     """The Keras model: standardize, the body, a float32 head (standardized values for regression)."""
@@ -64,8 +66,6 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
     """Train the built-in net with Keras under the context's strategy."""
     import keras
 
-    from trainpipe.training.builtin import init_args, parse
-
     task = ctx.settings.task
     cfg = parse(config, task)
     data = ctx.data.load()
@@ -114,3 +114,13 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
         else:
             ctx.log(loss=loss)
     ctx.save_model(model, builder=f"builtin:{arch}", init_args=args)  # in the torch layout: served as the torch net
+
+
+def mlp(ctx: Any, config: dict[str, Any]) -> None:
+    """``builtin:mlp`` with ``backend: tensorflow``: the Keras twin of the torch MLP."""
+    tabular(ctx, config, "mlp")
+
+
+def cnn(ctx: Any, config: dict[str, Any]) -> None:
+    """``builtin:cnn`` with ``backend: tensorflow``: the Keras twin of the torch CNN."""
+    tabular(ctx, config, "cnn")

@@ -31,7 +31,6 @@ from typing import Any, Protocol
 
 from trainpipe.contract.io import atomic_write_json, fsync_dir
 
-CHECKPOINT_DIR = "checkpoints"
 CKPT_PREFIX = "ckpt-"
 TRAINER_FILE = "trainer.json"
 #: Per-checkpoint figures kept for telemetry (the totals count every checkpoint).

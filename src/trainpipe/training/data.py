@@ -105,14 +105,19 @@ class TabularData(_Rows):
     std: list[float] = field(default_factory=list)
     target_mean: float = 0.0
     target_std: float = 1.0
+    #: The first raw training rows, as read (their columns' types are what a served model takes).
+    raw_example: Any = None
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
 
     def example(self, rows: int = 5) -> Any:
-        """A few training rows as the raw feature DataFrame a served model takes."""
+        """A few training rows as the raw feature DataFrame a served model takes, with the training
+        frame's column types (the registered model's signature declares them)."""
         import pandas as pd
 
+        if self.raw_example is not None:
+            return self.raw_example.head(rows).reset_index(drop=True)
         return pd.DataFrame(self.x[:rows], columns=self.feature_columns)
 
 
@@ -135,8 +140,8 @@ def load_table(
     """
     import numpy as np
 
-    from trainpipe.preconditions import check_table
-    from trainpipe.tabular import encode_labels, features_and_label, read_table, split_indices
+    from trainpipe.preconditions import check_table, features_and_label
+    from trainpipe.tabular import encode_labels, read_table, split_indices
 
     df = read_table(path, "data")
     cols, x, y_raw = features_and_label(df, label_column, task=task)
@@ -152,6 +157,7 @@ def load_table(
         task=task,
         mean=mean,
         std=std,
+        raw_example=df.iloc[train_idx[:5]][cols].copy(),
     )
     if task == "classification":
         classes, y = encode_labels(y_raw)
@@ -263,7 +269,8 @@ class ParquetStream(_Rows):
         if self.task == "classification":
             if len(labels) < 2:
                 raise InputError(
-                    f"label_column: {self.label_column!r} has a single class ({next(iter(labels), None)!r}); nothing to learn"
+                    f"label_column: {self.label_column!r} has a single class ({next(iter(labels), None)!r}); nothing "
+                    "to learn"
                 )
             self.classes = sorted(labels, key=lambda v: (str(type(v)), v))
         else:
@@ -432,7 +439,7 @@ def example_rows(source: Any, snapshot: Snapshot, label_column: str) -> Any:
     if source is not None:  # a stream: its first rows
         from trainpipe.tabular import read_row_group
 
-        return read_row_group(source.groups[0], source.feature_columns).head(5).astype("float32")
+        return read_row_group(source.groups[0], source.feature_columns).head(5)  # with their types, as read
     try:
         frame = snapshot.frame()
     except InputError:

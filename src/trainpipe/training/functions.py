@@ -8,16 +8,20 @@ from collections.abc import Callable
 from typing import Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.training import builtin
+
+#: Where each framework's built-in functions are (one function per name in ``builtin.NAMES``).
+BUILTIN_MODULES = {"torch": "trainpipe.training.builtin_torch", "tensorflow": "trainpipe.training.builtin_tf"}
 
 
-def resolve_function(spec: str) -> Callable[..., Any]:
-    """The training function ``spec`` names.
+def resolve_function(spec: str, framework: str) -> Callable[..., Any]:
+    """The training function ``spec`` names (a built-in in ``framework``'s flavour).
 
     Raises:
         InputError: it cannot be imported, is not callable, or cannot be called as ``f(ctx, config)``.
     """
     if spec.startswith("builtin:"):
-        return _builtin(spec)
+        return _builtin(spec, framework)
     module_name, _, func_name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -42,13 +46,9 @@ def resolve_function(spec: str) -> Callable[..., Any]:
     return func
 
 
-def _builtin(spec: str) -> Callable[..., Any]:
-    from trainpipe.training import builtin
-
+def _builtin(spec: str, framework: str) -> Callable[..., Any]:
     name = spec.split(":", 1)[1]
-    func = builtin.FUNCTIONS.get(name)
-    if func is None:
-        raise InputError(
-            f"train_function: unknown built-in {spec!r} (built in: {', '.join('builtin:' + n for n in builtin.FUNCTIONS)})"
-        )
-    return func
+    if name not in builtin.NAMES:
+        known = ", ".join("builtin:" + n for n in builtin.NAMES)
+        raise InputError(f"train_function: unknown built-in {spec!r} (built in: {known})")
+    return getattr(importlib.import_module(BUILTIN_MODULES[framework]), name)

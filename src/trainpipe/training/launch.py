@@ -38,17 +38,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import EXIT_TRANSIENT, RETRYABLE_EXIT_CODES, InputError
+from trainpipe.training.backends import BACKENDS
 from trainpipe.training.control import PREEMPT_SIGNALS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 WORKER = "trainpipe.training.worker"
 #: The folder where each rank of this node registers its pid once it catches the preemption signals.
 PIDS_ENV = "TRAINPIPE_RANK_PIDS"
 
 
-def node_rank(config: Any) -> int:
+def node_rank(config: TrainModelConfig) -> int:
     """This node's rank: the config, else NODE_RANK / PET_NODE_RANK (Kubeflow Trainer) / RANK (PyTorchJob)."""
     if config.node_rank is not None:
         return config.node_rank
@@ -60,7 +64,7 @@ def node_rank(config: Any) -> int:
     raise InputError("node_rank: not set and none of NODE_RANK, PET_NODE_RANK, RANK is in the environment")
 
 
-def rdzv_endpoint(config: Any) -> str:
+def rdzv_endpoint(config: TrainModelConfig) -> str:
     """host:port of the rendezvous: the config, else MASTER_ADDR:MASTER_PORT (or the PET_ variants)."""
     if config.rdzv_endpoint:
         return config.rdzv_endpoint
@@ -71,7 +75,7 @@ def rdzv_endpoint(config: Any) -> str:
     raise InputError("rdzv_endpoint: nnodes > 1 needs rdzv_endpoint or MASTER_ADDR and MASTER_PORT in the environment")
 
 
-def torchrun_command(config: Any, config_path: Path) -> list[str]:
+def torchrun_command(config: TrainModelConfig, config_path: Path) -> list[str]:
     """The torchrun command line for this node of a multi-node job (c10d rendezvous; the rendezvous,
     not ``--node-rank``, decides which node hosts global rank 0)."""
     job_id = os.environ.get("TRAINPIPE_JOB_ID") or os.environ.get("PET_RDZV_ID") or "trainpipe"
@@ -96,7 +100,7 @@ def torchrun_command(config: Any, config_path: Path) -> list[str]:
     ]
 
 
-def horovodrun_command(config: Any, config_path: Path) -> list[str]:
+def horovodrun_command(config: TrainModelConfig, config_path: Path) -> list[str]:
     """horovodrun on this host with gloo (no MPI needed)."""
     n = config.nproc_per_node
     return [
@@ -137,7 +141,7 @@ def tf_config(workers: list[str], index: int) -> dict[str, Any]:
     return {"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}}
 
 
-def tf_worker_envs(config: Any) -> list[dict[str, str]]:
+def tf_worker_envs(config: TrainModelConfig) -> list[dict[str, str]]:
     """The environment of each TF worker process this node starts.
 
     One node: ``nproc_per_node`` workers on 127.0.0.1 (a single process runs MirroredStrategy
@@ -151,12 +155,14 @@ def tf_worker_envs(config: Any) -> list[dict[str, str]]:
         return [{"TF_CONFIG": json.dumps(tf_config(workers, i)), "RANK": str(i)} for i in range(len(workers))]
     if config.nproc_per_node != 1:
         raise InputError(
-            "nproc_per_node: backend tensorflow runs one worker per node (it uses every local GPU); set 1 for nnodes > 1"
+            "nproc_per_node: backend tensorflow runs one worker per node (it uses every local GPU); set 1 for nnodes > "
+            "1"
         )
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         raise InputError(
-            "TF_CONFIG: backend tensorflow with nnodes > 1 needs TF_CONFIG in the environment (a TFJob or Trainer runtime sets it)"
+            "TF_CONFIG: backend tensorflow with nnodes > 1 needs TF_CONFIG in the environment (a TFJob or Trainer "
+            "runtime sets it)"
         )
     try:
         cluster = json.loads(raw)["cluster"]["worker"]
@@ -186,7 +192,7 @@ class Plan:
 RENDEZVOUS_DIR = ".rendezvous"
 
 
-def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
+def torch_plan(config: TrainModelConfig, config_path: Path, env: dict[str, str]) -> Plan:
     """torch_ddp and torch_fsdp: torchrun across nodes (c10d rendezvous, elastic restarts); on one
     node trainpipe starts the ranks itself with the environment torchrun gives them (RANK,
     LOCAL_RANK, WORLD_SIZE) and restarts the group after a failure as torchrun would.
@@ -220,7 +226,7 @@ def torch_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
     )
 
 
-def horovod_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
+def horovod_plan(config: TrainModelConfig, config_path: Path, env: dict[str, str]) -> Plan:
     return Plan(
         [horovodrun_command(config, config_path)],
         [env],
@@ -230,7 +236,7 @@ def horovod_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
     )
 
 
-def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan:
+def tensorflow_plan(config: TrainModelConfig, config_path: Path, env: dict[str, str]) -> Plan:
     """One process per worker. On one node each start of the group gets fresh ports: a worker
     restarted onto the failed group's ports could meet a gRPC channel of the old cluster."""
     envs = tf_worker_envs(config)
@@ -253,10 +259,9 @@ def tensorflow_plan(config: Any, config_path: Path, env: dict[str, str]) -> Plan
     )
 
 
-#: backend -> how its ranks start.
+#: How a backend's ranks start on this node (its ``launcher`` in the backend table).
 LAUNCHERS: dict[str, Callable[[Any, Path, dict[str, str]], Plan]] = {
-    "torch_ddp": torch_plan,
-    "torch_fsdp": torch_plan,
+    "torch": torch_plan,
     "horovod": horovod_plan,
     "tensorflow": tensorflow_plan,
 }
@@ -342,7 +347,8 @@ class _Preemption:
         if self.signum is None:
             self.signum, self.deadline = signum, time.monotonic() + self.plan.preempt_wait_s
             print(
-                f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its step and stops",
+                f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its step "
+                "and stops",
                 file=sys.stderr,
                 flush=True,
             )
@@ -446,7 +452,8 @@ def _attempts(
     for attempt in range(plan.restarts + 1):
         if attempt:
             print(
-                f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the newest checkpoint",
+                f"train_model: {plan.label} group failed (exit {code}); restart {attempt}/{plan.restarts} from the "
+                "newest checkpoint",
                 file=sys.stderr,
             )
         extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
@@ -500,10 +507,14 @@ def _attempts(
 
 
 def launch(
-    config: Any, config_path: Path, env: dict[str, str], errors_dir: Path, abort: Callable[[], bool] | None = None
+    config: TrainModelConfig,
+    config_path: Path,
+    env: dict[str, str],
+    errors_dir: Path,
+    abort: Callable[[], bool] | None = None,
 ) -> int:
     """Start this node's ranks for the configured backend; the exit code of the group.
 
     ``abort`` is polled while they run: when it says so, the group is stopped.
     """
-    return run_plan(LAUNCHERS[config.backend](config, config_path, env), errors_dir, abort)
+    return run_plan(LAUNCHERS[BACKENDS[config.backend].launcher](config, config_path, env), errors_dir, abort)

@@ -18,28 +18,39 @@ from trainpipe.contract.errors import InputError
 FOLD_EVERY = 512
 
 
+class HostValues:
+    """How logged values are kept and added up when they are plain host numbers; a backend whose
+    values are tensors gives its own (kept where they live, summed on the device)."""
+
+    def keep(self, value: Any) -> Any:
+        """What a logged value is kept as."""
+        return value
+
+    def fold(self, values: list[Any]) -> Any:
+        """The sum of kept values, where they live."""
+        return float(sum(float(v) for v in values))
+
+    def to_float(self, value: Any) -> float:
+        """A sum's value on the host (the only device synchronization, at reductions)."""
+        return float(value)
+
+
 class EpochMetrics:
     """Per-key sums and counts since the last reduction, the reduced sums carried through an
     epoch, and the epochs' mean lines (``history``).
 
     Args:
         world_size: Ranks taking part in the reductions.
-        keep: What a logged value is kept as (a detached tensor, a float).
-        fold: The sum of kept values, where they live (a device tensor, a float).
-        to_float: A fold's value on the host (the only device synchronization, at reductions).
+        values: How logged values are kept and summed (:class:`HostValues`, or a backend's).
         all_reduce_sum: Sums a list of floats over every rank (a collective).
     """
 
     def __init__(
-        self,
-        world_size: int,
-        keep: Callable[[Any], Any],
-        fold: Callable[[list[Any]], Any],
-        to_float: Callable[[Any], float],
-        all_reduce_sum: Callable[[list[float]], list[float]],
+        self, world_size: int, values: HostValues, all_reduce_sum: Callable[[list[float]], list[float]]
     ) -> None:
         self.world_size = world_size
-        self._keep, self._fold, self._to_float, self._all_reduce_sum = keep, fold, to_float, all_reduce_sum
+        self._keep, self._fold, self._to_float = values.keep, values.fold, values.to_float
+        self._all_reduce_sum = all_reduce_sum
         self._pending: dict[str, list[Any]] = {}
         self._folded: dict[str, list[Any]] = {}  # key -> [sum (framework value), count] since the last reduction
         self.carried: dict[str, list[float]] = {}  # key -> [sum, count] over every rank, reduced before a checkpoint

@@ -9,10 +9,13 @@ when they fit, or in pinned host memory with the next batch copied ahead.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainpipe.contract.errors import InputError
 from trainpipe.training.data import ParquetStream, StreamSource, TabularData, rank_batches, steps_per_epoch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 Iterate = Callable[[int, int], Iterator[Any]]
 
@@ -29,11 +32,11 @@ class Placement(Protocol):
     def from_host(self, batches: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
         """Host batches (numpy or tensors) as device batches, in the same order."""
 
-    def other(self, source: Any, settings: Any, rank: int, world: int) -> tuple[int, Iterate]:
+    def other(self, source: Any, settings: TrainModelConfig, rank: int, world: int) -> tuple[int, Iterate]:
         """A source only this backend iterates (torch: a map-style dataset)."""
 
 
-def plan(source: Any, placement: Placement, settings: Any, rank: int, world: int) -> tuple[int, Iterate]:
+def plan(source: Any, placement: Placement, settings: TrainModelConfig, rank: int, world: int) -> tuple[int, Iterate]:
     """``(batches per epoch, iterate)`` of a source, where ``iterate(epoch, skip)`` yields this
     rank's batches of ``epoch`` after its first ``skip``, on the device.
 

@@ -17,7 +17,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -25,10 +25,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from trainpipe.contract.errors import InputError  # noqa: E402
-from trainpipe.contract.io import atomic_write_bytes, atomic_write_json  # noqa: E402
+from trainpipe.layout import TELEMETRY_DIR
 from trainpipe.training import sources  # noqa: E402
 from trainpipe.training.checkpoint import StateIO  # noqa: E402
-from trainpipe.training.loop import BaseContext  # noqa: E402
+from trainpipe.training.context import BaseContext  # noqa: E402
+from trainpipe.training.metrics import HostValues  # noqa: E402
+from trainpipe.training.tf_strategy import TFStrategy  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
@@ -43,26 +48,15 @@ class TFContext(BaseContext):
 
     framework = "tensorflow"
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TrainModelConfig) -> None:
         import keras
 
-        if "TF_CONFIG" in os.environ:
-            options = tf.distribute.experimental.CommunicationOptions(
-                timeout_seconds=float(settings.collective_timeout_s)
-            )
-            strategy: Any = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-            name = "MultiWorkerMirroredStrategy"
-        else:
-            strategy = tf.distribute.MirroredStrategy()
-            name = "MirroredStrategy"
-        resolver = getattr(strategy, "cluster_resolver", None)
-        rank = int(resolver.task_id) if resolver is not None and resolver.task_type else 0
-        world = int(strategy.extended._num_workers) if hasattr(strategy.extended, "_num_workers") else 1
-        super().__init__(settings, rank, world, 0, name)
-        self.strategy = strategy
+        self._strategy = TFStrategy(settings)
+        super().__init__(settings, self._strategy.rank, self._strategy.world_size, 0, self._strategy.name)
+        self.strategy = self._strategy.strategy
         self.precision = settings.precision
         keras.mixed_precision.set_global_policy(POLICIES[settings.precision])
-        self._scope = strategy.scope()
+        self._scope = self.strategy.scope()
         self._scope.__enter__()
         self._compiled: dict[Any, Any] = {}
         self._models: list[Any] = []
@@ -72,14 +66,6 @@ class TFContext(BaseContext):
             else None
         )
         self._profiling = False
-
-        @tf.function
-        def reduce_sums(local: Any) -> Any:
-            return self.strategy.reduce(
-                tf.distribute.ReduceOp.SUM, self.strategy.run(lambda v: tf.identity(v), args=(local,)), axis=None
-            )
-
-        self._reduce_sums = reduce_sums
 
     # --- model and steps ------------------------------------------------------------------------
 
@@ -111,9 +97,7 @@ class TFContext(BaseContext):
         return out
 
     def peer_failure(self, exc: BaseException) -> bool:
-        return isinstance(
-            exc, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError)
-        ) or (isinstance(exc, tf.errors.InternalError) and "ollective" in str(exc))
+        return self._strategy.peer_failure(exc)
 
     def _last_barrier(self) -> None:
         """TF's collectives pull: a worker that has its sum may leave while a peer's last pull from
@@ -129,41 +113,16 @@ class TFContext(BaseContext):
 
     # --- reductions -----------------------------------------------------------------------------
 
-    def _local(self, value: Any) -> list[Any]:
-        try:
-            return list(self.strategy.experimental_local_results(value))
-        except (TypeError, ValueError):
-            return [value]
-
-    def _fold(self, values: list[Any]) -> float:
-        # each value: the mean of its local replicas (a worker has one replica per device)
-        parts = [
-            tf.add_n([tf.cast(tf.reshape(v, []), tf.float64) for v in self._local(x)]) / len(self._local(x))
-            for x in values
-        ]
-        return float(tf.add_n(parts).numpy())
+    def _logged_values(self) -> HostValues:
+        return TFValues(self._strategy)
 
     def _all_reduce_sum(self, values: list[float]) -> list[float]:
-        local = np.asarray(values, dtype=np.float64)
-        # every local replica receives this worker's values: the sum over replicas counts each worker that many times
-        per_worker = self.strategy.num_replicas_in_sync // self.world_size
-        return (self._reduce_sums(tf.constant(local / per_worker)).numpy()).tolist()
+        return self._strategy.host_sum(values)
 
     # --- data ---------------------------------------------------------------------------------
 
     def _placement(self) -> sources.Placement:
-        return _TFPlacement(self)
-
-    def _to_replicas(self, batch: np.ndarray) -> Any:
-        """This worker's share of a batch, split evenly over its local replicas (one on a CPU)."""
-        local_replicas = self.strategy.num_replicas_in_sync // self.world_size
-        if local_replicas == 1:
-            return tf.constant(batch)
-        parts = np.array_split(batch, local_replicas)
-        first = self.rank * local_replicas
-        return self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: tf.constant(parts[ctx.replica_id_in_sync_group - first])
-        )
+        return _TFPlacement(self._strategy)
 
     def _on_batch_end(self) -> None:
         p = self._profile
@@ -171,7 +130,7 @@ class TFContext(BaseContext):
             return
         n = len(self.step_records)
         if n == p["first_step_index"] and not self._profiling:
-            tf.profiler.experimental.start(str(self.out / "telemetry" / "tf_profile"))
+            tf.profiler.experimental.start(str(self.out / TELEMETRY_DIR / "tf_profile"))
             self._profiling = True
         elif self._profiling and n == p["first_step_index"] + p["steps"]:
             tf.profiler.experimental.stop()
@@ -197,95 +156,45 @@ class TFContext(BaseContext):
         return the same, unbuilt Keras model (importable from a package; it travels with the model).
         The built-in nets (``builtin:mlp``, ``builtin:cnn``) are written in the torch layout instead,
         so evaluation and serving do not depend on the backend that trained them."""
+        from trainpipe.training import tf_model
         from trainpipe.training.builders import builder_reference
 
         if not self.is_chief:
             return
         if builder is None:
             raise InputError(
-                "save_model: with backend tensorflow give builder= (a function returning the Keras model) and its init_args"
+                "save_model: with backend tensorflow give builder= (a function returning the Keras model) and its "
+                "init_args"
             )
-        example = self._example(input_example)
+        example = tf_model.example_frame(input_example, self._tabular, self.data, self.settings.label_column)
         raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
         if isinstance(builder, str) and builder.startswith("builtin:"):
-            self._write_builtin(model, builder, init_args or {}, task, example, raw)
-            return
-        ref, code = builder_reference(builder)
-        weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
-        self.write_model(weights, "tensorflow", ref, code, init_args or {}, task, classes, example, raw)
-
-    def _write_builtin(
-        self, model: Any, builder: str, init_args: dict[str, Any], task: str, example: Any, raw: np.ndarray
-    ) -> None:
-        from trainpipe.training.builtin_tf import torch_state_dict
-
-        data = self._tabular
-        target = (float(data.target_mean), float(data.target_std))
-        weights = torch_state_dict(model, builder.split(":", 1)[1], data.mean, data.std, task, target)
-        if task == "regression":
-            raw = raw[:, 0] * target[1] + target[0]
-        self.write_model(weights, "torch", builder, [], init_args, task, None, example, raw)
-
-    def _example(self, input_example: Any) -> Any:
-        import pandas as pd
-
-        if input_example is not None:
-            if not isinstance(input_example, pd.DataFrame) or len(input_example) == 0:
-                raise InputError("save_model: input_example must be a non-empty DataFrame of raw feature columns")
-            return input_example
-        if self._tabular is None:
-            raise InputError("save_model: give input_example (a DataFrame of raw feature rows)")
-        from trainpipe.training.data import example_rows
-
-        return example_rows(self._tabular, self.data, self.settings.label_column)
-
-    def write_model(
-        self,
-        weights: dict[str, np.ndarray],
-        framework: str,
-        builder: str,
-        code: list[str],
-        init_args: dict[str, Any],
-        task: str,
-        classes: list[Any] | None,
-        example: Any,
-        raw: np.ndarray,
-    ) -> None:
-        """model.safetensors, model.json and the examples (chief only)."""
-        from safetensors.numpy import save
-
-        from trainpipe.serving import loader
-        from trainpipe.serving.package import write_examples
-
+            weights, raw = tf_model.builtin_weights(model, builder, self._tabular, task, raw)
+            framework, ref, code, classes = "torch", builder, [], None
+        else:
+            ref, code = builder_reference(builder)
+            weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
+            framework = "tensorflow"
         if classes is None and task == "classification" and self._tabular is not None:
             classes = list(self._tabular.classes)
-        try:
-            json.dumps(init_args)
-        except TypeError as exc:
-            raise InputError(f"save_model: init_args must be JSON-able: {exc}") from None
+        s = self.settings
         meta = {
-            "format": loader.FORMAT,
             "framework": framework,
-            "builder": builder,
-            "init_args": init_args,
+            "builder": ref,
+            "init_args": init_args or {},
             "code": code,
             "task": task,
             "classes": list(classes or []),
-            "feature_columns": [str(c) for c in example.columns],
-            "label_column": self.settings.label_column,
-            "split": {"test_fraction": self.settings.test_fraction, "seed": self.settings.seed, "method": "splitmix64"},
-            "train_function": self.settings.train_function,
+            "label_column": s.label_column,
+            "split": {"test_fraction": s.test_fraction, "seed": s.seed, "method": "splitmix64"},
+            "train_function": s.train_function,
             "trained_with": "tensorflow",
-            "precision": self.settings.precision,
+            "precision": s.precision,
             "world_size": self.world_size,
             "device": self._device(),
             "dist_backend": self.dist_name,
         }
-        atomic_write_bytes(
-            self.out / loader.WEIGHTS_FILE, save({k: np.ascontiguousarray(v) for k, v in weights.items()})
-        )
-        atomic_write_json(self.out / loader.META_FILE, meta)
-        write_examples(self.out, example, loader.outputs_frame(raw, task, list(classes or []), None))
+        tf_model.write_model(self.out, weights, meta, example, raw)
 
     @staticmethod
     def _device() -> str:
@@ -324,25 +233,39 @@ class TFContext(BaseContext):
             self._scope.__exit__(None, None, None)
 
 
+class TFValues(HostValues):
+    """Logged per-replica values: each is the mean of its local replicas (one per device)."""
+
+    def __init__(self, strategy: TFStrategy) -> None:
+        self.strategy = strategy
+
+    def fold(self, values: list[Any]) -> float:
+        parts = []
+        for x in values:
+            local = self.strategy.local_results(x)
+            parts.append(tf.add_n([tf.cast(tf.reshape(v, []), tf.float64) for v in local]) / len(local))
+        return float(tf.add_n(parts).numpy())
+
+
 class _TFPlacement:
     """Rows stay on the host; each batch is split over the worker's local replicas."""
 
-    def __init__(self, ctx: TFContext) -> None:
-        self.ctx = ctx
+    def __init__(self, strategy: TFStrategy) -> None:
+        self.strategy = strategy
 
     def place(self, arrays: list[Any]) -> list[Any]:
         return [np.asarray(a) for a in arrays]
 
     def gather(self, arrays: list[Any], rows: Any) -> Iterator[list[Any]]:
         for r in rows:
-            yield [self.ctx._to_replicas(a[r]) for a in arrays]
+            yield [self.strategy.to_replicas(a[r]) for a in arrays]
 
     def from_host(self, batches: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
         for batch in batches:
-            yield tuple(self.ctx._to_replicas(np.asarray(b)) for b in batch)
+            yield tuple(self.strategy.to_replicas(np.asarray(b)) for b in batch)
 
     def other(
-        self, source: Any, settings: Any, rank: int, world: int
+        self, source: Any, settings: TrainModelConfig, rank: int, world: int
     ) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
         raise InputError(
             f"train_function: ctx.batches with backend {settings.backend} takes TabularData, a ParquetStream, "
@@ -363,7 +286,8 @@ class _TFState:
                 and not hasattr(obj, "variables")
             ):
                 raise InputError(
-                    f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint can hold"
+                    f"train_function: ctx.restore({name}=...) is not a TensorFlow/Keras object a tf.train.Checkpoint "
+                    "can hold"
                 )
         self.ckpt, self.ctx = tf.train.Checkpoint(**objects), ctx
 

@@ -13,19 +13,37 @@ from __future__ import annotations
 
 import contextlib
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainpipe.contract.errors import InputError
 from trainpipe.training import sources
+from trainpipe.training.backends import BACKENDS
 from trainpipe.training.checkpoint import StateIO
-from trainpipe.training.loop import BaseContext
+from trainpipe.training.context import BaseContext
+from trainpipe.training.metrics import HostValues
 from trainpipe.training.timing import StepTimer
-from trainpipe.training.torch_strategies import TorchStrategy, make_strategy
+from trainpipe.training.torch_strategies import TorchStrategy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 
-def resolve_device(settings: Any, local_rank: int) -> torch.device:
+class TorchValues(HostValues):
+    """Logged tensors stay on their device: detached when logged, summed there, read at reductions."""
+
+    def keep(self, value: Any) -> Any:
+        return value.detach() if isinstance(value, torch.Tensor) else float(value)
+
+    def fold(self, values: list[Any]) -> Any:
+        """The sum where the values live: a device tensor stays on the device (no synchronization)."""
+        tensors = [v.reshape(()).double() for v in values if isinstance(v, torch.Tensor)]
+        rest = float(sum(v for v in values if not isinstance(v, torch.Tensor)))
+        return torch.stack(tensors).sum() + rest if tensors else rest
+
+
+def resolve_device(settings: TrainModelConfig, local_rank: int) -> torch.device:
     use_cuda = settings.device == "cuda" or (settings.device == "auto" and torch.cuda.is_available())
     if use_cuda:
         device = torch.device(f"cuda:{local_rank}")
@@ -51,8 +69,8 @@ class TorchContext(BaseContext):
 
     framework = "torch"
 
-    def __init__(self, settings: Any) -> None:
-        self._strategy: TorchStrategy = make_strategy(settings)
+    def __init__(self, settings: TrainModelConfig) -> None:
+        self._strategy: TorchStrategy = BACKENDS[settings.backend].strategy_class()(settings)
         self.strategy = self._strategy.name
         self.precision = settings.precision
         rank, world, local = self._strategy.ranks()
@@ -148,14 +166,8 @@ class TorchContext(BaseContext):
     def _all_reduce_sum(self, values: list[float]) -> list[float]:
         return self._strategy.host_sum(values)
 
-    def _keep(self, value: Any) -> Any:
-        return value.detach() if isinstance(value, torch.Tensor) else float(value)
-
-    def _fold(self, values: list[Any]) -> Any:
-        """The sum where the values live: a device tensor stays on the device (no synchronization)."""
-        tensors = [v.reshape(()).double() for v in values if isinstance(v, torch.Tensor)]
-        rest = float(sum(v for v in values if not isinstance(v, torch.Tensor)))
-        return torch.stack(tensors).sum() + rest if tensors else rest
+    def _logged_values(self) -> HostValues:
+        return TorchValues()
 
     # --- data, timing, state --------------------------------------------------------------------
 

@@ -15,12 +15,15 @@ Imports torch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainpipe.contract.errors import InputError
 from trainpipe.training.data import rank_batches, steps_per_epoch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 Fill = Callable[[Callable[[Any, tuple[int, ...], torch.dtype], torch.Tensor]], Any]
 
@@ -159,7 +162,7 @@ class TorchPlacement:
         yield from self._ahead.run(_fill_from(b) for b in batches)
 
     def other(
-        self, source: Any, settings: Any, rank: int, world: int
+        self, source: Any, settings: TrainModelConfig, rank: int, world: int
     ) -> tuple[int, Callable[[int, int], Iterator[Any]]]:
         """A map-style dataset (``__len__`` and ``__getitem__``): rows collated per batch."""
         if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):

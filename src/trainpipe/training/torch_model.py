@@ -67,8 +67,8 @@ def write_model(
         "classes": list(classes or []),
         "feature_columns": [str(c) for c in input_example.columns],
     }
-    atomic_write_bytes(out / loader.WEIGHTS_FILE, save(weights))
-    atomic_write_json(out / loader.META_FILE, meta)
+    atomic_write_bytes(out / loader.MODEL_FILE, save(weights))
+    atomic_write_json(out / loader.MODEL_META, meta)
     try:
         loaded = loader.load(out, trusted=lambda m: True)
         output = loaded.predict_frame(input_example)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-TELEMETRY_DIR = "telemetry"
+from trainpipe.layout import TELEMETRY_DIR
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 PROFILE_SKIP = 3  # steps before the profiler's warm-up step: the first steps are not steady
 
@@ -19,7 +22,7 @@ PROFILE_SKIP = 3  # steps before the profiler's warm-up step: the first steps ar
 class TorchProfile:
     """torch.profiler over a window of steps on rank 0: a Chrome trace, FLOPs and collective time."""
 
-    def __init__(self, settings: Any, out: Path, device: torch.device) -> None:
+    def __init__(self, settings: TrainModelConfig, out: Path, device: torch.device) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         self.active = settings.profile_steps

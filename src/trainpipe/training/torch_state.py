@@ -264,7 +264,8 @@ class TorchState:
         from trainpipe.training.safe_dcp import SafeLoadPlanner, SafeReader
 
         reader, planner = SafeReader(str(path)), SafeLoadPlanner()  # a foreign checkpoint is refused, never run
-        reader.read_metadata()  # refused here, in one line, before DCP (which would log a traceback and try per-rank files)
+        # refused here, in one line, before DCP (which would log a traceback and try per-rank files)
+        reader.read_metadata()
         state = self._state()
         dcp.load(state, storage_reader=reader, planner=planner, **self.strategy.dcp_load())
         modules = {k: v for k, v in self.objects.items() if isinstance(v, torch.nn.Module)}

@@ -2,8 +2,8 @@
 
 A strategy starts the ranks' communication, wraps the model, averages gradients where the
 wrapper does not, sums host numbers over ranks (never waiting for a device), and tells the
-checkpoint writer how its collectives run. :data:`STRATEGIES` maps each backend name of
-:mod:`trainpipe.training.backends` to its class. Imports torch.
+checkpoint writer how its collectives run. The backend table (:mod:`trainpipe.training.backends`)
+names each backend's class. Imports torch.
 
 Written for the torch a team already has (2.6 and later): an argument that only newer torch
 takes is passed only where it exists (:func:`ddp_wrap`).
@@ -15,11 +15,14 @@ import functools
 import inspect
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainpipe.contract.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 #: The file a node's ranks rendezvous through when trainpipe starts them (a fresh one each start).
 STORE_FILE_ENV = "TRAINPIPE_STORE_FILE"
@@ -82,7 +85,7 @@ class TorchStrategy:
 
     name = ""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TrainModelConfig) -> None:
         self.settings = settings
 
     # --- the ranks ------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ class DDPStrategy(TorchStrategy):
 
     name = "ddp"
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TrainModelConfig) -> None:
         super().__init__(settings)
         self._host_group: Any = None  # host numbers, on the loop's thread
         self._ckpt_group: Any = None  # the checkpoint writer's collectives, on its thread
@@ -242,7 +245,8 @@ class FSDPStrategy(DDPStrategy):
 
         if device.type == "cpu" and not cpu_fsdp_supported():
             raise InputError(
-                f"backend: torch_fsdp on CPU needs torch 2.9 or later (before it FSDP2 on gloo does not train as DDP does); "
+                f"backend: torch_fsdp on CPU needs torch 2.9 or later (before it FSDP2 on gloo does not train as DDP "
+                "does); "
                 f"this rank has torch {torch.__version__}: use torch_ddp on CPU, or train on a GPU"
             )
         model = model.to(device)
@@ -264,7 +268,7 @@ class HorovodStrategy(TorchStrategy):
 
     name = "horovod"
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TrainModelConfig) -> None:
         super().__init__(settings)
         import warnings
 
@@ -345,15 +349,3 @@ class HorovodStrategy(TorchStrategy):
 
 
 #: The torch strategy of each backend name.
-STRATEGIES: dict[str, type[TorchStrategy]] = {
-    "torch_ddp": DDPStrategy,
-    "torch_fsdp": FSDPStrategy,
-    "horovod": HorovodStrategy,
-}
-
-
-def make_strategy(settings: Any) -> TorchStrategy:
-    strategy = STRATEGIES.get(settings.backend)
-    if strategy is None:
-        raise InputError(f"backend: {settings.backend} is not a torch backend ({', '.join(STRATEGIES)})")
-    return strategy(settings)

@@ -13,20 +13,24 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import TrainpipeError, UserCodeError
 from trainpipe.contract.io import atomic_write_json
+from trainpipe.layout import ERRORS_DIR
+from trainpipe.training.backends import BACKENDS
 
-ERRORS_DIR = ".errors"
+if TYPE_CHECKING:  # pragma: no cover
+    from trainpipe.training.settings import TrainModelConfig
 
 
 class PeerFailure(Exception):
     """A collective failed because another rank died or hung: not this function's fault."""
 
 
-def make_context(settings: Any) -> Any:
-    if settings.backend == "tensorflow":
+def make_context(settings: TrainModelConfig) -> Any:
+    """The context of the settings' backend (its framework is imported here, in the rank)."""
+    if BACKENDS[settings.backend].framework == "tensorflow":
         from trainpipe.training.tf_context import TFContext
 
         return TFContext(settings)
@@ -68,7 +72,7 @@ def _where(exc: BaseException, spec: str) -> str:
     return f" ({Path(f.filename).name}:{f.lineno} in {f.name})"
 
 
-def run(settings: Any) -> None:
+def run(settings: TrainModelConfig) -> None:
     """Train on this rank (the context is closed whatever happens).
 
     A trainpipe error is reported (:func:`report`) before the context closes: closing breaks the
@@ -85,7 +89,7 @@ def run(settings: Any) -> None:
             # TensorFlow's workers on one node are its ranks; torch and Horovod know their local rank
             local = ctx.local_rank if ctx.framework == "torch" or settings.nnodes > 1 else ctx.rank
             metrics = TrainingMetrics.serve(ctx, settings.metrics_port, local, settings.nproc_per_node)
-        func = resolve_function(settings.train_function)
+        func = resolve_function(settings.train_function, ctx.framework)
         _seed(settings.seed, ctx.framework)
         spec = settings.train_function
         try:
@@ -128,7 +132,7 @@ def _peer_failed(ctx: Any, exc: Exception) -> None:
         raise PeerFailure(str(exc)) from None
 
 
-def report(settings: Any, exc: TrainpipeError) -> None:
+def report(settings: TrainModelConfig, exc: TrainpipeError) -> None:
     """The rank's error for the launcher (``<output_dir>/.errors/rank<N>.json``)."""
     rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
     atomic_write_json(
@@ -156,12 +160,14 @@ def _die_with_parent() -> None:
 
 
 def main(config_path: str) -> int:
-    from trainpipe.components.train_model.spec import TrainModelConfig
     from trainpipe.training import control
     from trainpipe.training.launch import PIDS_ENV
 
     _die_with_parent()
     control.install(os.environ.get(PIDS_ENV))  # from here a preemption signal ends the step, not the rank
+    # pydantic is imported after the signals are caught: a SIGTERM during start-up must not kill the rank
+    from trainpipe.training.settings import TrainModelConfig
+
     settings = TrainModelConfig.model_validate_json(Path(config_path).read_text(encoding="utf-8"))
     try:
         run(settings)
