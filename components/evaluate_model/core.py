@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from trainpipe import registry
 from trainpipe.components.evaluate_model.spec import (
-    DECISION_FILE,
     LOWER_IS_BETTER,
     METRICS_FILE,
     NAME,
@@ -23,7 +23,9 @@ from trainpipe.contract.errors import GateFailed, InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 from trainpipe.contract.lineage import EvaluationLineage, Lineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.layout import DECISION_FILE
 from trainpipe.serving.package import load_artifact
+from trainpipe.splits import held_out_rows
 
 
 def _bad(value: Any) -> bool:
@@ -84,7 +86,8 @@ def decide(
         reasons.append("no champion yet: decided by the absolute thresholds alone")
     elif champion.get("skipped"):
         reasons.append(
-            f"champion version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute thresholds alone"
+            f"champion version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute "
+            "thresholds alone"
         )
     else:
         compared = True
@@ -104,7 +107,8 @@ def decide(
             check(
                 ok,
                 f"{name} {mine:.4f} vs champion version {champion['version']} {theirs:.4f}: "
-                f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): {'ok' if ok else 'fails'}",
+                f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): "
+                f"{'ok' if ok else 'fails'}",
             )
     passed = not failures
     return GateDecision(
@@ -263,7 +267,8 @@ def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.decision.reasons)
     verdict = "passed" if result.decision.passed else "NOT passed"
     imgs = "".join(
-        f'<figure><img alt="{html.escape(t)}" src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        f'<figure><img alt="{html.escape(t)}" '
+        f'src="data:image/png;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
         for t, b in images
     )
     if result.task == "classification":
@@ -279,68 +284,12 @@ def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
         )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe evaluation</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}figure{display:inline-block}</style></head><body>"
-        f"<h1>Evaluation ({html.escape(result.task)}): gate {verdict}</h1><ul id='reasons'>{reasons}</ul><h2>Metrics ({result.n_test} held-out rows)</h2>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px "
+        "8px;text-align:left}figure{display:inline-block}</style></head><body>"
+        f"<h1>Evaluation ({html.escape(result.task)}): gate {verdict}</h1><ul id='reasons'>{reasons}</ul><h2>Metrics "
+        f"({result.n_test} held-out rows)</h2>"
         f"<table id='metrics'>{m}</table>{detail}<h2>Charts</h2>{imgs}</body></html>\n"
     )
-
-
-def held_out_rows(data: str, model: Any, label_column: str) -> tuple[Any, Any, int]:
-    """The held-out rows of a dataset (the rows train_model never saw), chunk by chunk for Parquet:
-    ``(features, raw labels, rows in the dataset)``.
-
-    Raises:
-        InputError: a feature or the label is missing or unusable (naming the column, row and value),
-            or no row is held out.
-    """
-    x, y, _, _, rows = split_rows(data, model, label_column)
-    return x, y, rows
-
-
-def split_rows(data: str, model: Any, label_column: str, training_rows: int = 0) -> tuple[Any, Any, Any, Any, int]:
-    """Both sides of the split train_model made (its ``split`` in the model's description), chunk by
-    chunk: ``(held-out features, their raw labels, training features, their raw labels, rows)``; the
-    training side holds its first ``training_rows`` rows at most (0: none).
-
-    Raises:
-        InputError: a feature or the label is missing or unusable (naming the column, row and value),
-            or no row is held out.
-    """
-    import numpy as np
-
-    from trainpipe.preconditions import check_frame
-    from trainpipe.tabular import held_out, iter_chunks
-
-    split = model.meta.get("split") or {}
-    frac, seed = float(split.get("test_fraction", 0.2)), int(split.get("seed", 0))
-    columns = model.feature_columns + [label_column]
-    xs, ys, txs, tys, rows, kept = [], [], [], [], 0, 0
-    for first, df in iter_chunks(data, None):
-        missing = [c for c in columns if c not in df.columns]
-        if missing:
-            if label_column in missing:
-                check_frame(df, label_column, model.task, model.feature_columns)
-            raise InputError(f"data: feature columns missing: {', '.join(map(str, missing[:10]))}")
-        df = df[columns]
-        df.index = np.arange(first, first + len(df))
-        check_frame(df, label_column, model.task, columns)
-        keep = held_out(df.index.to_numpy(), frac, seed)
-        xs.append(df.loc[keep, model.feature_columns].to_numpy(dtype=np.float32))
-        ys.append(df.loc[keep, label_column].to_numpy())
-        if kept < training_rows:
-            train = df.loc[~keep].iloc[: training_rows - kept]
-            txs.append(train[model.feature_columns].to_numpy(dtype=np.float32))
-            tys.append(train[label_column].to_numpy())
-            kept += len(train)
-        rows += len(df)
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    if len(x) == 0:
-        raise InputError(
-            f"data: none of its {rows} rows is held out with test_fraction {frac}: too few rows to evaluate"
-        )
-    tx = np.concatenate(txs) if txs else np.zeros((0, len(model.feature_columns)), dtype=np.float32)
-    ty = np.concatenate(tys) if tys else np.zeros((0,), dtype=y.dtype)
-    return x, y, tx, ty, rows
 
 
 def score(model: Any, x: Any, y_raw: Any, config: EvaluateModelConfig) -> dict[str, Any]:
@@ -384,7 +333,8 @@ def _team_metric(name: str, ref: str, y_true: Any, y_pred: Any) -> float:
         value = float(fn(y_true, y_pred))
     except Exception as exc:
         raise InputError(
-            f"metric_functions: {name}: {ref} raised {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            f"metric_functions: {name}: {ref} raised {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
         ) from None
     return value
 
@@ -395,17 +345,11 @@ def champion_scores(
     """The current champion scored on the same held-out rows; None when there is none."""
     if not config.model_name:
         return None
-    from trainpipe import registry, tracking
-
-    client = tracking.connect(config.tracking_uri, runtime.policy)
-    version = registry.alias_version(client, config.model_name, config.champion_alias)
-    if version is None:
+    holder = registry.champion(config.tracking_uri, config.model_name, config.alias, runtime)
+    if holder is None:
         return None
-    info: dict[str, Any] = {
-        "version": str(version.version),
-        "run_id": version.tags.get(registry.RUN_TAG) or version.run_id,
-    }
-    champ, why = registry.version_model(client, version, runtime)
+    info: dict[str, Any] = {"version": holder.number, "run_id": holder.run_id}
+    champ, why = holder.model()
     if champ is None:
         return {**info, "skipped": why}
     if champ.task != model.task:

@@ -9,5 +9,6 @@ if __name__ == "__main__":
         NAME,
         OptimizeModelConfig,
         optimize_model,
-        doc="Export a trained model to ONNX, quantize and prune it for CPU, and hand on the fastest variant within the metric drop.",
+        doc="Export a trained model to ONNX, quantize and prune it for CPU, and hand on the fastest variant within the "
+        "metric drop.",
     )

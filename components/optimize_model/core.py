@@ -25,17 +25,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trainpipe.components.evaluate_model.core import split_rows
 from trainpipe.components.optimize_model.spec import (
     DEFAULT_METRIC,
     LOWER_IS_BETTER,
     METRICS,
-    MODEL_DIR,
     NAME,
-    ONNX_FILE,
     ONNX_FORMAT,
     REPORT_FILE,
-    RESULT_FILE,
+    VARIANTS,
     OptimizeModelConfig,
     OptimizeModelResult,
     Variant,
@@ -44,7 +41,9 @@ from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest
 from trainpipe.contract.lineage import Lineage, OptimizationLineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.layout import MODEL_FILE, MODEL_META, ONNX_FILE, OPTIMIZATION_FILE, OPTIMIZED_MODEL_DIR
 from trainpipe.serving.package import load_artifact
+from trainpipe.splits import split_rows
 
 #: Training rows read at most (the first ones of the training side): calibration and fine-tuning.
 TRAINING_ROWS = 100_000
@@ -217,7 +216,8 @@ def export_onnx(module: Any, example: Any, path: Path) -> str:
     op = next((o for o in map(_unexportable_op, errors) if o), None)
     if op:
         raise InputError(
-            f"model: ONNX cannot export it: no ONNX translation for the operator {op} (dynamo and TorchScript exporters)"
+            f"model: ONNX cannot export it: no ONNX translation for the operator {op} (dynamo and TorchScript "
+            "exporters)"
         )
     first = next(
         (line.strip() for line in errors[0].splitlines() if line.strip() and "step" not in line), "unknown error"
@@ -293,7 +293,8 @@ def prune(module: Any, sparsity: float, kind: str) -> list[tuple[Any, str]]:
         k = round(sparsity * units)
         if k >= units:
             raise InputError(
-                f"sparsity: {sparsity} structured removes all {units} units of layer {name}; at most {(units - 1) / units:.3f} "
+                f"sparsity: {sparsity} structured removes all {units} units of layer {name}; at most "
+                f"{(units - 1) / units:.3f} "
                 "keeps one"
             )
         tprune.ln_structured(m, "weight", amount=k, n=2, dim=0)
@@ -401,7 +402,6 @@ def optimize_model(
             its ONNX outputs differ from torch's beyond ``onnx_atol``, the sparsity is impossible for
             a layer, the calibration set is empty, or the data does not fit the model.
     """
-    import numpy as np
     import torch
 
     runtime = runtime or Runtime()
@@ -412,7 +412,7 @@ def optimize_model(
     metric = config.metric or DEFAULT_METRIC[model.task]
     if metric not in METRICS[model.task]:
         raise InputError(f"metric: {metric} is not a {model.task} metric (one of {', '.join(METRICS[model.task])})")
-    wants = set(config.variants)
+    wants, skipped = _variants(config, model)
     need_train = (
         "int8_static" in wants and not config.calibration_data or ("pruned" in wants and config.fine_tune_epochs)
     )
@@ -420,24 +420,94 @@ def optimize_model(
         config.data, model, config.label_column, TRAINING_ROWS if need_train else 0
     )
     calibration = _calibration_rows(config, model, x_train) if "int8_static" in wants else None
-    if (
-        "pruned" in wants and config.pruning == "structured"
-    ):  # an impossible sparsity is refused before anything is exported
+    if "pruned" in wants and config.pruning == "structured":  # an impossible sparsity is refused before any export
         import copy
 
         prune(copy.deepcopy(model.module), config.sparsity, config.pruning)
     torch.set_num_threads(config.threads)
-    x_time = np.ascontiguousarray(x_test[: max(config.latency_runs, 1)])
+    measure = _Measure(config, model, metric, x_test, y_raw)
+    weights = Path(config.model) / MODEL_FILE
+    out = Path(config.output_dir)
+    with tempfile.TemporaryDirectory(prefix="trainpipe-optimize-") as tmp:
+        rows = (x_test, y_raw, x_train, y_train)
+        variants, files, exporter = _make(config, model, measure, wants, calibration, rows, Path(tmp))
+        chosen = _select(variants, config.select)
+        sha = file_digest(files[chosen.name], "sha256") if chosen is not None else None
+        if chosen is not None:
+            _write_model(out / OPTIMIZED_MODEL_DIR, files[chosen.name], model, chosen, x_test, exporter, sha, weights)
+        else:
+            shutil.rmtree(out / OPTIMIZED_MODEL_DIR, ignore_errors=True)
+    import onnxruntime
 
-    def figures(
-        name: str, raw: Any, predict: Callable[[Any], Any], path: Path, reference: Variant | None, **extra: Any
+    result = OptimizeModelResult(
+        task=model.task,
+        metric=metric,
+        max_metric_drop=config.max_metric_drop,
+        n_test=len(x_test),
+        calibration_rows=0 if calibration is None else len(calibration),
+        threads=config.threads,
+        cpu=_cpu(),
+        onnxruntime=onnxruntime.__version__,
+        variants=variants,
+        selected=chosen.name if chosen else None,
+        reason=_reason(chosen, variants, metric, config),
+        skipped=skipped,
+        model_sha256=sha,
+    )
+    atomic_write_text(out / REPORT_FILE, report(result))
+    atomic_write_json(out / OPTIMIZATION_FILE, result.model_dump(mode="json", exclude={"lineage"}))
+    fp32 = variants[0]
+    result.lineage = Lineage.of(lineage).with_(
+        optimization=OptimizationLineage(
+            variant=result.selected,
+            metric=metric,
+            fp32_metric=round(fp32.metric, 6),
+            metric_value=round(chosen.metric, 6) if chosen else None,
+            speedup_b256=round(chosen.speedup_b256, 3) if chosen else None,
+            size_ratio=round(chosen.size_ratio, 4) if chosen else None,
+            onnx_sha256=sha,
+            exporter=exporter,
+        )
+    )
+    return result
+
+
+def _variants(config: OptimizeModelConfig, model: Any) -> tuple[set[str], dict[str, str]]:
+    """The variants to make, and the default ones this model does not allow with why. A variant the
+    settings name is made or fails the step; a default one that cannot apply is skipped."""
+    if config.variants is not None:
+        return set(config.variants), {}
+    wants, skipped = set(VARIANTS), {}
+    if not prunable(model.module):
+        wants.discard("pruned")
+        skipped["pruned"] = "the model has no Linear or Conv layer besides its last one to prune"
+    return wants, skipped
+
+
+class _Measure:
+    """A variant's figures against the reference (fp32 torch eager), on the held-out rows and this CPU."""
+
+    def __init__(self, config: OptimizeModelConfig, model: Any, metric: str, x_test: Any, y_raw: Any) -> None:
+        import numpy as np
+
+        self.config, self.model, self.metric, self.y_raw = config, model, metric, y_raw
+        self.x_time = np.ascontiguousarray(x_test[: max(config.latency_runs, 1)])
+
+    def __call__(
+        self, name: str, raw: Any, predict: Callable[[Any], Any], path: Path, reference: Variant | None, **extra: Any
     ) -> Variant:
-        scores = task_metrics(model.task, model.classes, y_raw, raw)
-        p50, p99, rps = timings(predict, x_time, config.latency_runs)
+        config, metric, ref = self.config, self.metric, reference
+        scores = task_metrics(self.model.task, self.model.classes, self.y_raw, raw)
+        p50, p99, rps = timings(predict, self.x_time, config.latency_runs)
         size = path.stat().st_size
-        drop = 0.0 if reference is None else _drop(metric, reference.metric, scores[metric])
+        drop = 0.0 if ref is None else _drop(metric, ref.metric, scores[metric])
         ok = drop <= config.max_metric_drop + 1e-12
-        ref = reference
+        if ref is None:
+            reason = "the reference (torch eager)"
+        else:
+            verdict = "within" if ok else "beyond"
+            moved = f"{'drops' if drop > 0 else 'gains'} {abs(drop):.4f}"
+            reason = f"{metric} {moved} ({verdict} max_metric_drop {config.max_metric_drop})"
         return Variant(
             name=name,
             metric=scores[metric],
@@ -452,91 +522,66 @@ def optimize_model(
             speedup_b1=(ref.latency_p50_ms / p50) if ref else 1.0,
             speedup_b256=(rps / ref.throughput_rows_s) if ref else 1.0,
             accepted=ok if ref else False,
-            reason=(
-                "the reference (torch eager)"
-                if ref is None
-                else f"{metric} {'drops' if drop > 0 else 'gains'} {abs(drop):.4f} ({'within' if ok else 'beyond'} max_metric_drop {config.max_metric_drop})"
-            ),
+            reason=reason,
             **extra,
         )
 
-    weights = Path(config.model) / "model.safetensors"
-    with tempfile.TemporaryDirectory(prefix="trainpipe-optimize-") as tmp:
-        work = Path(tmp)
-        eager = torch_predict(model.module)
-        torch_out = eager(x_test)
-        fp32 = figures("fp32", torch_out, eager, weights, None)
-        variants = [fp32]
-        files: dict[str, Path] = {}
-        exporter = export_onnx(model.module, x_test[:2], work / "onnx.onnx")
-        session = ort_session(work / "onnx.onnx", config.threads)
-        onnx_out = ort_predict(session)(x_test)
-        diff = float(np.max(np.abs(onnx_out.reshape(torch_out.shape) - torch_out))) if len(x_test) else 0.0
-        if not diff <= config.onnx_atol:
-            raise InputError(
-                f"model: its ONNX export ({exporter}) differs from torch by {diff:.3g} on the held-out rows, beyond onnx_atol "
-                f"{config.onnx_atol}"
-            )
-        if "onnx" in wants:
-            variants.append(
-                figures("onnx", onnx_out, ort_predict(session), work / "onnx.onnx", fp32, max_abs_diff=diff)
-            )
-            files["onnx"] = work / "onnx.onnx"
-        for name, mode in (("int8_dynamic", "dynamic"), ("int8_static", "static")):
-            if name in wants:
-                quantize(work / "onnx.onnx", work / f"{name}.onnx", mode, calibration)
-                s = ort_session(work / f"{name}.onnx", config.threads)
-                variants.append(figures(name, ort_predict(s)(x_test), ort_predict(s), work / f"{name}.onnx", fp32))
-                files[name] = work / f"{name}.onnx"
-        if "pruned" in wants:
-            variants.append(_pruned(config, model, metric, fp32, x_test, y_raw, x_train, y_train, work, figures))
-            files["pruned"] = work / "pruned.onnx"
-        chosen = _select(variants, config.select)
-        out = Path(config.output_dir)
-        sha = None
-        if chosen is not None:
-            sha = file_digest(files[chosen.name], "sha256")
-            _write_model(out / MODEL_DIR, files[chosen.name], model, chosen, x_test, exporter, sha, weights)
-            reason = f"{chosen.name}: the {'fastest at batch 256' if config.select == 'throughput' else 'fastest at batch 1' if config.select == 'latency' else 'smallest'} of the variants within max_metric_drop {config.max_metric_drop}"
-        else:
-            shutil.rmtree(out / MODEL_DIR, ignore_errors=True)
-            worst = ", ".join(f"{v.name} drops {v.metric_drop:.4f}" for v in variants[1:])
-            reason = (
-                f"every variant's {metric} drops beyond max_metric_drop {config.max_metric_drop} ({worst})"
-                if variants[1:]
-                else "no variant made"
-            )
-    import onnxruntime
 
-    result = OptimizeModelResult(
-        task=model.task,
-        metric=metric,
-        max_metric_drop=config.max_metric_drop,
-        n_test=len(x_test),
-        calibration_rows=0 if calibration is None else len(calibration),
-        threads=config.threads,
-        cpu=_cpu(),
-        onnxruntime=onnxruntime.__version__,
-        variants=variants,
-        selected=chosen.name if chosen else None,
-        reason=reason,
-        model_sha256=sha,
-    )
-    atomic_write_text(out / REPORT_FILE, report(result))
-    atomic_write_json(out / RESULT_FILE, result.model_dump(mode="json", exclude={"lineage"}))
-    result.lineage = Lineage.of(lineage).with_(
-        optimization=OptimizationLineage(
-            variant=result.selected,
-            metric=metric,
-            fp32_metric=round(fp32.metric, 6),
-            metric_value=round(chosen.metric, 6) if chosen else None,
-            speedup_b256=round(chosen.speedup_b256, 3) if chosen else None,
-            size_ratio=round(chosen.size_ratio, 4) if chosen else None,
-            onnx_sha256=sha,
-            exporter=exporter,
+def _make(
+    config: OptimizeModelConfig,
+    model: Any,
+    measure: _Measure,
+    wants: set[str],
+    calibration: Any,
+    rows: tuple[Any, Any, Any, Any],
+    work: Path,
+) -> tuple[list[Variant], dict[str, Path], str]:
+    """The reference and every wanted variant, measured on the held-out rows (``rows``: held-out
+    features and labels, training features and labels): ``(variants, their files, the exporter)``.
+
+    Raises:
+        InputError: ONNX cannot export the model, or its outputs differ from torch's beyond ``onnx_atol``.
+    """
+    import numpy as np
+
+    x_test, y_raw, x_train, y_train = rows
+    eager = torch_predict(model.module)
+    torch_out = eager(x_test)
+    fp32 = measure("fp32", torch_out, eager, Path(config.model) / MODEL_FILE, None)
+    variants, files = [fp32], {}
+    exporter = export_onnx(model.module, x_test[:2], work / "onnx.onnx")
+    session = ort_session(work / "onnx.onnx", config.threads)
+    onnx_out = ort_predict(session)(x_test)
+    diff = float(np.max(np.abs(onnx_out.reshape(torch_out.shape) - torch_out))) if len(x_test) else 0.0
+    if not diff <= config.onnx_atol:
+        raise InputError(
+            f"model: its ONNX export ({exporter}) differs from torch by {diff:.3g} on the held-out rows, "
+            f"beyond onnx_atol {config.onnx_atol}"
         )
-    )
-    return result
+    if "onnx" in wants:
+        variants.append(measure("onnx", onnx_out, ort_predict(session), work / "onnx.onnx", fp32, max_abs_diff=diff))
+        files["onnx"] = work / "onnx.onnx"
+    for name, mode in (("int8_dynamic", "dynamic"), ("int8_static", "static")):
+        if name in wants:
+            quantize(work / "onnx.onnx", work / f"{name}.onnx", mode, calibration)
+            predict = ort_predict(ort_session(work / f"{name}.onnx", config.threads))
+            variants.append(measure(name, predict(x_test), predict, work / f"{name}.onnx", fp32))
+            files[name] = work / f"{name}.onnx"
+    if "pruned" in wants:
+        variants.append(_pruned(config, model, measure.metric, fp32, x_test, y_raw, x_train, y_train, work, measure))
+        files["pruned"] = work / "pruned.onnx"
+    return variants, files, exporter
+
+
+def _reason(chosen: Variant | None, variants: list[Variant], metric: str, config: OptimizeModelConfig) -> str:
+    """Why this variant was handed on, or why none was."""
+    if chosen is not None:
+        how = {"throughput": "fastest at batch 256", "latency": "fastest at batch 1"}.get(config.select, "smallest")
+        return f"{chosen.name}: the {how} of the variants within max_metric_drop {config.max_metric_drop}"
+    if not variants[1:]:
+        return "no variant made"
+    worst = ", ".join(f"{v.name} drops {v.metric_drop:.4f}" for v in variants[1:])
+    return f"every variant's {metric} drops beyond max_metric_drop {config.max_metric_drop} ({worst})"
 
 
 def _pruned(
@@ -609,7 +654,7 @@ def _write_model(
     import pandas as pd
 
     from trainpipe.serving import loader
-    from trainpipe.serving.package import write_examples
+    from trainpipe.serving.package import INPUT_EXAMPLE_FILE, write_examples
 
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -631,9 +676,14 @@ def _write_model(
             f"pandas=={version('pandas')}",
         ],
     }
-    (tmp / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
-    rows = np.ascontiguousarray(x_test[:5])
-    example_in = pd.DataFrame(rows, columns=model.feature_columns)
+    (tmp / MODEL_META).write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+    # the parent's example: the training frame's rows with its column types (the signature declares them)
+    parent_example = weights.parent / INPUT_EXAMPLE_FILE
+    if parent_example.is_file():
+        example_in = pd.read_json(parent_example, orient="split", dtype=False)[model.feature_columns]
+    else:
+        example_in = pd.DataFrame(np.ascontiguousarray(x_test[:5]), columns=model.feature_columns)
+    rows = np.ascontiguousarray(example_in.to_numpy(dtype=np.float32))
     raw = ort_predict(ort_session(tmp / ONNX_FILE, 1))(rows)
     write_examples(tmp, example_in, loader.outputs_frame(raw, model.task, model.classes))
     shutil.rmtree(dest, ignore_errors=True)
@@ -667,7 +717,8 @@ def chart(result: OptimizeModelResult) -> str:
         f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#444"/>',
         f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#444"/>',
         f'<text x="{w / 2}" y="{h - 14}" text-anchor="middle" font-size="12">p50 latency at batch 1 (ms)</text>',
-        f'<text x="14" y="{h / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 14 {h / 2})">{html.escape(result.metric)}</text>',
+        f'<text x="14" y="{h / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 14 '
+        f'{h / 2})">{html.escape(result.metric)}</text>',
     ]
     for t in range(5):
         xv, yv = x0 + (x1 - x0) * t / 4, y0 + (y1 - y0) * t / 4
@@ -676,11 +727,13 @@ def chart(result: OptimizeModelResult) -> str:
     for v in vs:
         color = "#888" if v.name == "fp32" else ("#2a7" if v.accepted else "#c33")
         parts.append(
-            f'<circle class="point" data-variant="{html.escape(v.name)}" cx="{px(v.latency_p50_ms):.1f}" cy="{py(v.metric):.1f}" r="6" '
+            f'<circle class="point" data-variant="{html.escape(v.name)}" cx="{px(v.latency_p50_ms):.1f}" '
+            f'cy="{py(v.metric):.1f}" r="6" '
             f'fill="{color}"><title>{html.escape(v.name)}</title></circle>'
         )
         parts.append(
-            f'<text x="{px(v.latency_p50_ms) + 9:.1f}" y="{py(v.metric) + 4:.1f}" font-size="11">{html.escape(v.name)}</text>'
+            f'<text x="{px(v.latency_p50_ms) + 9:.1f}" y="{py(v.metric) + 4:.1f}" '
+            f'font-size="11">{html.escape(v.name)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -692,27 +745,33 @@ def report(result: OptimizeModelResult) -> str:
         "<tr><th>variant</th><th>accepted</th><th>"
         + html.escape(result.metric)
         + "</th><th>drop</th><th>size (bytes)</th><th>size ratio</th>"
-        "<th>gzipped</th><th>p50 ms (batch 1)</th><th>p99 ms</th><th>rows/s (batch 256)</th><th>speed-up b1</th><th>speed-up b256</th>"
+        "<th>gzipped</th><th>p50 ms (batch 1)</th><th>p99 ms</th><th>rows/s (batch 256)</th><th>speed-up "
+        "b1</th><th>speed-up b256</th>"
         "<th>why</th></tr>"
     )
     rows = "".join(
-        f"<tr data-variant='{html.escape(v.name)}'><th>{html.escape(v.name)}</th><td>{'—' if v.name == 'fp32' else 'yes' if v.accepted else 'no'}</td>"
+        f"<tr data-variant='{html.escape(v.name)}'><th>{html.escape(v.name)}</th>"
+        f"<td>{'—' if v.name == 'fp32' else 'yes' if v.accepted else 'no'}</td>"
         f"<td>{v.metric:.4f}</td><td>{v.metric_drop:+.4f}</td><td>{v.size_bytes}</td><td>{v.size_ratio:.3f}</td><td>{v.compressed_bytes}</td>"
         f"<td>{v.latency_p50_ms:.4f}</td><td>{v.latency_p99_ms:.4f}</td><td>{v.throughput_rows_s:.0f}</td><td>{v.speedup_b1:.2f}</td>"
         f"<td>{v.speedup_b256:.2f}</td><td>{html.escape(v.reason)}</td></tr>"
         for v in result.variants
     )
     verdict = f"selected {html.escape(result.selected)}" if result.selected else "no variant accepted"
+    skipped = "".join(f"<li>{html.escape(k)}: {html.escape(why)}</li>" for k, why in result.skipped.items())
+    skipped = f"<h2>Not made</h2><ul id='skipped'>{skipped}</ul>" if skipped else ""
     svg = base64.b64encode(chart(result).encode("utf-8")).decode("ascii")
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe optimization</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}</style></head><body>"
         f"<h1>Optimization ({html.escape(result.task)}): {verdict}</h1><p id='reason'>{html.escape(result.reason)}</p>"
-        f"<p>{result.n_test} held-out rows; {html.escape(result.cpu)}; {result.threads} thread(s); ONNX Runtime {html.escape(result.onnxruntime)}; "
+        f"<p>{result.n_test} held-out rows; {html.escape(result.cpu)}; {result.threads} thread(s); ONNX Runtime "
+        f"{html.escape(result.onnxruntime)}; "
         f"calibrated on {result.calibration_rows} rows.</p>"
-        f"<table id='variants'>{head}{rows}</table><h2>{html.escape(result.metric)} against latency</h2>"
+        f"<table id='variants'>{head}{rows}</table>{skipped}<h2>{html.escape(result.metric)} against latency</h2>"
         f"<figure><img alt='{html.escape(result.metric)} against p50 latency' src='data:image/svg+xml;base64,{svg}'>"
-        "<figcaption>one point per variant: grey fp32 (torch eager), green accepted, red beyond max_metric_drop</figcaption></figure></body></html>\n"
+        "<figcaption>one point per variant: grey fp32 (torch eager), green accepted, red beyond "
+        "max_metric_drop</figcaption></figure></body></html>\n"
     )
 
 

@@ -11,11 +11,8 @@ from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
 
 NAME = "optimize_model"
-RESULT_FILE = "optimization.json"
 REPORT_FILE = "report.html"
 #: The accepted variant's folder inside the output: ``model.onnx`` + ``model.json`` + the examples.
-MODEL_DIR = "model"
-ONNX_FILE = "model.onnx"
 #: The format ``model.json`` of an optimized model says it is (the ONNX pyfunc checks it).
 ONNX_FORMAT = "trainpipe-onnx/1"
 #: Every variant optimize_model can make, in the order it makes them. ``fp32`` (torch eager, the
@@ -31,12 +28,16 @@ class OptimizeModelParams(StrictModel):
     """Settings of optimize_model that are not artifacts."""
 
     label_column: str = Field("label", min_length=1, description="name of the label column")
-    variants: list[Literal["onnx", "int8_dynamic", "int8_static", "pruned"]] = Field(
-        default_factory=lambda: list(VARIANTS),
+    variants: list[Literal["onnx", "int8_dynamic", "int8_static", "pruned"]] | None = Field(
+        None,
         min_length=1,
-        description="what to make: onnx (fp32 ONNX, ONNX Runtime with graph optimizations), int8_dynamic (int8 weights, activations "
-        "quantized at run time), int8_static (int8 weights and activations, calibrated on training rows), pruned (sparsity "
-        "applied, fine-tuned when the metric dropped too far, then exported)",
+        description="what to make: onnx (fp32 ONNX, ONNX Runtime with graph optimizations), int8_dynamic (int8 "
+        "weights, "
+        "activations quantized at run time), int8_static (int8 weights and activations, calibrated on training rows), "
+        "pruned (sparsity applied, fine-tuned when the metric dropped too far, then exported); default: every one the "
+        "model allows (pruned is skipped, with the reason, for a model with no Linear or Conv layer to prune); a "
+        "variant "
+        "named here that the model does not allow fails the step",
     )
     metric: str | None = Field(
         None,
@@ -59,7 +60,8 @@ class OptimizeModelParams(StrictModel):
     )
     pruning: Literal["unstructured", "structured"] = Field(
         "unstructured",
-        description="unstructured: the smallest weights; structured: whole units (rows of a Linear, filters of a Conv) by L2 norm",
+        description="unstructured: the smallest weights; structured: whole units (rows of a Linear, filters of a Conv) "
+        "by L2 norm",
     )
     fine_tune_epochs: int = Field(
         2,
@@ -79,7 +81,8 @@ class OptimizeModelParams(StrictModel):
     )
     select: Literal["throughput", "latency", "size"] = Field(
         "throughput",
-        description="which accepted variant is handed on: the highest throughput at batch 256, the lowest p50 latency at "
+        description="which accepted variant is handed on: the highest throughput at batch 256, the lowest p50 latency "
+        "at "
         "batch 1, or the smallest file",
     )
     threads: int = Field(
@@ -171,6 +174,9 @@ class OptimizeModelResult(ComponentResult):
         description="the accepted variant written to the output, or None when none was accepted"
     )
     reason: str
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="default variants not made for this model, and why"
+    )
     model_sha256: str | None = Field(None, description="sha256 of the selected variant's model.onnx")
 
     def summary(self) -> str:
@@ -178,7 +184,8 @@ class OptimizeModelResult(ComponentResult):
             return f"no variant accepted: {self.reason}"
         v = next(x for x in self.variants if x.name == self.selected)
         return (
-            f"{self.selected}: {self.metric} {v.metric:.4f} (drop {v.metric_drop:+.4f}), {v.speedup_b256:.2f}x throughput at batch 256, "
+            f"{self.selected}: {self.metric} {v.metric:.4f} (drop {v.metric_drop:+.4f}), {v.speedup_b256:.2f}x "
+            "throughput at batch 256, "
             f"{v.speedup_b1:.2f}x at batch 1, {v.size_ratio:.2f}x size"
         )
 

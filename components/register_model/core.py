@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe import registry, signing
-from trainpipe.components.evaluate_model.spec import DECISION_FILE
 from trainpipe.components.register_model.spec import (
     LINEAGE_FILE,
     MODEL_CARD_FILE,
@@ -15,12 +14,12 @@ from trainpipe.components.register_model.spec import (
     RegisterModelConfig,
     RegisterModelResult,
 )
-from trainpipe.components.train_model.spec import MODEL_FILE, MODEL_META
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest, read_json
 from trainpipe.contract.lineage import Lineage, RegistrationLineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.layout import DECISION_FILE, MODEL_FILE, MODEL_META, ONNX_FILE, OPTIMIZATION_FILE, OPTIMIZED_MODEL_DIR
 
 HASH_TAG = registry.HASH_TAG
 DATA_TAG = registry.DATA_TAG
@@ -54,7 +53,8 @@ def should_move_champion(decision: dict[str, Any], current: Any | None, version:
     if decision.get("beats_champion"):
         return (
             False,
-            f"the gate compared it with version {champ.get('version')}, but champion is now version {current.version}: champion not moved",
+            f"the gate compared it with version {champ.get('version')}, but champion is now version {current.version}: "
+            "champion not moved",
         )
     return False, f"the gate did not decide against champion version {current.version}: registered as challenger only"
 
@@ -74,23 +74,31 @@ def model_card(
     compared = (
         f"Compared with champion version {champ.get('version')} on the same held-out rows."
         if decision.get("compared_with_champion")
-        else "Not compared with a champion (none existed, or it could not be scored): decided by the absolute thresholds."
+        else "Not compared with a champion (none existed, or it could not be scored): decided by the absolute "
+        "thresholds."
     )
+    classes = ", classes: " + ", ".join(map(str, meta["classes"])) if meta.get("classes") else ""
+    columns = meta.get("feature_columns", [])
+    shown = ", ".join(columns[:8]) + (", …" if len(columns) > 8 else "")
+    ran = f"{train.get('backend')} on {train.get('world_size')} x {train.get('device')} ({train.get('dist_backend')})"
+    suite = lineage.get("validation", {}).get("suite", "")
+    split = meta.get("split", {})
     return f"""# Model card: {config.model_name} version {version}
 
 ## Intended use
 {config.intended_use}
 
 ## Model
-- Built by: `{meta.get("builder")}` from training function `{meta.get("train_function")}` ({meta.get("task", "classification")}){", classes: " + ", ".join(map(str, meta.get("classes", []))) if meta.get("classes") else ""}
-- Inputs: {len(meta.get("feature_columns", []))} feature columns ({", ".join(meta.get("feature_columns", [])[:8])}{", …" if len(meta.get("feature_columns", [])) > 8 else ""}); label `{meta.get("label_column")}`
-- Trained with: {train.get("backend")} on {train.get("world_size")} x {train.get("device")} ({train.get("dist_backend")}), precision {train.get("precision", "fp32")}
+- Built by: `{meta.get("builder")}` from training function `{meta.get("train_function")}` \
+({meta.get("task", "classification")}){classes}
+- Inputs: {len(columns)} feature columns ({shown}); label `{meta.get("label_column")}`
+- Trained with: {ran}, precision {train.get("precision", "fp32")}
 - Weights sha256: `{train.get("model_sha256")}`; MLflow training run `{train.get("mlflow_run_id")}`
 
 ## Data
-- Source: `{source.get("uri", "")}` (md5 `{source.get("md5", "")}`), validated by suite `{lineage.get("validation", {}).get("suite", "")}`
+- Source: `{source.get("uri", "")}` (md5 `{source.get("md5", "")}`), validated by suite `{suite}`
 - Snapshot: DVC md5 `{snap.get("md5")}`, revision `{snap.get("rev", "")}`, remote `{snap.get("remote", "")}`
-- Held-out split: {int(100 * meta.get("split", {}).get("test_fraction", 0))}% (seed {meta.get("split", {}).get("seed")}), {ev.get("n_test")} rows
+- Held-out split: {int(100 * split.get("test_fraction", 0))}% (seed {split.get("seed")}), {ev.get("n_test")} rows
 
 ## Evaluation
 | metric | value |
@@ -120,7 +128,7 @@ def register_model(
 
     Args:
         config: Settings and paths.
-        lineage: The merged lineage of the model, the decision and the profile.
+        lineage: The merged lineage of the model, the decision and the training profile.
         runtime: The platform's settings: the registry's artifact store is checked against its policy.
 
     Returns:
@@ -179,7 +187,8 @@ def register_model(
         if move and not config.move_alias:
             move, why = (
                 False,
-                f"registered as challenger only: with require_approval the {config.alias} alias moves after a person approves "
+                f"registered as challenger only: with require_approval the {config.alias} alias moves after a person "
+                "approves "
                 f"(`trainpipe promote models:/{config.model_name}/{version}`)",
             )
         aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
@@ -255,13 +264,12 @@ def register_optimized(
     """
     import mlflow
 
-    from trainpipe.components.optimize_model.spec import MODEL_DIR, ONNX_FILE, RESULT_FILE
     from trainpipe.serving import package
 
-    record = read_json(Path(config.optimized) / RESULT_FILE)
+    record = read_json(Path(config.optimized) / OPTIMIZATION_FILE)
     if not record.get("selected"):
         return None
-    folder = Path(config.optimized) / MODEL_DIR
+    folder = Path(config.optimized) / OPTIMIZED_MODEL_DIR
     meta = read_json(folder / MODEL_META)
     sha = file_digest(folder / ONNX_FILE, "sha256")
     if sha != record.get("model_sha256"):
@@ -311,7 +319,8 @@ def _create_version(
     model_uri = lineage.training.model_uri if lineage.training else ""
     if not model_uri:
         raise InputError(
-            "model: its lineage names no MLflow model (train_model logs one); it was not made by this version of train_model"
+            "model: its lineage names no MLflow model (train_model logs one); it was not made by this version of "
+            "train_model"
         )
     with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
         atomic_write_json(Path(tmp) / LINEAGE_FILE, lineage.to_dict())

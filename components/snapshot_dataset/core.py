@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from trainpipe.components.snapshot_dataset.spec import NAME, SnapshotDatasetConfig, SnapshotDatasetResult
+from trainpipe.components.snapshot_dataset.spec import (
+    NAME,
+    REMOTE_SCHEMES,
+    SnapshotDatasetConfig,
+    SnapshotDatasetResult,
+)
 from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, link_or_copy
 from trainpipe.contract.lineage import Lineage, SnapshotLineage
@@ -22,12 +28,10 @@ def _git(repo: Path, *args: str) -> str:
     proc = subprocess.run(["git", "-C", str(repo), *_GIT_ID, *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise InputError(
-            f"repo_dir: git {args[0]} failed in {str(repo)!r}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+            f"repo_dir: git {args[0]} failed in {str(repo)!r}: "
+            f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
         )
     return proc.stdout.strip()
-
-
-REMOTE_SCHEMES = ("file", "s3")
 
 
 def remote_settings(config: SnapshotDatasetConfig, policy: Policy) -> dict[str, Any]:
@@ -67,7 +71,8 @@ def remote_settings(config: SnapshotDatasetConfig, policy: Policy) -> dict[str, 
             if sse == "aws:kms":
                 if not kms:
                     raise InputError(
-                        "remote_sse_kms_key_id: aws:kms encryption needs a key id (here or in the policy's sse_kms_key_id)"
+                        "remote_sse_kms_key_id: aws:kms encryption needs a key id (here or in the policy's "
+                        "sse_kms_key_id)"
                     )
                 settings["sse_kms_key_id"] = kms
     elif config.remote_region or config.remote_endpoint_url or config.remote_sse:
@@ -112,7 +117,8 @@ def _create_workspace(repo_dir: Path) -> None:
         foreign = sorted(p.name for p in repo_dir.iterdir() if p.name not in _INIT_LEFTOVERS)
         if foreign:
             raise InputError(
-                f"repo_dir: {str(repo_dir)!r} exists, is not a git repository and holds files ({', '.join(foreign[:5])}); "
+                f"repo_dir: {str(repo_dir)!r} exists, is not a git repository and holds files "
+                f"({', '.join(foreign[:5])}); "
                 "give an empty folder, a git repository, or a new path"
             )
     repo_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -153,6 +159,20 @@ def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     return repo
 
 
+def _previous_versions(target: Path) -> list[Path]:
+    """What the dataset's folder tracks under another name than ``target``: its previous version
+    (a file per month, say), which the new one replaces."""
+    if not target.parent.is_dir():
+        return []
+
+    def tracked(p: Path) -> bool:
+        if not (p.parent / (p.name + ".dvc")).is_file():
+            return False
+        return p.suffix in SUPPORTED_SUFFIXES if p.is_file() else (p.is_dir() and not p.name.startswith("."))
+
+    return sorted(p for p in target.parent.iterdir() if p.name != target.name and tracked(p))
+
+
 def snapshot_dataset(
     config: SnapshotDatasetConfig, lineage: Lineage, runtime: Runtime | None = None
 ) -> SnapshotDatasetResult:
@@ -180,16 +200,12 @@ def snapshot_dataset(
     repo = open_repo(repo_dir, config.remote_name, remote)
     rel = Path("data") / config.dataset_name / src.name
     target = repo_dir / rel
-    for stale in target.parent.glob("*") if target.parent.exists() else []:
-        tracked = (
-            stale.suffix in SUPPORTED_SUFFIXES
-            if stale.is_file()
-            else (stale.is_dir() and not stale.name.startswith("."))
-        )
-        if tracked and stale.name != src.name:
-            raise InputError(
-                f"dataset_name: {config.dataset_name!r} already tracks {stale.name!r}; use another dataset_name per dataset"
-            )
+    previous = _previous_versions(target)
+    for stale in previous:  # last month's file of the same dataset: its record leaves with this commit
+        repo.remove(str(stale) + ".dvc", outs=True)  # (git's history and the remote keep it for lineage)
+    if previous:
+        was = ", ".join(p.name for p in previous)
+        print(f"{NAME}: {src.name} is the next version of dataset {config.dataset_name!r} (was {was})", file=sys.stderr)
     if src.is_dir():  # a folder of Parquet files: DVC tracks the folder (one .dir hash)
         if not target.is_dir() or dataset_digest(target, f"{NAME}: hashing the workspace's copy") != dataset_digest(
             src, f"{NAME}: hashing the data"
@@ -215,16 +231,8 @@ def snapshot_dataset(
             f"remote_url: pushing to DVC remote {config.remote_url!r} failed: {_first_line(exc)}"
         ) from None
     dvc_file = rel.with_name(rel.name + ".dvc")
-    _git(
-        repo_dir,
-        "add",
-        "--",
-        ".dvc/config",
-        ".dvcignore",
-        ".dvc/.gitignore",
-        str(dvc_file),
-        str(rel.parent / ".gitignore"),
-    )
+    _git(repo_dir, "add", "--", ".dvc/config", ".dvcignore", ".dvc/.gitignore", str(dvc_file))
+    _git(repo_dir, "add", "-A", "--", str(rel.parent))  # its .gitignore, and a previous version's record removed
     staged = subprocess.run(["git", "-C", str(repo_dir), "diff", "--cached", "--quiet"], check=False).returncode != 0
     if staged:
         _git(repo_dir, "commit", "-q", "-m", f"snapshot {config.dataset_name}: md5 {md5}")

@@ -12,6 +12,8 @@ from trainpipe.contract.result import ComponentResult
 
 NAME = "snapshot_dataset"
 SNAPSHOT_FILE = "snapshot.json"
+#: The DVC remotes snapshot_dataset can push to (``file``: a local or mounted path).
+REMOTE_SCHEMES = ("file", "s3")
 
 
 class SnapshotDatasetParams(StrictModel):

@@ -235,12 +235,49 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     src = find_dataset(config.data, "data")
     files = parquet_files(src) if src.is_dir() else [src]
     suite_doc = load_suite(config.suite, config.label_column, dataset_columns(src, "data"), config)
-    frames = iter(files)
-    first_df = read_table(next(frames), "data")
     out = Path(config.output_dir).absolute()  # GX's store backends take absolute directories only
+    checkpoint, docs_tmp = _gx_checkpoint(config, suite_doc, out)
+    validations, outcomes, rows, columns = _run_suite(checkpoint, files, suite_doc, config, src)
+    docs = out / DOCS_DIR
+    shutil.rmtree(docs, ignore_errors=True)
+    os.replace(docs_tmp, docs)
+    pages = sorted((docs / "validations").rglob("*.html"))
+    result = ValidateDataResult(
+        success=all(o.success for o in outcomes),
+        suite_name=suite_doc["name"],
+        evaluated=len(outcomes),
+        successful=sum(o.success for o in outcomes),
+        outcomes=outcomes,
+        data_file=src.name,
+        files=len(files),
+        data_md5=dataset_digest(src),
+        rows=rows,
+        columns=columns,
+        docs_index=f"{DOCS_DIR}/index.html",
+        docs_page=str(pages[-1].relative_to(out)) if pages else f"{DOCS_DIR}/index.html",
+    )
+    result.lineage = Lineage.of(lineage).with_(
+        source=SourceLineage(uri=str(src.resolve()), md5=result.data_md5, rows=result.rows, columns=result.columns),
+        validation=ValidationLineage(
+            suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful
+        ),
+    )
+    gx_results = validations[0] if len(validations) == 1 else validations
+    atomic_write_json(out / VALIDATION_FILE, {"result": result.model_dump(mode="json"), "gx": gx_results})
+    _hand_on(result, src, out / src.name)
+    return result
 
+
+def _gx_checkpoint(config: ValidateDataConfig, suite_doc: dict[str, Any], out: Path) -> tuple[Any, Path]:
+    """A GX checkpoint that runs the suite on one DataFrame at a time and builds Data Docs in a
+    hidden folder of ``out`` (renamed into place once every file ran).
+
+    Raises:
+        InputError: the suite names an expectation GX does not have, or is not a valid suite.
+    """
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.expectations.registry import get_expectation_impl
 
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
@@ -249,8 +286,6 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     )
     # GX would drop an expectation it does not know (printing a traceback) and run the rest:
     # a suite must run whole, so an unknown type is bad input
-    from great_expectations.expectations.registry import get_expectation_impl
-
     unknown = []
     for exp in suite_doc["expectations"]:
         try:
@@ -266,14 +301,13 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
         raise InputError(f"suite: {config.suite!r} is not a valid expectation suite: {msg}") from None
     definition = ctx.validation_definitions.add(gx.ValidationDefinition(name="trainpipe", data=batch, suite=suite))
     docs_tmp = Path(tempfile.mkdtemp(prefix=".data_docs.", dir=out))
-    ctx.add_data_docs_site(
-        site_name="trainpipe",
-        site_config={
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_tmp)},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        },
-    )
+    store = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_tmp)}
+    site = {
+        "class_name": "SiteBuilder",
+        "store_backend": store,
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }
+    ctx.add_data_docs_site(site_name="trainpipe", site_config=site)
     checkpoint = ctx.checkpoints.add(
         gx.Checkpoint(
             name="trainpipe",
@@ -282,22 +316,27 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
             result_format={"result_format": config.result_format},
         )
     )
+    return checkpoint, docs_tmp
+
+
+def _run_suite(
+    checkpoint: Any, files: list[Path], suite_doc: dict[str, Any], config: ValidateDataConfig, src: Path
+) -> tuple[list[dict[str, Any]], list[Any], int, int]:
+    """The suite on every file, one in memory at a time: GX's validations, the outcomes decided on
+    the whole dataset, its rows and columns."""
     aggregated_columns = {e["kwargs"].get("column") for e in suite_doc["expectations"] if e["type"] == AGGREGATED[1]}
     rules = _rules(suite_doc, config, dataset_columns(src, "data"))
-    runs, validations, rows, success = [], [], 0, True
+    runs, validations, rows, columns = [], [], 0, 0
     distinct: dict[str, set[Any]] = {}
-    n_columns = int(first_df.shape[1])
-    df = first_df
     progress = _progress(files)
-    for i, _ in enumerate(files):
-        if i:
-            df = read_table(next(frames), "data")
+    for path in files:
+        df = read_table(path, "data")
+        columns = columns or int(df.shape[1])  # the first file's (every file has the same columns)
         run = checkpoint.run(batch_parameters={"dataframe": df})
         (validation,) = [v.to_json_dict() for v in run.run_results.values()]
         validations.append(validation)
         runs.append(_outcomes(validation))
         _explain(runs[-1], suite_doc, rules, df, whole_table=len(files) == 1)
-        success = success and bool(run.success)
         rows += int(df.shape[0])
         for col in aggregated_columns:
             if col in df.columns:
@@ -309,53 +348,29 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
             progress.update(rows)
     if progress is not None:
         progress.finish()
-    outcomes = _aggregate(suite_doc, runs, rows, distinct, files)
+    return validations, _aggregate(suite_doc, runs, rows, distinct, files), rows, columns
 
-    docs = out / DOCS_DIR
-    shutil.rmtree(docs, ignore_errors=True)
-    os.replace(docs_tmp, docs)
-    pages = sorted((docs / "validations").rglob("*.html"))
-    passed = [o for o in outcomes if o.success]
-    data_out = out / src.name
-    result = ValidateDataResult(
-        success=all(o.success for o in outcomes),
-        suite_name=suite_doc["name"],
-        evaluated=len(outcomes),
-        successful=len(passed),
-        outcomes=outcomes,
-        data_file=src.name,
-        files=len(files),
-        data_md5=dataset_digest(src),
-        rows=rows,
-        columns=n_columns,
-        docs_index=f"{DOCS_DIR}/index.html",
-        docs_page=str(pages[-1].relative_to(out)) if pages else f"{DOCS_DIR}/index.html",
-    )
-    result.lineage = Lineage.of(lineage).with_(
-        source=SourceLineage(uri=str(src.resolve()), md5=result.data_md5, rows=result.rows, columns=result.columns),
-        validation=ValidationLineage(
-            suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful
-        ),
-    )
-    atomic_write_json(
-        out / VALIDATION_FILE,
-        {"result": result.model_dump(mode="json"), "gx": validations[0] if len(validations) == 1 else validations},
-    )
+
+def _hand_on(result: ValidateDataResult, src: Path, data_out: Path) -> None:
+    """The validated data to the output when the suite passed; otherwise none of it, and the failure.
+
+    Raises:
+        ValidationFailed: the suite failed; the message names the failed expectations.
+    """
     if not result.success:
         if data_out.is_dir():
             shutil.rmtree(data_out, ignore_errors=True)
         else:
             data_out.unlink(missing_ok=True)
-        failed = [o for o in outcomes if not o.success]
+        failed = [o for o in result.outcomes if not o.success]
         raise ValidationFailed(
-            f"suite {result.suite_name!r} failed {len(failed)} of {len(outcomes)} expectations: "
+            f"suite {result.suite_name!r} failed {len(failed)} of {len(result.outcomes)} expectations: "
             + "; ".join(_first_per_column(failed))
         )
     if src.is_dir():
         copy_tree_atomic(src, data_out)
     else:
         atomic_copy(src, data_out)
-    return result
 
 
 __all__ = ["NAME", "load_suite", "validate_data"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.tabular import min_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -176,14 +177,13 @@ def column_rules(columns: list[str], label_column: str, task: str) -> list[Rule]
 
 def table_rules(label_column: str, task: str, batch_size: int, test_fraction: float, seed: int) -> list[Rule]:
     """The rules on the whole table: enough rows for the split and the batch, two classes at least."""
-    from trainpipe.tabular import min_rows
-
     need = min_rows(batch_size, test_fraction, seed)
 
     def rows(df: pd.DataFrame) -> str | None:
         n = len(df)
         return (
-            f"data: {n} rows, but batch_size {batch_size} with test_fraction {test_fraction} (seed {seed}) needs at least {need}"
+            f"data: {n} rows, but batch_size {batch_size} with test_fraction {test_fraction} (seed {seed}) needs at "
+            f"least {need}"
             if n < need
             else None
         )
@@ -193,11 +193,11 @@ def table_rules(label_column: str, task: str, batch_size: int, test_fraction: fl
 
         def classes(df: pd.DataFrame) -> str | None:
             values = df[label_column].dropna().unique()
-            return (
-                f"label_column: {label_column!r} has a single class ({values[0]!r}); nothing to learn"
-                if len(values) < 2
-                else None
-            )
+            if len(values) == 0:
+                return f"label_column: {label_column!r} holds no value in any row; nothing to learn"
+            if len(values) == 1:
+                return f"label_column: {label_column!r} has a single class ({values[0]!r}); nothing to learn"
+            return None
 
         rules.append(
             Rule(
@@ -224,7 +224,8 @@ def training_suite(
     return {
         "name": "trainpipe_default",
         "meta": {
-            "description": f"train_model's preconditions for task {task}, batch_size {batch_size}, test_fraction {test_fraction}"
+            "description": f"train_model's preconditions for task {task}, batch_size {batch_size}, test_fraction "
+            f"{test_fraction}"
         },
         "expectations": [r.expectation() for r in rules],
     }
@@ -262,3 +263,22 @@ def check_table(
         message = rule.check(df)
         if message:
             raise InputError(message)
+
+
+def features_and_label(
+    df: pd.DataFrame, label_column: str, feature_columns: list[str] | None = None, task: str = "classification"
+) -> tuple[list[str], Any, Any]:
+    """Split a frame into float32 features and the label column, refusing what training cannot use.
+
+    Every refusal names the column and an offending row and value (see :func:`check_frame`).
+
+    Raises:
+        InputError: the label or a feature column is missing, a feature is not numeric, a value is
+            missing or outside float32's range, or a regression label is not numeric.
+    """
+    import numpy as np
+
+    check_frame(df, label_column, task, feature_columns)
+    cols = feature_columns if feature_columns is not None else [c for c in df.columns if c != label_column]
+    x = df[cols].to_numpy(dtype=np.float32)
+    return [str(c) for c in cols], x, df[label_column].to_numpy()

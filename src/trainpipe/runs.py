@@ -33,7 +33,8 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
         lines.append(f"registered model : none (not retrained: {drift['reasons'][0]})")
     elif reg and reg.get("registered"):
         lines.append(
-            f"registered model : {reg['model_name']} version {reg['version']} alias @{reg['alias']} ({'new' if reg['created'] else 'existing version, nothing duplicated'})"
+            f"registered model : {reg['model_name']} version {reg['version']} alias @{reg['alias']} "
+            f"({'new' if reg['created'] else 'existing version, nothing duplicated'})"
         )
     elif reg:
         lines.append(f"registered model : none ({reg.get('reason')})")
@@ -43,7 +44,8 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
     if tracking_uri.startswith("sqlite:///"):
         db = tracking_uri[len("sqlite:///") :]
         lines.append(
-            f"look at it with  : mlflow ui --backend-store-uri {tracking_uri} --default-artifact-root {Path(db).parent / 'mlartifacts'}"
+            f"look at it with  : mlflow ui --backend-store-uri {tracking_uri} --default-artifact-root "
+            f"{Path(db).parent / 'mlartifacts'}"
         )
     else:
         lines.append(f"look at it with  : open {tracking_uri}")
@@ -52,7 +54,8 @@ def describe(results: dict[str, dict[str, Any]], tracking_uri: str, pipeline_yam
         lines.append(f"DVC snapshot     : md5 {s['md5']} rev {s['rev'][:12]} remote {s['remote_url']}")
     if drift:
         lines.append(
-            f"drift report     : {Path(drift['_path']) / 'report.html'} ({len(drift['drifted_columns'])} of {len(drift['columns'])} columns drifted; "
+            f"drift report     : {Path(drift['_path']) / 'report.html'} ({len(drift['drifted_columns'])} of "
+            f"{len(drift['columns'])} columns drifted; "
             f"{'retrain' if drift['retrain'] else 'no retrain'})"
         )
     if "optimize_model" in results:

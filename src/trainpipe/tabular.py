@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.layout import MARKER
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 SUPPORTED_SUFFIXES = (".csv", *PARQUET_SUFFIXES)
-MARKER = "trainpipe.json"
 
 
 def _data_files(folder: Path) -> list[Path]:
@@ -54,7 +54,8 @@ def find_dataset(path: str | os.PathLike[str], field_name: str = "data") -> Path
         folders = [d for d in sorted(p.iterdir()) if d.is_dir() and _is_parquet_dir(d)]
         if len(files) + len(folders) != 1:
             raise InputError(
-                f"{field_name}: artifact {str(p)!r} must hold exactly one dataset (a .csv/.parquet file or a folder of .parquet files), found {len(files) + len(folders)}"
+                f"{field_name}: artifact {str(p)!r} must hold exactly one dataset (a .csv/.parquet file or a folder of "
+                f".parquet files), found {len(files) + len(folders)}"
             )
         return files[0] if files else folders[0]
     if len(files) == 1:
@@ -62,7 +63,8 @@ def find_dataset(path: str | os.PathLike[str], field_name: str = "data") -> Path
     if len(files) > 1 and _is_parquet_dir(p):
         return p
     raise InputError(
-        f"{field_name}: directory {str(p)!r} must hold one .csv or .parquet file, or .parquet files only; found {len(files)} data files"
+        f"{field_name}: directory {str(p)!r} must hold one .csv or .parquet file, or .parquet files only; found "
+        f"{len(files)} data files"
     )
 
 
@@ -166,7 +168,8 @@ def row_groups(path: str | os.PathLike[str], field_name: str = "data") -> list[R
             schema = names
         elif names != schema:
             raise InputError(
-                f"{field_name}: {part.name} has columns {names[:6]} but {files[0].name} has {schema[:6]}: every part must share one schema"
+                f"{field_name}: {part.name} has columns {names[:6]} but {files[0].name} has {schema[:6]}: every part "
+                "must share one schema"
             )
         for i in range(meta.num_row_groups):
             n = meta.row_group(i).num_rows
@@ -243,7 +246,8 @@ def split_indices(n_rows: int, test_fraction: float, seed: int) -> tuple[Any, An
     train = np.flatnonzero(~mask)
     if len(test) == 0 or len(train) == 0:
         raise InputError(
-            f"data: {n_rows} rows leave {len(train)} training and {len(test)} held-out rows with test_fraction {test_fraction}"
+            f"data: {n_rows} rows leave {len(train)} training and {len(test)} held-out rows with test_fraction "
+            f"{test_fraction}"
         )
     return train, test
 
@@ -264,28 +268,7 @@ def min_rows(batch_size: int, test_fraction: float, seed: int) -> int:
         train, test, start = int(train_cum[-1]), int(test_cum[-1]), start + chunk
 
 
-# --- features and labels --------------------------------------------------------------------------
-
-
-def features_and_label(
-    df: pd.DataFrame, label_column: str, feature_columns: list[str] | None = None, task: str = "classification"
-) -> tuple[list[str], Any, Any]:
-    """Split a frame into float32 features and the label column, refusing what training cannot use.
-
-    Every refusal names the column and an offending row and value (see :mod:`trainpipe.preconditions`).
-
-    Raises:
-        InputError: the label or a feature column is missing, a feature is not numeric, a value is
-            missing or outside float32's range, or a regression label is not numeric.
-    """
-    import numpy as np
-
-    from trainpipe.preconditions import check_frame
-
-    check_frame(df, label_column, task, feature_columns)
-    cols = feature_columns if feature_columns is not None else [c for c in df.columns if c != label_column]
-    x = df[cols].to_numpy(dtype=np.float32)
-    return [str(c) for c in cols], x, df[label_column].to_numpy()
+# --- labels -----------------------------------------------------------------------------------------
 
 
 def encode_labels(y_raw: Any, classes: list[Any] | None = None) -> tuple[list[Any], Any]:

@@ -41,7 +41,8 @@ def test_validate_data_failure_is_exit_3_naming_expectations(tmp_path, tiny_csv)
     line = proc.stderr.strip().splitlines()[-1]
     assert (
         "failed 1 of 16 expectations" in line
-        and "expect_column_values_to_not_be_null(column=target): label_column: 'target' has 1 missing values (first at row 3)"
+        and "expect_column_values_to_not_be_null(column=target): label_column: 'target' has 1 missing values (first at "
+        "row 3)"
         in line
     )
     assert not (out / MARKER).exists() and not (out / "bad.csv").exists()
@@ -104,6 +105,38 @@ def test_snapshot_same_bytes_same_hash_and_rerun_pushes_nothing(tmp_path, valida
     stored = tmp_path / "remote" / "files" / "md5" / first["md5"][:2] / first["md5"][2:]
     assert stored.read_bytes() == (validated / "tiny.csv").read_bytes()
     assert json.loads((tmp_path / "s2" / MARKER).read_text())["lineage"]["snapshot"]["rev"] == first["rev"]
+
+
+def test_a_new_months_file_is_the_next_version_of_its_dataset(tmp_path, tiny_csv):
+    """``bc-2026-11.csv`` after ``bc-2026-10.csv`` under one dataset_name: the next version of the
+    dataset (a new commit that replaces the previous file's record), not a refusal; the previous
+    version stays fetchable at its revision, as detect_drift fetches a champion's snapshot."""
+    import subprocess
+
+    import pandas as pd
+    from dvc.api import DVCFileSystem
+
+    months = {}
+    for month, rows in (("2026-10", 40), ("2026-11", 60)):
+        raw = tmp_path / f"bc-{month}.csv"
+        pd.read_csv(tiny_csv).head(rows).to_csv(raw, index=False)
+        v = tmp_path / f"v-{month}"
+        args = ["--data", str(raw), "--output-dir", str(v), "--label-column", "target", "--batch-size", "8"]
+        result_of(run_component("validate_data", *args))
+        snap = ["--data", str(v), "--output-dir", str(tmp_path / f"s-{month}"), "--dataset-name", "bc"]
+        snap += ["--repo-dir", str(tmp_path / "repo"), "--remote-url", str(tmp_path / "remote")]
+        proc = run_component("snapshot_dataset", *snap)
+        months[month] = (result_of(proc), proc.stderr)
+    (first, _), (second, said) = months["2026-10"], months["2026-11"]
+    assert second["committed"] and second["md5"] != first["md5"] and second["path"] == "data/bc/bc-2026-11.csv"
+    assert "bc-2026-11.csv is the next version of dataset 'bc' (was bc-2026-10.csv)" in said
+    tracked = subprocess.run(
+        ["git", "-C", str(tmp_path / "repo"), "ls-files", "data/bc"], capture_output=True, text=True
+    )
+    assert tracked.stdout.split() == ["data/bc/.gitignore", "data/bc/bc-2026-11.csv.dvc"]
+    fs = DVCFileSystem(str(tmp_path / "repo"), rev=first["rev"])  # the previous version, at its revision
+    with fs.open(first["path"]) as fh:
+        assert len(pd.read_csv(fh)) == 40
 
 
 def test_snapshot_refuses_an_unfinished_input(tmp_path):
@@ -253,7 +286,7 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
         str(model_dir),
         "--decision",
         str(tmp_path / "e"),
-        "--profile",
+        "--training-profile",
         str(tmp_path / "p"),
         "--tracking-uri",
         mlflow_server,

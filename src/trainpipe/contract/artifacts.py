@@ -15,8 +15,7 @@ from typing import Any
 
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, read_json
-
-MARKER = "trainpipe.json"
+from trainpipe.layout import MARKER
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,8 @@ def read_artifact(path: str | os.PathLike[str], field_name: str) -> ArtifactRef:
     marker = p / MARKER
     if not p.is_dir() or not marker.is_file():
         raise InputError(
-            f"input {field_name!r}: {str(p)!r} is not a completed trainpipe artifact (no {MARKER}; did the producing step finish?)"
+            f"input {field_name!r}: {str(p)!r} is not a completed trainpipe artifact (no {MARKER}; did the producing "
+            "step finish?)"
         )
     try:
         doc = read_json(marker)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-WEIGHTS_FILE = "model.safetensors"
-META_FILE = "model.json"
+MODEL_FILE = "model.safetensors"
+MODEL_META = "model.json"
 FORMAT = "trainpipe-model/2"
 
 
@@ -27,7 +27,7 @@ class ModelError(ValueError):
 
 
 def read_meta(model_dir: str | Path) -> dict[str, Any]:
-    path = Path(model_dir) / META_FILE
+    path = Path(model_dir) / MODEL_META
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -36,7 +36,8 @@ def read_meta(model_dir: str | Path) -> dict[str, Any]:
         raise ModelError(f"{str(path)!r} is not valid JSON: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ModelError(
-            f"{str(path)!r} is not a {FORMAT} model description (format {meta.get('format') if isinstance(meta, dict) else None!r})"
+            f"{str(path)!r} is not a {FORMAT} model description (format "
+            f"{meta.get('format') if isinstance(meta, dict) else None!r})"
         )
     for key in ("builder", "init_args", "feature_columns", "task"):
         if key not in meta:
@@ -186,7 +187,7 @@ def load(model_dir: str | Path, trusted: Callable[[str], bool] = lambda module: 
         raise ModelError(f"{meta['builder']}(**init_args) failed: {_first_line(exc)}") from None
     from safetensors.torch import load_file
 
-    weights = Path(model_dir) / WEIGHTS_FILE
+    weights = Path(model_dir) / MODEL_FILE
     try:
         module.load_state_dict(load_file(str(weights)), strict=True)
     except Exception as exc:
@@ -211,7 +212,7 @@ def _load_keras(model_dir: str | Path, meta: dict[str, Any], builder: Callable[.
         model.build((None, len(meta["feature_columns"])))
     except Exception as exc:
         raise ModelError(f"{meta['builder']}(**init_args) failed: {_first_line(exc)}") from None
-    weights = Path(model_dir) / WEIGHTS_FILE
+    weights = Path(model_dir) / MODEL_FILE
     try:
         stored = load_file(str(weights))
         values = [stored[k] for k in sorted(stored)]
