@@ -1,4 +1,5 @@
-"""trainpipe's six components, one folder each, with the same roles in every folder.
+"""trainpipe's components (their names, in order: ``trainpipe.COMPONENTS``), one folder each, with the
+same roles in every folder.
 
 ``spec`` (config and result, light), ``core`` (the work, heavy imports inside),
 ``__main__`` (the container entrypoint), ``kfp_component`` (the KFP v2 face) and

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainpipe import registry
 from trainpipe.components.detect_drift.spec import (
     NAME,
     REPORT_FILE,
@@ -45,7 +46,8 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
     missing = [k for k in ("md5", "rev", "path", "repo", "remote") if not snap.get(k)]
     if missing:
         raise InputError(
-            f"model_name: the champion's lineage has no complete DVC snapshot record (no {', '.join(missing)}); give reference"
+            f"model_name: the champion's lineage has no complete DVC snapshot record (no {', '.join(missing)}); give "
+            "reference"
         )
     from dvc.api import DVCFileSystem
 
@@ -79,36 +81,34 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
                 digest.update(chunk)
         if digest.hexdigest() != snap["md5"]:
             raise InputError(
-                f"reference: {where} fetched from {snap['remote']} has md5 {digest.hexdigest()}, the lineage recorded {snap['md5']}"
+                f"reference: {where} fetched from {snap['remote']} has md5 {digest.hexdigest()}, the lineage recorded "
+                f"{snap['md5']}"
             )
     return target
 
 
-def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[Any, dict[str, Any]] | None:
-    """The champion's version and lineage; None when the model has no such alias yet."""
+def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[registry.Champion, dict[str, Any]] | None:
+    """The version serving under the alias and its lineage; None when the model has no such alias yet."""
     if not config.model_name:
         return None
-    from trainpipe import lineage_report, registry, tracking
+    from trainpipe import lineage_report
 
-    client = tracking.connect(config.tracking_uri, runtime.policy)
-    version = registry.alias_version(client, config.model_name, config.champion_alias)
-    if version is None:
+    holder = registry.champion(config.tracking_uri, config.model_name, config.alias, runtime)
+    if holder is None:
         return None
     try:
-        _, record = lineage_report.fetch(f"models:/{config.model_name}/{version.version}", config.tracking_uri)
+        _, record = lineage_report.fetch(f"models:/{config.model_name}/{holder.number}", config.tracking_uri)
     except InputError:
         raise InputError(
-            f"model_name: champion version {version.version} of {config.model_name!r} has no trainpipe lineage to name "
+            f"model_name: champion version {holder.number} of {config.model_name!r} has no trainpipe lineage to name "
             "the data it was trained on; give reference"
         ) from None
-    return version, record
+    return holder, record
 
 
-def _champion_model(config: DetectDriftConfig, version: Any, runtime: Runtime) -> tuple[Any, str | None]:
+def _champion_model(holder: registry.Champion) -> tuple[Any, str | None]:
     """The champion's model (weights only) to score both sides with, or why it is not used."""
-    from trainpipe import registry, tracking
-
-    model, why = registry.version_model(tracking.connect(config.tracking_uri, runtime.policy), version, runtime)
+    model, why = holder.model()
     return model, None if model is not None else f"the champion's predictions were not compared: {why}"
 
 
@@ -148,7 +148,8 @@ def _svg(title: str, groups: list[str], ref: Any, cur: Any, ticks: tuple[str, st
     step = pw / n
     bar = step * (0.42 if ticks is None else 0.5)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="10">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        'font-family="sans-serif" font-size="10">',
         f'<text x="{w / 2}" y="14" text-anchor="middle" font-size="11">{html.escape(title)}</text>',
         f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#444"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>',
@@ -166,14 +167,17 @@ def _svg(title: str, groups: list[str], ref: Any, cur: Any, ticks: tuple[str, st
         if ticks is None and n <= 30:
             label = html.escape(groups[i][:12])
             parts.append(
-                f'<text transform="translate({x + step / 2:.1f},{top + ph + 8}) rotate(45)" font-size="8">{label}</text>'
+                f'<text transform="translate({x + step / 2:.1f},{top + ph + 8}) rotate(45)" '
+                f'font-size="8">{label}</text>'
             )
     if ticks is not None:
         parts.append(f'<text x="{left}" y="{top + ph + 12}">{html.escape(ticks[0])}</text>')
         parts.append(f'<text x="{left + pw}" y="{top + ph + 12}" text-anchor="end">{html.escape(ticks[1])}</text>')
     parts.append(
-        f'<rect x="{w - 150}" y="{h - 12}" width="9" height="9" fill="#1f77b4"/><text x="{w - 138}" y="{h - 4}">reference</text>'
-        f'<rect x="{w - 80}" y="{h - 12}" width="9" height="9" fill="#ff7f0e"/><text x="{w - 68}" y="{h - 4}">current</text></svg>'
+        f'<rect x="{w - 150}" y="{h - 12}" width="9" height="9" fill="#1f77b4"/><text x="{w - 138}" '
+        f'y="{h - 4}">reference</text>'
+        f'<rect x="{w - 80}" y="{h - 12}" width="9" height="9" fill="#ff7f0e"/><text x="{w - 68}" '
+        f'y="{h - 4}">current</text></svg>'
     )
     return "".join(parts)
 
@@ -205,14 +209,16 @@ def _charts(ref: Any, cur: Any, columns: list[ColumnResult]) -> list[tuple[str, 
 
 def _report(result: DetectDriftResult, images: list[tuple[str, str]]) -> str:
     rows = "".join(
-        f"<tr class='{'drifted' if c.drifted else 'stable'}'><th>{html.escape(c.column)}</th><td>{c.kind}</td><td>{c.method}</td>"
+        f"<tr class='{'drifted' if c.drifted else 'stable'}'><th>{html.escape(c.column)}</th>"
+        f"<td>{c.kind}</td><td>{c.method}</td>"
         f"<td>{c.statistic:.4g}</td><td>{c.threshold:.4g}</td><td>{'drift' if c.drifted else 'no'}</td></tr>"
         for c in result.columns + ([result.prediction] if result.prediction else [])
     )
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in result.reasons)
     ref = result.reference
     figs = "".join(
-        f'<figure><img alt="{html.escape(t)}" src="data:image/svg+xml;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        f'<figure><img alt="{html.escape(t)}" '
+        f'src="data:image/svg+xml;base64,{b}"><figcaption>{html.escape(t)}</figcaption></figure>'
         for t, b in images
     )
     sample = (
@@ -222,12 +228,16 @@ def _report(result: DetectDriftResult, images: list[tuple[str, str]]) -> str:
     )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe drift</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}tr.drifted{background:#fdd}figure{display:inline-block}</style>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px "
+        "8px;text-align:left}tr.drifted{background:#fdd}figure{display:inline-block}</style>"
         f"</head><body><h1>Drift: {'retrain' if result.retrain else 'no retrain'}</h1><ul id='reasons'>{reasons}</ul>"
         f"<p id='reference'>reference: {html.escape(ref.source)} {html.escape(ref.path or '')} ({ref.rows} rows"
-        f"{', champion version ' + html.escape(ref.model_version) if ref.model_version else ''}); current: {result.current_rows} rows; {sample}</p>"
-        f"<h2>Columns ({len(result.drifted_columns)} of {len(result.columns)} drifted, share {result.share_drifted:.3f}, "
-        f"threshold {result.drift_share:.3f})</h2><table id='columns'><tr><th>column</th><th>kind</th><th>method</th><th>statistic</th>"
+        f"{', champion version ' + html.escape(ref.model_version) if ref.model_version else ''}); current: "
+        f"{result.current_rows} rows; {sample}</p>"
+        f"<h2>Columns ({len(result.drifted_columns)} of {len(result.columns)} drifted, share "
+        f"{result.share_drifted:.3f}, "
+        f"threshold {result.drift_share:.3f})</h2><table "
+        "id='columns'><tr><th>column</th><th>kind</th><th>method</th><th>statistic</th>"
         f"<th>threshold</th><th>drift</th></tr>{rows}</table><h2>Distributions</h2>{figs}</body></html>\n"
     )
 
@@ -298,25 +308,26 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
     out = Path(config.output_dir)
     current = read_table(config.data, "data")
     found = champion(config, runtime)
-    version, record = found if found is not None else (None, {})
-    age = (time.time() - float(version.creation_timestamp) / 1000.0) / 86_400.0 if version is not None else None
+    holder, record = found if found is not None else (None, {})
+    age = holder.age_days if holder is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         if config.reference:
             info = ReferenceInfo(source="explicit", path=config.reference)
             reference = read_table(config.reference, "reference")
-        elif version is not None:
+        elif holder is not None:
             snap = record.get("snapshot") or {}
             if not snap:
                 raise InputError(
-                    f"model_name: version {version.version} of {config.model_name!r} has a lineage without a DVC snapshot; give reference"
+                    f"model_name: version {holder.number} of {config.model_name!r} has a lineage without a DVC "
+                    "snapshot; give reference"
                 )
             path = fetch_snapshot(snap, Path(tmp))
             info = ReferenceInfo(source="lineage", path=f"{snap['path']}@{str(snap['rev'])[:10]}", snapshot=snap)
             reference = read_table(path, "reference")
         else:
             reference, info = None, ReferenceInfo(source="none")
-    if version is not None:
-        info.model_version, info.champion_age_days = str(version.version), round(age or 0.0, 4)
+    if holder is not None:
+        info.model_version, info.champion_age_days = holder.number, round(age or 0.0, 4)
     label = config.label_column if reference is not None and config.label_column in reference.columns else None
     if reference is None:
         return _finish(
@@ -329,7 +340,7 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
             None,
             info,
             None,
-            f"no champion of {config.model_name!r} under alias {config.champion_alias!r}: nothing to compare with",
+            f"no champion of {config.model_name!r} under alias {config.alias!r}: nothing to compare with",
         )
     info.rows = len(reference)
     for col in list(config.categorical_columns) + list(config.column_methods) + list(config.column_thresholds):
@@ -350,8 +361,8 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
     )
     prediction = None
     notes: list[str] = []
-    if version is not None:
-        model, why = _champion_model(config, version, runtime)
+    if holder is not None:
+        model, why = _champion_model(holder)
         if model is not None:
             ref_s, cur_s = (
                 drift.sample(reference, config.sample_size, config.seed),
@@ -387,10 +398,12 @@ def _finish(
         if result.dataset_drift:
             retrain = True
             reasons.append(
-                f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share {result.share_drifted:.3f} >= {config.drift_share}"
+                f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share "
+                f"{result.share_drifted:.3f} >= {config.drift_share}"
             )
         if prediction is not None and prediction.drifted:
-            text = f"the champion's predictions drifted ({prediction.method} {prediction.statistic:.4g}, threshold {prediction.threshold:.4g})"
+            figure = f"{prediction.method} {prediction.statistic:.4g}, threshold {prediction.threshold:.4g}"
+            text = f"the champion's predictions drifted ({figure})"
             if config.prediction_drift_retrains:
                 retrain = True
             reasons.append(text + ("" if config.prediction_drift_retrains else "; prediction_drift_retrains is off"))
@@ -399,7 +412,8 @@ def _finish(
         retrain = True
         reasons.insert(
             0,
-            f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days {config.max_champion_age_days:g})",
+            f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days "
+            f"{config.max_champion_age_days:g})",
         )
     if config.retrain_on == "always" and not retrain:
         retrain = True
@@ -409,7 +423,8 @@ def _finish(
         reasons.insert(
             0,
             f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
-            f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < {config.drift_share}",
+            f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < "
+            f"{config.drift_share}",
         )
     reasons += notes or []
     cols = list(result.columns) if result is not None else []

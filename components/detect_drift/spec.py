@@ -13,6 +13,7 @@ from trainpipe.contract.result import ComponentResult
 #: One column's figures, as the statistics engine computes them (stdlib only at import): the method, its
 #: figure (a p-value for a test, a distance for a distance), the threshold, the verdict.
 from trainpipe.drift import ColumnDrift as ColumnResult
+from trainpipe.registry import ALIAS_PATTERN, DEFAULT_ALIAS
 
 NAME = "detect_drift"
 RESULT_FILE = "drift.json"
@@ -31,9 +32,14 @@ class DetectDriftParams(StrictModel):
     )
     model_name: str | None = Field(
         None,
-        description="registered model whose champion's training snapshot is the reference (through its lineage, from its DVC remote)",
+        description="registered model whose champion's training snapshot is the reference (through its lineage, from "
+        "its DVC remote)",
     )
-    champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$")
+    alias: str = Field(
+        DEFAULT_ALIAS,
+        pattern=ALIAS_PATTERN,
+        description="the serving alias: drift is measured against the training data of the version under it",
+    )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     categorical_columns: list[str] = Field(
         default_factory=list, description="numeric columns to compare as categories (strings and booleans always are)"
@@ -65,7 +71,8 @@ class DetectDriftParams(StrictModel):
     )
     prediction_drift_retrains: bool = Field(
         False,
-        description="retrain when the champion's predictions drifted even if the share of drifted columns is under drift_share",
+        description="retrain when the champion's predictions drifted even if the share of drifted columns is under "
+        "drift_share",
     )
     drift_experiment: str = Field(
         "trainpipe-drift",
@@ -74,7 +81,8 @@ class DetectDriftParams(StrictModel):
     )
     retrain_on: Literal["drift", "always"] = Field(
         "drift",
-        description="drift: retrain on drift, an old champion or none; always: retrain whatever the figures (they are still measured and logged)",
+        description="drift: retrain on drift, an old champion or none; always: retrain whatever the figures (they are "
+        "still measured and logged)",
     )
 
     @field_validator("column_methods")
@@ -138,7 +146,8 @@ class DetectDriftResult(ComponentResult):
     reasons: list[str]
 
     def summary(self) -> str:
-        head = f"{len(self.drifted_columns)} of {len(self.columns)} columns drifted (share {self.share_drifted:.2f}, threshold {self.drift_share:.2f})"
+        share = f"share {self.share_drifted:.2f}, threshold {self.drift_share:.2f}"
+        head = f"{len(self.drifted_columns)} of {len(self.columns)} columns drifted ({share})"
         if self.reference.source == "none":
             head = "no reference to compare with"
         return f"{head}; {'retrain' if self.retrain else 'no retrain'}: {self.reasons[0]}"

@@ -9,9 +9,9 @@ from pydantic import BaseModel, Field, model_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+from trainpipe.registry import ALIAS_PATTERN, DEFAULT_ALIAS
 
 NAME = "evaluate_model"
-DECISION_FILE = "decision.json"
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.html"
 #: Metrics evaluate_model computes, by task, and which way is better.
@@ -30,26 +30,34 @@ class EvaluateModelParams(StrictModel):
     label_column: str = Field("label", min_length=1, description="name of the label column")
     thresholds: dict[str, float] | None = Field(
         None,
-        description="per metric: the minimum (higher-is-better metrics) or maximum (log_loss, mae, rmse, yours listed lower-is-better) to pass; "
+        description="per metric: the minimum (higher-is-better metrics) or maximum (log_loss, mae, rmse, yours listed "
+        "lower-is-better) to pass; "
         "default: accuracy 0.8 for a classifier, r2 0.0 for a regressor",
     )
     model_name: str | None = Field(
         None, description="registered model whose champion the model is compared with (none: thresholds only)"
     )
-    champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$")
+    alias: str = Field(
+        DEFAULT_ALIAS,
+        pattern=ALIAS_PATTERN,
+        description="the serving alias: the model is compared with the version under it (register_model moves the same "
+        "alias)",
+    )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     min_improvement: dict[str, float] = Field(
         default_factory=dict, description="per metric: how much better than the champion the model must be"
     )
     max_regression: dict[str, float] | None = Field(
         None,
-        description="per metric: how much worse than the champion the model may be; default: accuracy 0.0 (classifier), rmse 0.0 (regressor)",
+        description="per metric: how much worse than the champion the model may be; default: accuracy 0.0 "
+        "(classifier), rmse 0.0 (regressor)",
     )
     fail_on_gate: bool = Field(False, description="exit 4 when the gate does not pass (default: report it as data)")
 
     metric_functions: dict[str, str] = Field(
         default_factory=dict,
-        description="your own metrics: name -> 'package.module:function' called as f(y_true, y_pred) -> float (labels or values)",
+        description="your own metrics: name -> 'package.module:function' called as f(y_true, y_pred) -> float (labels "
+        "or values)",
     )
     lower_is_better: list[str] = Field(
         default_factory=list, description="which of your metrics are better when lower (an error, a cost)"
@@ -94,7 +102,8 @@ class EvaluateModelParams(StrictModel):
             wrong = sorted(set(rules) & other)
             if wrong:
                 raise InputError(
-                    f"{field}: {', '.join(wrong)} is not a metric of a {task} model (it has {', '.join(TASK_METRICS[task])} and your metric_functions)"
+                    f"{field}: {', '.join(wrong)} is not a metric of a {task} model (it has "
+                    f"{', '.join(TASK_METRICS[task])} and your metric_functions)"
                 )
         return dict(thresholds), dict(self.min_improvement), dict(max_regression)
 

@@ -9,6 +9,7 @@ from pydantic import Field
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
 from trainpipe.contract.result import ComponentResult
+from trainpipe.registry import ALIAS_PATTERN, CHALLENGER, DEFAULT_ALIAS
 
 NAME = "register_model"
 LINEAGE_FILE = "lineage.json"
@@ -22,28 +23,30 @@ class RegisterModelParams(StrictModel):
         "trainpipe-model", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$", description="registered model name"
     )
     alias: str = Field(
-        "champion",
-        pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$",
-        description="the serving alias: it moves to the new version only when the gate decided against the current holder (or none exists)",
+        DEFAULT_ALIAS,
+        pattern=ALIAS_PATTERN,
+        description="the serving alias: it moves to the new version only when the gate decided against the current "
+        "holder (or none exists)",
     )
-    challenger_alias: str = Field(
-        "challenger", pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,254}$", description="alias every new registration gets"
-    )
+    challenger_alias: str = Field(CHALLENGER, pattern=ALIAS_PATTERN, description="alias every new registration gets")
     intended_use: str = Field(
-        "Predictions on rows shaped like the training snapshot. Not assessed for other populations or for decisions about people without review.",
+        "Predictions on rows shaped like the training snapshot. Not assessed for other populations or for decisions "
+        "about people without review.",
         max_length=4000,
         description="the model card's intended-use statement",
     )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     move_alias: bool = Field(
         True,
-        description="move the serving alias when the gate decided so; False (the pipeline's require_approval): register the "
+        description="move the serving alias when the gate decided so; False (the pipeline's require_approval): "
+        "register the "
         "challenger only, and a person moves the alias later (`trainpipe promote`, or the DAG's approval)",
     )
     optimized_model_name: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
-        description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: <model_name>-onnx)",
+        description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: "
+        "<model_name>-onnx)",
     )
 
 
@@ -56,8 +59,8 @@ class RegisterModelConfig(RegisterModelParams):
     decision: str = Field(
         ..., min_length=1, description="the gate decision (evaluate_model's output)", json_schema_extra=INPUT
     )
-    profile: str | None = Field(
-        None, description="the profile (profile_training's output), for the lineage", json_schema_extra=INPUT
+    training_profile: str | None = Field(
+        None, description="profile_training's output, for the lineage", json_schema_extra=INPUT
     )
     optimized: str | None = Field(
         None,

@@ -19,6 +19,7 @@ import typer
 
 from trainpipe import COMPONENTS
 from trainpipe.contract.errors import InputError, TrainpipeError
+from trainpipe.registry import DEFAULT_ALIAS
 
 app = typer.Typer(
     add_completion=False,
@@ -51,9 +52,7 @@ for _name in COMPONENTS:
 CONFIG_ENV = "TRAINPIPE_CONFIG"
 #: Where a config is looked for when none is named: the current folder, then the demo's.
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
-STEP_LINE = re.compile(
-    r"trainpipe ((?:validate_data|snapshot_dataset|train_model|profile_training|evaluate_model|register_model|detect_drift|optimize_model)(?::| \S+:).*)"
-)
+STEP_LINE = re.compile(r"trainpipe ((?:" + "|".join(COMPONENTS) + r")(?::| \S+:).*)")
 
 
 def default_config(config: Path | None, required: bool = True) -> Path | None:
@@ -170,7 +169,8 @@ def run(
         if code != 0:
             if failed:
                 typer.echo(
-                    f"trainpipe run: step {failed['component']} failed (exit {failed['exit_code']}): {failed['message']}",
+                    f"trainpipe run: step {failed['component']} failed (exit {failed['exit_code']}): "
+                    f"{failed['message']}",
                     err=True,
                 )
                 typer.echo(f"trainpipe run: full log: {log}", err=True)
@@ -259,7 +259,8 @@ def upload(
     namespace: str = typer.Option(None, help="Kubeflow profile namespace (multi-user)"),
     description: str = typer.Option("", help="version description"),
 ) -> None:
-    """Upload the compiled pipeline as a new pipeline or a new version (token: KFP_EXISTING_TOKEN or kfp's in-cluster credentials)."""
+    """Upload the compiled pipeline as a new pipeline or a new version (token: KFP_EXISTING_TOKEN or kfp's
+    in-cluster credentials)."""
 
     from trainpipe.pipelines.publish import upload as do_upload
 
@@ -343,7 +344,8 @@ def scaffold_training(
     ),
     tests_dir: Path = typer.Option(Path("tests/integration"), help="where its test goes"),
 ) -> None:
-    """Write a team package with a training function on trainpipe's context (``train_function: NAME.train:train``) and its test."""
+    """Write a team package with a training function on trainpipe's context (``train_function:
+    NAME.train:train``) and its test."""
     from trainpipe.scaffold import scaffold_training as do_scaffold
 
     _wrote(
@@ -461,7 +463,7 @@ def promote(
         record = promote_mod.promote(
             model_uri,
             reason,
-            alias=alias or (cfg.alias if cfg else "champion"),
+            alias=alias or (cfg.alias if cfg else DEFAULT_ALIAS),
             decision="rejected" if reject else "approved",
             approver=approver,
             tracking_uri=default_tracking_uri(tracking_uri, config),

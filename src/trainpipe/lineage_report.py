@@ -96,14 +96,16 @@ def verify_snapshot(lineage: dict[str, Any]) -> dict[str, Any]:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return {
                 "ok": False,
-                "message": f"snapshot {snap['path']}@{snap['rev'][:10]} cannot be fetched from {snap['remote']}: {first}",
+                "message": f"snapshot {snap['path']}@{snap['rev'][:10]} cannot be fetched from {snap['remote']}: "
+                f"{first}",
             }
     got = digest.hexdigest()
     if got != snap["md5"]:
         return {
             "ok": False,
             "md5": got,
-            "message": f"snapshot {snap['path']} fetched from {snap['remote']} has md5 {got}, the lineage recorded {snap['md5']}: the remote's copy changed",
+            "message": f"snapshot {snap['path']} fetched from {snap['remote']} has md5 {got}, the lineage recorded "
+            f"{snap['md5']}: the remote's copy changed",
         }
     return {
         "ok": True,
@@ -116,7 +118,7 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
     """The chain, newest first: model version → gate → evaluation → training → snapshot → validation → raw data."""
     reg, ev, tr = lineage.get("registration", {}), lineage.get("evaluation", {}), lineage.get("training", {})
     prof, snap, val, src = (
-        lineage.get("profile", {}),
+        lineage.get("training_profile", {}),
         lineage.get("snapshot", {}),
         lineage.get("validation", {}),
         lineage.get("source", {}),
@@ -125,14 +127,20 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in (ev.get("metrics") or {}).items() if isinstance(v, (int, float)))
     lines = [
         f"model      {name} version {version.version}  aliases: {', '.join(sorted(version.aliases)) or '-'}",
-        f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; champion compared: version {ev.get('champion_version') or '-'}, beats it: {ev.get('beats_champion', False)}",
+        f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; champion compared: version "
+        f"{ev.get('champion_version') or '-'}, beats it: {ev.get('beats_champion', False)}",
         f"  evaluation {metrics} on {ev.get('n_test')} held-out rows",
-        f"  profile    {prof.get('samples_per_second', '-')} samples/s, step {prof.get('step_time_ms', '-')} ms",
-        f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on {tr.get('device')} ({tr.get('dist_backend')}), profile {tr.get('hardware_profile', '-')}, {tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
-        f"  snapshot   DVC md5 {snap.get('md5')} rev {str(snap.get('rev', ''))[:10]} path {snap.get('path')} remote {snap.get('remote')}",
-        f"  validation suite {val.get('suite', '-')}: {'passed' if val.get('success', val.get('passed')) else val.get('success', '-')}",
+        f"  profiled   {prof.get('samples_per_second', '-')} samples/s, step {prof.get('step_time_ms', '-')} ms",
+        f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on "
+        f"{tr.get('device')} ({tr.get('dist_backend')}), hardware profile {tr.get('hardware_profile', '-')}, "
+        f"{tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
+        f"  snapshot   DVC md5 {snap.get('md5')} rev {str(snap.get('rev', ''))[:10]} path {snap.get('path')} remote "
+        f"{snap.get('remote')}",
+        f"  validation suite {val.get('suite', '-')}: "
+        f"{'passed' if val.get('success', val.get('passed')) else val.get('success', '-')}",
         f"  raw data   {src.get('uri', '-')} md5 {src.get('md5', '-')}",
-        f"  code       git {code.get('git_commit', '-')} trainpipe {code.get('trainpipe', '-')}, image {lineage.get('image', '-')}",
+        f"  code       git {code.get('git_commit', '-')} trainpipe {code.get('trainpipe', '-')}, image "
+        f"{lineage.get('image', '-')}",
         f"  run        {orch.get('name', '-')} {orch.get('run_id', '')}",
     ]
     if reg:

@@ -19,6 +19,7 @@ import os
 import re
 from typing import Any
 
+from trainpipe import registry
 from trainpipe.contract.errors import InputError, TrainpipeError
 
 URI = re.compile(r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)/(?P<version>\d+)$")
@@ -42,7 +43,7 @@ def promote(
     model_uri: str,
     reason: str,
     *,
-    alias: str = "champion",
+    alias: str = registry.DEFAULT_ALIAS,
     decision: str = "approved",
     approver: str | None = None,
     tracking_uri: str | None = None,
@@ -73,9 +74,8 @@ def promote(
     """
     from mlflow.exceptions import MlflowException
 
-    from trainpipe import registry, tracking
+    from trainpipe import tracking
     from trainpipe.contract import audit
-    from trainpipe.contract.errors import ServiceUnavailable, SignatureInvalid
 
     m = URI.match(model_uri)
     if not m:
@@ -94,33 +94,9 @@ def promote(
     except Exception as exc:  # noqa: BLE001
         raise tracking.classify(exc, f"tracking_uri: reading {model_uri}", "failed") from None
     gate = mv.tags.get(GATE_TAG)
-    signature = None
-    if decision == "approved":
-        if gate is None:
-            raise PromotionRefused(
-                f"model_uri: {model_uri} carries no gate decision ({GATE_TAG}): it was not registered by the pipeline; not promoted"
-            )
-        if gate.lower() != "true":
-            raise PromotionRefused(
-                f"model_uri: {model_uri} did not pass its gate (evaluate_model's decision it carries); not promoted"
-            )
-        try:
-            signature = registry.verify_version(client, mv, model_uri)
-        except ValueError as exc:
-            raise InputError(f"model_uri: {exc}") from None
     optimized = mv.tags.get(registry.OPTIMIZED_TAG)
-    if decision == "approved" and optimized:  # its optimized variant serves beside it: verified the same way first
-        opt_name, opt_version = optimized.rsplit("/", 1)
-        try:
-            registry.verify_version(client, client.get_model_version(opt_name, opt_version), f"models:/{optimized}")
-        except (SignatureInvalid, ServiceUnavailable):
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise InputError(
-                f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}"
-            ) from None
+    signature = _may_serve(client, mv, model_uri, gate, optimized) if decision == "approved" else None
     previous = registry.alias_version(client, name, alias)
-    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     record = {
         "model_name": name,
         "version": version,
@@ -132,43 +108,82 @@ def promote(
         "gate_passed": gate,
         "signature_sha256": signature,
     }
+    _apply(client, record, optimized, model_uri)
+    log = audit.log_path(getattr(policy, "audit_log", None))
+    if log is not None:
+        run = run or {
+            "orchestrator": os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual",
+            "run_id": os.environ.get("TRAINPIPE_RUN_ID"),
+        }
+        action = "promote" if decision == "approved" else "reject"
+        audit.append(log, [{"component": "promote", "who": who, "action": action, "run": run, "decision": record}])
+    return record
+
+
+def _may_serve(client: Any, mv: Any, model_uri: str, gate: str | None, optimized: str | None) -> str | None:
+    """A version may serve when its gate passed and its model (and its optimized variant, which
+    serves beside it) verify against their signatures: the model's signature digest.
+
+    Raises:
+        PromotionRefused: the gate did not pass, or the version carries no gate decision.
+        SignatureInvalid: the model or its variant fails its signature.
+        InputError: the version or its variant cannot be read.
+    """
+    from trainpipe import tracking
+    from trainpipe.contract.errors import ServiceUnavailable, SignatureInvalid
+
+    if gate is None:
+        raise PromotionRefused(
+            f"model_uri: {model_uri} carries no gate decision ({GATE_TAG}): it was not registered by the pipeline; "
+            "not promoted"
+        )
+    if gate.lower() != "true":
+        raise PromotionRefused(
+            f"model_uri: {model_uri} did not pass its gate (evaluate_model's decision it carries); not promoted"
+        )
     try:
-        for key, value in zip(APPROVAL_TAGS, (decision, who["identity"], now, reason[:5000]), strict=True):
+        signature = registry.verify_version(client, mv, model_uri)
+    except ValueError as exc:
+        raise InputError(f"model_uri: {exc}") from None
+    if optimized:
+        opt_name, opt_version = optimized.rsplit("/", 1)
+        try:
+            registry.verify_version(client, client.get_model_version(opt_name, opt_version), f"models:/{optimized}")
+        except (SignatureInvalid, ServiceUnavailable):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(
+                f"model_uri: its optimized variant models:/{optimized} cannot be read: {tracking.first_line(exc)}"
+            ) from None
+    return signature
+
+
+def _apply(client: Any, record: dict[str, Any], optimized: str | None, model_uri: str) -> None:
+    """The decision on the version's tags; approved, the alias moved to it (and to its optimized variant)."""
+    from trainpipe import tracking
+
+    name, version, decision = record["model_name"], record["version"], record["decision"]
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    values = (decision, record["approver"], now, record["reason"][:5000])
+    try:
+        for key, value in zip(APPROVAL_TAGS, values, strict=True):
             client.set_model_version_tag(name, version, key, value)
         if decision == "approved":
-            client.set_registered_model_alias(name, alias, version)
+            client.set_registered_model_alias(name, record["alias"], version)
             if optimized:  # the optimized variant serves beside it under the same alias
                 opt_name, opt_version = optimized.rsplit("/", 1)
-                client.set_registered_model_alias(opt_name, alias, opt_version)
+                client.set_registered_model_alias(opt_name, record["alias"], opt_version)
                 record["optimized_version"] = optimized
     except Exception as exc:  # noqa: BLE001
         raise tracking.classify(exc, f"tracking_uri: promoting {model_uri}", "failed") from None
-    log = audit.log_path(getattr(policy, "audit_log", None))
-    if log is not None:
-        audit.append(
-            log,
-            [
-                {
-                    "component": "promote",
-                    "who": who,
-                    "action": "promote" if decision == "approved" else "reject",
-                    "run": run
-                    or {
-                        "orchestrator": os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual",
-                        "run_id": os.environ.get("TRAINPIPE_RUN_ID"),
-                    },
-                    "decision": record,
-                }
-            ],
-        )
-    return record
 
 
 def summary(record: dict[str, Any]) -> str:
     """One line for the terminal and the task log."""
     uri = f"models:/{record['model_name']}/{record['version']}"
     if record["decision"] != "approved":
-        return f"trainpipe promote: {uri} rejected by {record['approver']}: {record['reason']} ({record['alias']} not moved)"
+        rejected = f"{uri} rejected by {record['approver']}: {record['reason']}"
+        return f"trainpipe promote: {rejected} ({record['alias']} not moved)"
     was = f" (was version {record['previous_version']})" if record.get("previous_version") else ""
     return (
         f"trainpipe promote: {uri} is now {record['alias']}{was}, approved by {record['approver']}: {record['reason']}"

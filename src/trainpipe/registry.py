@@ -9,6 +9,8 @@ functions.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,14 @@ RUN_TAG = "trainpipe.training_run_id"
 #: On an optimized version: ``<model>/<version>`` it was made from; on that version: the optimized one.
 PARENT_TAG = "trainpipe.parent_version"
 OPTIMIZED_TAG = "trainpipe.optimized_version"
-CHAMPION = "champion"
+#: The serving alias, named once: register_model moves it to a version that beat its holder,
+#: evaluate_model compares a new model with the version under it, detect_drift measures drift
+#: against that version's training data, and ``trainpipe promote`` moves it after an approval.
+DEFAULT_ALIAS = "champion"
+#: The alias every new registration gets.
 CHALLENGER = "challenger"
+#: What MLflow accepts as an alias (and trainpipe in every alias setting).
+ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,254}$"
 
 
 def alias_version(client: Any, name: str, alias: str) -> Any | None:
@@ -39,6 +47,48 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
             return None
         raise tracking.classify(exc, f"tracking_uri: reading alias {alias!r} of {name!r}", "failed") from None
+
+
+@dataclass(frozen=True)
+class Champion:
+    """The version that serves under an alias, as evaluate_model and detect_drift compare with it."""
+
+    client: Any
+    version: Any
+    runtime: Any
+
+    @property
+    def number(self) -> str:
+        """The version number."""
+        return str(self.version.version)
+
+    @property
+    def run_id(self) -> str | None:
+        """The training run that made it."""
+        return self.version.tags.get(RUN_TAG) or self.version.run_id
+
+    @property
+    def age_days(self) -> float:
+        """Days since it was registered."""
+        return (time.time() - float(self.version.creation_timestamp) / 1000.0) / 86_400.0
+
+    def model(self) -> tuple[Any | None, str]:
+        """Its model rebuilt from the weights-only copy, or why it cannot be (see :func:`version_model`)."""
+        return version_model(self.client, self.version, self.runtime)
+
+
+def champion(tracking_uri: str | None, name: str, alias: str, runtime: Any) -> Champion | None:
+    """The version serving under ``alias`` of the registered model ``name``; None when there is none.
+
+    Raises:
+        ServiceUnavailable: the tracking server cannot be reached.
+        InputError: the policy refuses the tracking server.
+    """
+    from trainpipe import tracking
+
+    client = tracking.connect(tracking_uri, runtime.policy)
+    version = alias_version(client, name, alias)
+    return None if version is None else Champion(client, version, runtime)
 
 
 def logged_model_id(version: Any) -> str | None:
@@ -74,7 +124,7 @@ def version_model(client: Any, version: Any, runtime: Any, what: str | None = No
         except Exception as exc:  # noqa: BLE001 (a foreign version or an artifact store hiccup: the caller goes on without it)
             return None, f"its weights-only copy cannot be read: {tracking.first_line(exc)}"
         try:
-            return load_artifact(weights, runtime, "champion"), ""
+            return load_artifact(weights, runtime, what), ""
         except InputError as exc:
             return None, str(exc)
 
@@ -173,7 +223,8 @@ def sign_version(client: Any, name: str, version: str, model_sha256: str, model_
         weights = download_weights(client, mv, Path(tmp) / "copy", verify=False)
         if file_digest(weights / model_file, "sha256") != model_sha256:
             raise InputError(
-                f"model: the registry's copy of models:/{name}/{version} is not the model that passed the gate; not signed"
+                f"model: the registry's copy of models:/{name}/{version} is not the model that passed the gate; not "
+                "signed"
             )
         stage = Path(tmp) / "stage" / "artifacts" / WEIGHTS_DIR
         stage.mkdir(parents=True)

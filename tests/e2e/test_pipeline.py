@@ -85,7 +85,7 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     assert tags["lineage.validation.success"] == "True"
     assert tags["lineage.training.world_size"] == "2"
     assert tags["lineage.code.trainpipe"] == "0.1.0"
-    assert float(tags["lineage.profile.samples_per_second"]) > 0
+    assert float(tags["lineage.training_profile.samples_per_second"]) > 0
     assert tags["lineage.steps"].split(",")[:3] == ["validate_data", "snapshot_dataset", "train_model"]
     # the terminal shows each step's one result line and the summary; the engine's own output (KFP's
     # executor JSON, a few thousand lines) is in the log file the summary names
@@ -248,7 +248,7 @@ def test_airflow_gate_not_passed_skips_register(tmp_path, digits_csv, mlflow_ser
 def test_retrain_dag_runs_only_for_a_new_hash():
     from types import SimpleNamespace
 
-    from trainpipe.faces.airflow_dag import new_snapshot
+    from trainpipe.pipelines.dag_topology import new_snapshot
 
     def events(*extras):
         return {"asset": [SimpleNamespace(extra=e) for e in extras]}
@@ -271,7 +271,7 @@ def test_retrain_dag_runs_only_for_a_new_hash():
 def test_the_retrain_task_follows_detect_drifts_decision_and_says_why(capsys):
     from types import SimpleNamespace
 
-    from trainpipe.faces.airflow_dag import drift_says_retrain
+    from trainpipe.pipelines.dag_topology import drift_says_retrain
 
     def ti(result):
         return SimpleNamespace(xcom_pull=lambda task_ids: result if task_ids == "detect_drift" else None)

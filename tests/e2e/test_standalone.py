@@ -31,9 +31,15 @@ def team_pipeline(data: str, repo_dir: str, remote_url: str, tracking_uri: str):
     validated = validate_data(data=raw.output)
     snap = snapshot_dataset(data=validated.outputs["validated"], repo_dir=repo_dir, remote_url=remote_url)
     trained = train_model(data=snap.outputs["snapshot"], nproc_per_node=1, epochs=2, tracking_uri=tracking_uri)
-    evaluated = evaluate_model(model=trained.outputs["model"], data=snap.outputs["snapshot"], model_name="standalone-kfp", tracking_uri=tracking_uri)
+    evaluated = evaluate_model(
+        model=trained.outputs["model"], data=snap.outputs["snapshot"], model_name="standalone-kfp",
+        tracking_uri=tracking_uri,
+    )
     with dsl.If(evaluated.outputs["Output"] == True):  # noqa: E712
-        register_model(model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name="standalone-kfp", tracking_uri=tracking_uri)
+        register_model(
+            model=trained.outputs["model"], decision=evaluated.outputs["decision"], model_name="standalone-kfp",
+            tracking_uri=tracking_uri,
+        )
 
 
 root, data, tracking = sys.argv[1:4]
@@ -55,14 +61,18 @@ from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
 ROOT, DATA, TRACKING = {root!r}, {data!r}, {tracking!r}
 with DAG(dag_id="team_dag", start_date=datetime(2026, 1, 1), schedule=None) as dag:
     v = ValidateDataOperator(task_id="validate_data", settings={{"data": DATA, "output_dir": f"{{ROOT}}/v"}})
-    s = SnapshotDatasetOperator(task_id="snapshot_dataset", settings={{"data": f"{{ROOT}}/v", "output_dir": f"{{ROOT}}/s",
-                                                                       "repo_dir": f"{{ROOT}}/repo", "remote_url": f"{{ROOT}}/remote"}})
-    t = TrainModelOperator(task_id="train_model", settings={{"data": f"{{ROOT}}/s", "output_dir": f"{{ROOT}}/m", "nproc_per_node": 1,
-                                                            "epochs": 2, "tracking_uri": TRACKING}})
-    e = EvaluateModelOperator(task_id="evaluate_model", settings={{"model": f"{{ROOT}}/m", "data": f"{{ROOT}}/s", "output_dir": f"{{ROOT}}/e",
-                                                                  "model_name": "standalone-airflow", "tracking_uri": TRACKING}})
-    r = RegisterModelOperator(task_id="register_model", settings={{"model": f"{{ROOT}}/m", "decision": f"{{ROOT}}/e", "output_dir": f"{{ROOT}}/r",
-                                                                  "model_name": "standalone-airflow", "tracking_uri": TRACKING}})
+    s = SnapshotDatasetOperator(task_id="snapshot_dataset", settings={{
+        "data": f"{{ROOT}}/v", "output_dir": f"{{ROOT}}/s", "repo_dir": f"{{ROOT}}/repo",
+        "remote_url": f"{{ROOT}}/remote"}})
+    t = TrainModelOperator(task_id="train_model", settings={{
+        "data": f"{{ROOT}}/s", "output_dir": f"{{ROOT}}/m", "nproc_per_node": 1, "epochs": 2,
+        "tracking_uri": TRACKING}})
+    e = EvaluateModelOperator(task_id="evaluate_model", settings={{
+        "model": f"{{ROOT}}/m", "data": f"{{ROOT}}/s", "output_dir": f"{{ROOT}}/e",
+        "model_name": "standalone-airflow", "tracking_uri": TRACKING}})
+    r = RegisterModelOperator(task_id="register_model", settings={{
+        "model": f"{{ROOT}}/m", "decision": f"{{ROOT}}/e", "output_dir": f"{{ROOT}}/r",
+        "model_name": "standalone-airflow", "tracking_uri": TRACKING}})
     v >> s >> t >> e >> r
 """
 
@@ -93,7 +103,8 @@ def test_a_kfp_pipeline_without_the_optional_steps_compiles_runs_and_registers(t
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ran"), (proc.stdout + proc.stderr)[-4000:]
     validate_pipeline_yaml(tmp_path / "team.yaml")
     versions = mlflow.MlflowClient(mlflow_server).search_model_versions("name = 'standalone-kfp'")
-    assert [v.version for v in versions] == ["1"] and "lineage.profile.samples_per_second" not in versions[0].tags
+    assert [v.version for v in versions] == ["1"]
+    assert "lineage.training_profile.samples_per_second" not in versions[0].tags
 
 
 def test_an_airflow_dag_without_the_optional_steps_runs_and_registers(tmp_path, digits_csv, mlflow_server):

@@ -1,7 +1,7 @@
 """The lineage record: typed sections that travel with the data.
 
 Each component adds its own section (``source``, ``validation``, ``snapshot``,
-``training``, ``profile``, ``evaluation``, ``registration``); the entrypoint adds
+``training``, ``training_profile``, ``evaluation``, ``registration``); the entrypoint adds
 ``code``, ``orchestrator`` and ``image`` and the ``steps`` so far. register_model writes the whole
 record onto the model version, so the chain from raw data to model version is never lost.
 Artifacts store it as JSON (:meth:`Lineage.to_dict`); a component of a team's own may add a
@@ -81,7 +81,7 @@ class TrainingLineage(Section, TrainingRun):
     cluster_job: str | None = Field(None, description="Kind/namespace/name of the multi-node job that trained it")
 
 
-class ProfileLineage(Section):
+class TrainingProfileLineage(Section):
     samples_per_second: float
     step_time_ms: float
     world_size: int
@@ -122,7 +122,8 @@ class DriftLineage(Section):
 
 
 class OptimizationLineage(Section):
-    """optimize_model's variant handed on (None: none was within its metric drop), and the version register_model made of it."""
+    """optimize_model's variant handed on (None: none was within its metric drop), and the version
+    register_model made of it."""
 
     variant: str | None = None
     metric: str
@@ -155,7 +156,7 @@ class Lineage(BaseModel):
     validation: ValidationLineage | None = None
     snapshot: SnapshotLineage | None = None
     training: TrainingLineage | None = None
-    profile: ProfileLineage | None = None
+    training_profile: TrainingProfileLineage | None = None
     evaluation: EvaluationLineage | None = None
     registration: RegistrationLineage | None = None
     drift: DriftLineage | None = None
@@ -194,7 +195,8 @@ class Lineage(BaseModel):
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err.get("loc", ()))
             raise InputError(
-                f"lineage: section {where!r} is not what trainpipe writes ({err.get('msg')}); was the artifact made by another version?"
+                f"lineage: section {where!r} is not what trainpipe writes ({err.get('msg')}); was the artifact made by "
+                "another version?"
             ) from None
 
 
