@@ -18,9 +18,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.faces.airflow_dag import (
+from trainpipe.pipelines.dag_topology import (
     DEFAULT_ARGS,
-    GATE_KEYS,
     RUN_DIR,
     DagSettings,
     GateOperator,
@@ -30,7 +29,9 @@ from trainpipe.faces.airflow_dag import (
     new_snapshot,
 )
 
-SETTINGS = DagSettings()
+# it starts from a snapshot: the settings of validate_data and snapshot_dataset are not its params, and
+# it always decides on drift (detect_drift's own retrain_on)
+SETTINGS = DagSettings(exclude=("data", "suite", "dataset_name", "dvc_repo_dir", "dvc_remote_url", "retrain_on"))
 CONFIG = SETTINGS.config
 
 with DAG(
@@ -43,35 +44,22 @@ with DAG(
     default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params=SETTINGS.params(
-        "label_column",
-        "workspace",
-        "tracking_uri",
-        "experiment_name",
-        "model_name",
-        "alias",
-        *GATE_KEYS,
-        "drift_share",
-        "max_champion_age_days",
-        "train",
-        "optimize",
-    ),
+    params=SETTINGS.params(),
 ) as dag:
     changed = GateOperator(
         task_id="new_snapshot",
         condition=new_snapshot,
         retries=0,
-        doc_md="Continue only when the triggering asset event carries a new content hash; returns the snapshot directory.",
+        doc_md="Continue only when the triggering asset event carries a new content hash; returns the snapshot "
+        "directory.",
     )
     snapshot_dir = "{{ ti.xcom_pull(task_ids='new_snapshot') }}"
-    # retrain_on is not a param here: this DAG always decides on drift (detect_drift's own default)
-    detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR, retrain_on=None)
+    detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR)
     train, _ = model_steps(
         SETTINGS.step,
         snapshot_dir=snapshot_dir,
         run_dir=RUN_DIR,
-        train_keys=CONFIG.train.model_dump(),
-        optimize_keys=CONFIG.optimize_settings(),
+        optimizes=SETTINGS.optimizes,
         approval_timeout=SETTINGS.approval_timeout,
     )
     changed >> detect

@@ -22,11 +22,12 @@ from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.faces.airflow_dag import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, drift_steps, model_steps
+from trainpipe.pipelines.dag_topology import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, drift_steps, model_steps
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
 step = SETTINGS.step
+SNAPSHOT = f"{RUN_DIR}/snapshot_dataset"
 
 with DAG(
     dag_id="trainpipe_training",
@@ -43,35 +44,21 @@ with DAG(
     validate = step(
         ValidateDataOperator,
         "validate_data",
-        {
-            "data": "{{ params.data }}",
-            "output_dir": f"{RUN_DIR}/validate_data",
-            "label_column": "{{ params.label_column }}",
-            "suite": "{{ params.suite }}",
-            # the default suite checks train_model's preconditions for the training settings
-            **{k: "{{ params.train.%s | tojson }}" % k for k in ("task", "batch_size", "test_fraction", "seed")},
-        },
+        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data"},
         retries=0,  # a failed suite or a bad file does not fix itself
     )
     snapshot = step(
         SnapshotDatasetOperator,
         "snapshot_dataset",
-        {
-            "data": f"{RUN_DIR}/validate_data",
-            "output_dir": f"{RUN_DIR}/snapshot_dataset",
-            "repo_dir": "{{ params.dvc_repo_dir }}",
-            "remote_url": "{{ params.dvc_remote_url }}",
-            "dataset_name": "{{ params.dataset_name }}",
-        },
+        {"data": f"{RUN_DIR}/validate_data", "output_dir": SNAPSHOT},
         outlets=[dataset_asset(CONFIG.dataset_name)],  # the asset event carries the DVC hash: retrain_dag listens
     )
-    detect, decide = drift_steps(step, snapshot_dir=f"{RUN_DIR}/snapshot_dataset", run_dir=RUN_DIR)
+    detect, decide = drift_steps(step, snapshot_dir=SNAPSHOT, run_dir=RUN_DIR)
     train, _ = model_steps(
         step,
-        snapshot_dir=f"{RUN_DIR}/snapshot_dataset",
+        snapshot_dir=SNAPSHOT,
         run_dir=RUN_DIR,
-        train_keys=CONFIG.train.model_dump(),
-        optimize_keys=CONFIG.optimize_settings(),
+        optimizes=SETTINGS.optimizes,
         approval_timeout=SETTINGS.approval_timeout,
     )
     validate >> snapshot >> detect

@@ -11,7 +11,9 @@ a place under ``workspace``, the embedded default for a laptop or a CPU server.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,11 +23,12 @@ from trainpipe.components.detect_drift.spec import DetectDriftParams
 from trainpipe.components.evaluate_model.spec import EvaluateModelParams
 from trainpipe.components.optimize_model.spec import OptimizeModelParams
 from trainpipe.components.register_model.spec import RegisterModelParams
-from trainpipe.components.snapshot_dataset.spec import SnapshotDatasetParams
+from trainpipe.components.snapshot_dataset.spec import REMOTE_SCHEMES, SnapshotDatasetParams
 from trainpipe.components.train_model.spec import TrainModelParams
 from trainpipe.components.validate_data.spec import ValidateDataParams
 from trainpipe.contract.config import StrictModel, build, load_file
 from trainpipe.contract.policy import Policy
+from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params, kfp_value
 
 #: train_model settings that are not in ``train:``: the pipeline sets them once for every step
 #: (label_column, tracking_uri, experiment_name) or a multi-node launcher sets them per node.
@@ -94,7 +97,8 @@ class OptimizeSettings(_OptimizeBase):  # type: ignore[misc, valid-type]
 
     enabled: bool | None = Field(
         None,
-        description="run optimize_model between the gate and register_model (its accepted variant is registered beside the model); "
+        description="run optimize_model between the gate and register_model (its accepted variant is registered beside "
+        "the model); "
         "unset: the hardware profile decides (cpu-smb: on, cpu and gpu: off)",
     )
 
@@ -134,8 +138,10 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     )
     retrain_on: Literal["always", "drift"] = Field(
         "always",
-        description="always: every run trains; drift: only when detect_drift finds drift against the champion's training data, "
-        "the champion is older than max_champion_age_days, or there is none (the retraining DAG always decides on drift)",
+        description="always: every run trains; drift: only when detect_drift finds drift against the champion's "
+        "training data, "
+        "the champion is older than max_champion_age_days, or there is none (the retraining DAG always decides on "
+        "drift)",
     )
     policy: Policy | None = Field(
         None,
@@ -143,8 +149,10 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     )
     require_approval: bool = Field(
         False,
-        description="a person approves before the serving alias moves: register_model registers the challenger only; the Airflow "
-        "DAGs wait for Airflow's approval (rejected when approval_timeout_hours pass), on Kubeflow `trainpipe promote` moves it",
+        description="a person approves before the serving alias moves: register_model registers the challenger only; "
+        "the Airflow "
+        "DAGs wait for Airflow's approval (rejected when approval_timeout_hours pass), on Kubeflow `trainpipe promote` "
+        "moves it",
     )
     approval_timeout_hours: float = Field(
         24.0,
@@ -220,7 +228,6 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
         Raises:
             InputError: a location, region, endpoint or missing encryption the policy refuses.
         """
-        from trainpipe.components.snapshot_dataset.core import REMOTE_SCHEMES
         from trainpipe.contract import policy as p
 
         policy = self.effective_policy()
@@ -233,28 +240,12 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
         return policy
 
     def pipeline_arguments(self) -> dict[str, Any]:
-        """The KFP pipeline's parameters for this config (resolve first): the same names, ``train``
-        flattened, and None as the KFP face's unset value (KFP parameters cannot be None)."""
-        from trainpipe.faces.surface import UNSET
-
-        def kfp(value: Any, annotation: Any) -> Any:
-            if value is not None:
-                return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
-            import typing
-
-            kinds = {typing.get_origin(a) or a for a in (typing.get_args(annotation) or (annotation,))}
-            return next((UNSET[t] for t in (dict, list, int, float, str) if t in kinds), {})
-
-        out: dict[str, Any] = {
-            "data": self.data,
-            "dvc_repo_dir": self.dvc_repo_dir,
-            "dvc_remote_url": self.dvc_remote_url,
-            "retrain_on": self.retrain_on,
-        }
-        for name in FROM_SPECS:
-            out[name] = kfp(getattr(self, name), type(self).model_fields[name].annotation)
-        for name, field in TrainSettings.model_fields.items():
-            out[name] = kfp(getattr(self.train, name), field.annotation)
+        """The KFP pipeline's arguments for this config (resolve first): the same names, ``train``
+        flattened, each as its KFP parameter carries it (:func:`pipeline_parameters`)."""
+        out: dict[str, Any] = {}
+        for param in pipeline_parameters():
+            source = self.train if param.name in TrainSettings.model_fields else self
+            out[param.name] = kfp_value(getattr(source, param.name), param)
         return out
 
 
@@ -270,6 +261,51 @@ NOT_PIPELINE_PARAMETERS = (
     "require_approval",
     "approval_timeout_hours",
 )
+
+
+#: Pipeline parameters the resolved config always fills (a default of its own, or a place under
+#: ``workspace``): required on the KFP pipeline, whose caller passes the resolved config's values.
+RESOLVED = ("data", "dvc_repo_dir", "dvc_remote_url", "tracking_uri")
+#: A step's setting that the pipeline (and the DAG) names otherwise: (component, its setting) -> the
+#: pipeline's setting. Every other step setting that shares a pipeline setting's name takes it.
+RENAMED: dict[tuple[str, str], str] = {
+    ("snapshot_dataset", "repo_dir"): "dvc_repo_dir",
+    ("snapshot_dataset", "remote_url"): "dvc_remote_url",
+}
+#: A step's setting that shares a pipeline setting's name but is not that setting: it keeps its own value.
+NOT_FROM_PIPELINE: dict[tuple[str, str], str] = {
+    (
+        "profile_training",
+        "profile_steps",
+    ): "the steps its own profiling pass traces; in a pipeline it reads train_model's",
+    (
+        "profile_training",
+        "train",
+    ): "the settings of its own profiling pass; in a pipeline it profiles train_model's run",
+}
+
+
+def pipeline_parameters() -> list[KfpParam]:
+    """The KFP pipeline's parameters: the config's settings that are not :data:`NOT_PIPELINE_PARAMETERS`
+    and ``train``'s (flattened), with the config's defaults; the :data:`RESOLVED` ones required."""
+    top = [name for name in PipelineConfig.model_fields if name not in NOT_PIPELINE_PARAMETERS]
+    params = kfp_params(PipelineConfig, top) + kfp_params(TrainSettings)
+    params = [dataclasses.replace(p, default=REQUIRED) if p.name in RESOLVED else p for p in params]
+    return sorted(params, key=lambda p: p.default is not REQUIRED)  # required first, each group in order
+
+
+def pipeline_names(component: str, settings: Iterable[str]) -> dict[str, str]:
+    """Which of a step's settings take a pipeline setting, and which: ``{its setting: the pipeline's}``.
+
+    The KFP pipeline binds its parameters by this and the DAGs their params, so a step never falls
+    back to its own default for something the pipeline was told."""
+    names = {p.name for p in pipeline_parameters()}
+    out = {}
+    for setting in settings:
+        wanted = RENAMED.get((component, setting), setting)
+        if wanted in names and (component, setting) not in NOT_FROM_PIPELINE:
+            out[setting] = wanted
+    return out
 
 
 def load_pipeline_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> PipelineConfig:

@@ -1,7 +1,11 @@
 """The topology of trainpipe's DAGs: which tasks, in which mode, wired how, with which params.
 
-``dags/training_dag.py`` and ``dags/retrain_dag.py`` are a few lines on top of this. Nothing here
-runs at parse time beyond reading the pipeline config (no database, no connection lookups).
+``dags/training_dag.py`` and ``dags/retrain_dag.py`` are a few lines on top of this. A DAG's params
+are the pipeline config's settings (``train`` and ``optimize`` nested, as in the config file), and
+each task's settings are derived from its component's spec: every setting that takes a pipeline
+setting (:func:`~trainpipe.pipelines.config.pipeline_names`) gets that param as a template, so
+the DAGs and the KFP pipeline bind the same settings the same way. Nothing here runs at parse time
+beyond reading the pipeline config (no database, no connection lookups).
 """
 
 from __future__ import annotations
@@ -11,48 +15,21 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator
-
-
-def component_task(
-    operator_cls: type[TrainpipeOperator],
-    task_id: str,
-    settings: dict[str, Any],
-    *,
-    mode: str,
-    image: str | None,
-    profile: Any = None,
-    resources: Any = None,
-    **kwargs: Any,
-) -> Any:
-    """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
-    name = operator_cls.component
-    kwargs.setdefault(
-        "doc_md",
-        f"trainpipe `{name}`: runs `python -m trainpipe.components.{name}` "
-        f"({'in a pod with the component image' if mode == 'kubernetes' else 'on the worker'}); its result JSON is the XCom value. "
-        "Only transient exits (75, signals) are retried.",
-    )
-    if mode == "kubernetes":
-        from trainpipe.faces.airflow_pod import kubernetes_task
-
-        return kubernetes_task(
-            operator_cls.component,
-            task_id=task_id,
-            settings=settings,
-            image=image,
-            profile=profile,
-            resources=resources,
-            operator_cls=operator_cls,
-            **kwargs,
-        )
-    if mode != "local":
-        raise ValueError(f"mode: {mode!r} is not local or kubernetes")
-    return operator_cls(task_id=task_id, settings=settings, **kwargs)
-
-
-#: evaluate_model's gate settings, passed from the DAG's params under the same names.
-GATE_KEYS = ("thresholds", "min_improvement", "max_regression", "metric_functions", "lower_is_better")
+from trainpipe.components.detect_drift.airflow_task import DetectDriftOperator
+from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
+from trainpipe.components.optimize_model.airflow_task import OptimizeModelOperator
+from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
+from trainpipe.components.register_model.airflow_task import RegisterModelOperator
+from trainpipe.components.train_model.airflow_task import TrainModelOperator
+from trainpipe.contract.entrypoint import input_fields, output_fields
+from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator, component_task
+from trainpipe.pipelines.config import (
+    NOT_PIPELINE_PARAMETERS,
+    PipelineConfig,
+    TrainSettings,
+    load_pipeline_config,
+    pipeline_names,
+)
 
 
 def model_steps(
@@ -60,101 +37,55 @@ def model_steps(
     *,
     snapshot_dir: str,
     run_dir: str,
-    train_keys: Any,
     include: tuple[str, ...] = ("profile_training",),
-    optimize_keys: Any = None,
+    optimizes: bool = False,
     approval_timeout: timedelta | None = None,
 ) -> tuple[Any, Any]:
     """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them.
 
-    ``step(operator_cls, task_id, settings, **kwargs)`` builds one task in the DAG's mode;
-    ``snapshot_dir`` may be a template; ``include`` names the optional steps (without
-    profile_training, register_model records no profile); ``optimize_keys`` (optimize_model's
-    settings, from ``params.optimize``) puts optimize_model after the gate, and register_model
-    registers its variant beside the model. ``approval_timeout`` (the config's require_approval)
-    has register_model register the challenger only, then waits for a person's answer in
-    Airflow's approval task: approved, ``promote_model`` moves the alias; rejected or timed out,
-    ``record_rejection`` notes it. Returns the first and the last task.
+    ``step(operator_cls, task_id, paths, **kwargs)`` builds one task in the DAG's mode from its
+    artifact paths (its settings are derived: :meth:`DagSettings.step`); ``snapshot_dir`` may be a
+    template; ``include`` names the optional steps (without profile_training, register_model
+    records no training profile); ``optimizes`` puts optimize_model after the gate, and
+    register_model registers its variant beside the model. ``approval_timeout`` (the config's
+    require_approval) has register_model register the challenger only, then waits for a person's
+    answer in Airflow's approval task: approved, ``promote_model`` moves the alias; rejected or
+    timed out, ``record_rejection`` notes it. Returns the first and the last task.
     """
-    from trainpipe.components.evaluate_model.airflow_task import EvaluateModelOperator
-    from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
-    from trainpipe.components.register_model.airflow_task import RegisterModelOperator
-    from trainpipe.components.train_model.airflow_task import TrainModelOperator
-
+    model = f"{run_dir}/train_model"
     train = step(
         TrainModelOperator,
         "train_model",
-        {
-            "data": snapshot_dir,
-            "output_dir": f"{run_dir}/train_model",
-            "label_column": "{{ params.label_column }}",
-            "tracking_uri": "{{ params.tracking_uri }}",
-            "experiment_name": "{{ params.experiment_name }}",
-            **{k: "{{ params.train.%s | tojson }}" % k for k in train_keys},
-        },
+        {"data": snapshot_dir, "output_dir": model},
         execution_timeout=timedelta(hours=6),
     )
-    profile = (
-        step(
-            ProfileTrainingOperator,
-            "profile_training",
-            {
-                "model": f"{run_dir}/train_model",
-                "output_dir": f"{run_dir}/profile_training",
-                "tracking_uri": "{{ params.tracking_uri }}",
-            },
+    profile = None
+    if "profile_training" in include:
+        profile = step(
+            ProfileTrainingOperator, "profile_training", {"model": model, "output_dir": f"{run_dir}/profile_training"}
         )
-        if "profile_training" in include
-        else None
-    )
     evaluate = step(
         EvaluateModelOperator,
         "evaluate_model",
-        {
-            "model": f"{run_dir}/train_model",
-            "data": snapshot_dir,
-            "output_dir": f"{run_dir}/evaluate_model",
-            "label_column": "{{ params.label_column }}",
-            "model_name": "{{ params.model_name }}",
-            "champion_alias": "{{ params.alias }}",  # the gate compares with the model that serves under the pipeline's alias
-            "tracking_uri": "{{ params.tracking_uri }}",
-            **{k: "{{ params.%s | tojson }}" % k for k in GATE_KEYS},
-        },
+        {"model": model, "data": snapshot_dir, "output_dir": f"{run_dir}/evaluate_model"},
     )
     gate = GateOperator(
         task_id="gate", condition=gate_passed, doc_md="Continue only when evaluate_model's decision passed."
     )
     optimize = None
-    if optimize_keys is not None:
-        from trainpipe.components.optimize_model.airflow_task import OptimizeModelOperator
-
+    if optimizes:
         optimize = step(
             OptimizeModelOperator,
             "optimize_model",
-            {
-                "model": f"{run_dir}/train_model",
-                "data": snapshot_dir,
-                "output_dir": f"{run_dir}/optimize_model",
-                "label_column": "{{ params.label_column }}",
-                "seed": "{{ params.train.seed | tojson }}",
-                **{k: "{{ params.optimize.%s | tojson }}" % k for k in optimize_keys},
-            },
+            {"model": model, "data": snapshot_dir, "output_dir": f"{run_dir}/optimize_model"},
         )
-    register = step(
-        RegisterModelOperator,
-        "register_model",
-        {
-            "model": f"{run_dir}/train_model",
-            "decision": f"{run_dir}/evaluate_model",
-            **({"profile": f"{run_dir}/profile_training"} if profile is not None else {}),
-            **({"optimized": f"{run_dir}/optimize_model"} if optimize is not None else {}),
-            "output_dir": f"{run_dir}/register_model",
-            "model_name": "{{ params.model_name }}",
-            "alias": "{{ params.alias }}",
-            "tracking_uri": "{{ params.tracking_uri }}",
-            **({"move_alias": False} if approval_timeout is not None else {}),
-        },
-    )
+    paths = {"model": model, "decision": f"{run_dir}/evaluate_model", "output_dir": f"{run_dir}/register_model"}
+    if profile is not None:
+        paths["training_profile"] = f"{run_dir}/profile_training"
+    if optimize is not None:
+        paths["optimized"] = f"{run_dir}/optimize_model"
+    constants = {"move_alias": False} if approval_timeout is not None else {}
+    register = step(RegisterModelOperator, "register_model", {**paths, **constants})
     last = register if approval_timeout is None else approval_steps(register, approval_timeout)
     train >> [t for t in (profile, evaluate) if t is not None]
     evaluate >> gate >> (optimize if optimize is not None else register)
@@ -183,7 +114,8 @@ def approval_steps(register: Any, timeout: timedelta) -> Any:
         body=(
             "The gate passed: {{ ti.xcom_pull(task_ids='evaluate_model')['decision']['reasons'] | join('; ') }}.\n\n"
             f"`trainpipe lineage models:/{{{{ params.model_name }}}}/{version}` shows its chain back to the raw data. "
-            "Approve to move the serving alias to it; Reject (the default when nobody answers in time) leaves it a challenger."
+            "Approve to move the serving alias to it; Reject (the default when nobody answers in time) leaves it a "
+            "challenger."
         ),
         defaults="Reject",
         response_timeout=timeout,
@@ -213,29 +145,12 @@ def approval_steps(register: Any, timeout: timedelta) -> Any:
     return rejected
 
 
-def drift_steps(
-    step: Any, *, snapshot_dir: str, run_dir: str, retrain_on: str | None = "{{ params.retrain_on }}"
-) -> tuple[Any, Any]:
+def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str) -> tuple[Any, Any]:
     """detect_drift on a snapshot, then the gate that lets the model steps run only when it says
-    to retrain. ``retrain_on`` None leaves detect_drift's own (drift). Returns both tasks."""
-    from trainpipe.components.detect_drift.airflow_task import DetectDriftOperator
-
-    detect = step(
-        DetectDriftOperator,
-        "detect_drift",
-        {
-            "data": snapshot_dir,
-            "output_dir": f"{run_dir}/detect_drift",
-            "label_column": "{{ params.label_column }}",
-            "model_name": "{{ params.model_name }}",
-            "champion_alias": "{{ params.alias }}",  # drift against the data of the model that serves under the pipeline's alias
-            "tracking_uri": "{{ params.tracking_uri }}",
-            "drift_share": "{{ params.drift_share | tojson }}",
-            "max_champion_age_days": "{{ params.max_champion_age_days | tojson }}",
-            "seed": "{{ params.train.seed | tojson }}",
-            **({"retrain_on": retrain_on} if retrain_on else {}),
-        },
-    )
+    to retrain. Returns both tasks. (A DAG without the ``retrain_on`` param leaves detect_drift's
+    own: retrain on drift.)"""
+    paths = {"data": snapshot_dir, "output_dir": f"{run_dir}/detect_drift"}
+    detect = step(DetectDriftOperator, "detect_drift", paths)
     decide = GateOperator(
         task_id="retrain",
         condition=drift_says_retrain,
@@ -296,18 +211,33 @@ DEFAULT_ARGS: dict[str, Any] = {
 RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 
 
+#: Config sections that hold a component's settings beyond the pipeline's own: the DAG passes them
+#: from the nested param (``params.optimize.<name>``), where the KFP pipeline compiles them in.
+SECTIONS = {"optimize_model": "optimize"}
+#: The DAG params that hold sections of the config rather than a setting.
+NESTED = ("workspace", "train", "optimize")
+
+
+def _param(path: str) -> str:
+    """The template of a DAG param, as JSON (the entrypoint reads every flag's value as YAML/JSON)."""
+    return "{{ params." + path + " | tojson }}"
+
+
 class DagSettings:
     """What a trainpipe DAG file reads at parse time: the pipeline config named by
     ``TRAINPIPE_CONFIG`` (a small YAML file; no database or connection lookups), the mode
     (``TRAINPIPE_AIRFLOW_MODE``: local or kubernetes) and the hardware profile; each task's image
-    comes from :mod:`trainpipe.images`."""
+    comes from :mod:`trainpipe.images`.
 
-    def __init__(self) -> None:
-        from trainpipe.pipelines.config import PipelineConfig, load_pipeline_config
+    Args:
+        exclude: Config settings this DAG does not take as params (its steps that read them are not in it).
+    """
 
+    def __init__(self, exclude: tuple[str, ...] = ()) -> None:
         path = os.environ.get("TRAINPIPE_CONFIG")
         self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
+        self.exclude = exclude
         if self.config.policy is not None:
             self.config.check_policy()  # at parse time, as the KFP compiler does: a broken DAG names the setting
 
@@ -316,6 +246,11 @@ class DagSettings:
         """How long the approval task waits (the config's require_approval), or None: no approval step."""
         return timedelta(hours=self.config.approval_timeout_hours) if self.config.require_approval else None
 
+    @property
+    def optimizes(self) -> bool:
+        """Whether the DAG runs optimize_model (the config's ``optimize.enabled``, else the profile's)."""
+        return self.config.optimizes()
+
     @functools.cached_property
     def profile(self) -> Any:
         """The hardware profile: pods' resources and images in kubernetes mode, Celery queues in both."""
@@ -323,9 +258,36 @@ class DagSettings:
 
         return get_profile(self.config.profile)
 
-    def step(self, operator_cls: type[TrainpipeOperator], task_id: str, settings: dict[str, Any], **kwargs: Any) -> Any:
-        """One task in this DAG's mode, with the profile's training or default resources, on the
-        profile's Celery queue (training on its own: the workers on the training machines serve it)."""
+    def params(self) -> dict[str, Any]:
+        """The DAG's params (overridable per run): the config's settings the KFP pipeline takes as
+        parameters, with ``train`` and ``optimize`` nested as in the config file, and the workspace."""
+        names = [n for n in PipelineConfig.model_fields if n not in NOT_PIPELINE_PARAMETERS or n in NESTED]
+        values = self.config.model_dump(mode="json", include=set(names))
+        values["optimize"] = self.config.optimize.settings()
+        return {k: values[k] for k in names if k not in self.exclude}
+
+    def templates(self, operator_cls: type[TrainpipeOperator]) -> dict[str, str]:
+        """Every setting of the step that takes a DAG param, as that param's template."""
+        config = operator_cls.config
+        paths = set(input_fields(config)) | set(output_fields(config))
+        settings = [n for n in config.model_fields if n not in paths]
+        params = set(self.params())
+        out = {}
+        for setting, wanted in pipeline_names(operator_cls.component, settings).items():
+            if wanted in TrainSettings.model_fields and "train" in params:
+                out[setting] = _param(f"train.{wanted}")
+            elif wanted in params:
+                out[setting] = _param(wanted)
+        section = SECTIONS.get(operator_cls.component)
+        if section in params:
+            for setting in self.params()[section]:
+                out.setdefault(setting, _param(f"{section}.{setting}"))
+        return out
+
+    def step(self, operator_cls: type[TrainpipeOperator], task_id: str, paths: dict[str, Any], **kwargs: Any) -> Any:
+        """One task in this DAG's mode: its artifact paths (and constants) with its settings derived
+        (:meth:`templates`), the profile's training or default resources, on the profile's Celery
+        queue (training on its own: the workers on the training machines serve it)."""
         kwargs.setdefault("queue", self.profile.train_queue if task_id == "train_model" else self.profile.queue)
         resources = image = None
         if self.mode == "kubernetes":
@@ -338,44 +300,13 @@ class DagSettings:
             from trainpipe.contract.policy import ENV, to_env
 
             env[ENV] = to_env(self.config.policy)
-        if (
-            task_id in ("evaluate_model", "optimize_model") and self.config.trusted_code()
-        ):  # they rebuild the team's model from its code
-            env["TRAINPIPE_TRUSTED_MODEL_CODE"] = self.config.trusted_code()
+        if task_id in ("evaluate_model", "optimize_model") and self.config.trusted_code():
+            env["TRAINPIPE_TRUSTED_MODEL_CODE"] = self.config.trusted_code()  # they rebuild the team's model
         if env:
             key = "env_vars" if self.mode == "kubernetes" else "env"
             kwargs[key] = {**env, **kwargs.get(key, {})}
+        settings = {**self.templates(operator_cls), **paths}
+        profile = self.profile if self.mode == "kubernetes" else None
         return component_task(
-            operator_cls,
-            task_id,
-            settings,
-            mode=self.mode,
-            image=image,
-            resources=resources,
-            profile=self.profile if self.mode == "kubernetes" else None,
-            **kwargs,
+            operator_cls, task_id, settings, mode=self.mode, image=image, resources=resources, profile=profile, **kwargs
         )
-
-    def params(self, *keys: str) -> dict[str, Any]:
-        """DAG params from the config (overridable per run)."""
-        c = self.config
-        values = {
-            "data": c.data,
-            "label_column": c.label_column,
-            "workspace": c.workspace,
-            "suite": c.suite,
-            "dataset_name": c.dataset_name,
-            "dvc_repo_dir": c.dvc_repo_dir,
-            "dvc_remote_url": c.dvc_remote_url,
-            "tracking_uri": c.tracking_uri,
-            "experiment_name": c.experiment_name,
-            "model_name": c.model_name,
-            "alias": c.alias,
-            **{k: getattr(c, k) for k in GATE_KEYS},
-            "train": c.train.model_dump(mode="json"),
-            "retrain_on": c.retrain_on,
-            "drift_share": c.drift_share,
-            "max_champion_age_days": c.max_champion_age_days,
-            "optimize": c.optimize.settings(),
-        }
-        return {k: values[k] for k in keys} if keys else values

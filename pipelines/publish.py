@@ -45,7 +45,8 @@ def client(host: str, namespace: str | None = None) -> Any:
             return kfp.Client(**kwargs)
     except Exception as exc:
         raise ServiceUnavailable(
-            f"host: the KFP API at {host} did not answer: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            f"host: the KFP API at {host} did not answer: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
 
 
@@ -149,7 +150,8 @@ def schedule(
         cron = "0 " + cron  # KFP's scheduler takes seconds first
     if not enable_caching and package is None:
         raise InputError(
-            "caching: switching caching off for a schedule needs --package (KFP overrides caching in a submitted package only)"
+            "caching: switching caching off for a schedule needs --package (KFP overrides caching in a submitted "
+            "package only)"
         )
     c = kfp_client or client(host, namespace)
     try:

@@ -1,4 +1,4 @@
-"""The reference training pipeline (KFP v2), composed from the six KFP faces.
+"""The reference training pipeline (KFP v2), composed from the components' KFP faces.
 
 validate → snapshot → detect drift → if retraining: train → (profile ∥ evaluate) → if the gate passed:
 (optimize →) register.
@@ -8,6 +8,8 @@ resources of one hardware profile. Importing this module loads kfp only.
 
 # No `from __future__ import annotations`: KFP reads the real annotations.
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from kfp import dsl
@@ -23,7 +25,9 @@ from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
 from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.validate_data.kfp_component import validate_data
 from trainpipe.faces.kfp_face import accelerated
+from trainpipe.faces.surface import REQUIRED
 from trainpipe.images import RUN_AS
+from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
 
 PIPELINE_NAME = "trainpipe-training"
@@ -85,6 +89,40 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
         kubernetes.mount_pvc(trained, pvc_name=pvc, mount_path=path)
 
 
+def bind(component: Any, params: dict[str, Any], **given: Any) -> Any:
+    """A task of ``component`` whose settings take the pipeline's parameters (:func:`pipeline_names`),
+    with ``given`` (artifacts, constants, the run id) beside them."""
+    face = component.python_func
+    plain = (str, int, float, bool, dict, list)  # settings, not artifacts
+    names = [n for n, prm in inspect.signature(face).parameters.items() if prm.annotation in plain and n not in given]
+    bound = {setting: params[wanted] for setting, wanted in pipeline_names(face.__name__, names).items()}
+    return component(**bound, **given)
+
+
+def pipeline_function(body: Callable[[dict[str, Any]], None], doc: str) -> Callable[..., None]:
+    """A function KFP compiles into the pipeline: its signature is :func:`pipeline_parameters` (the
+    config's settings, with their KFP types, defaults and descriptions); ``body`` gets them by name."""
+    params = pipeline_parameters()
+
+    def training_pipeline(*values: Any) -> None:
+        body(dict(zip([p.name for p in params], values, strict=True)))
+
+    training_pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                p.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=inspect.Parameter.empty if p.default is REQUIRED else p.default,
+                annotation=p.type,
+            )
+            for p in params
+        ]
+    )
+    described = "".join(f"\n    {p.name}: {p.description}" for p in params if p.description)
+    training_pipeline.__doc__ = f"{doc}\n\nArgs:{described}"
+    return training_pipeline
+
+
 def build_pipeline(
     profile: HardwareProfile,
     policy: Any = None,
@@ -104,7 +142,7 @@ def build_pipeline(
         trusted_code: A team's package the steps that rebuild its model may import
             (``TRAINPIPE_TRUSTED_MODEL_CODE`` on evaluate_model).
         include: The optional steps to run (``profile_training``; without it, register_model
-            records no profile).
+            records no training profile).
         optimize: optimize_model's settings: with them, it runs between the gate and register_model,
             which registers its accepted variant beside the model (``<model_name>-onnx``).
         require_approval: register_model registers the challenger only (KFP has no human step:
@@ -115,178 +153,41 @@ def build_pipeline(
     from trainpipe.contract.policy import to_env
 
     policy_json = to_env(policy) if policy is not None else "{}"
-    with_profile = "profile_training" in include
 
-    @dsl.pipeline(
-        name=PIPELINE_NAME,
-        description="Validate, snapshot, check drift, train, profile, evaluate and register a model.",
-        pipeline_root=pipeline_root,
-    )
-    def training_pipeline(
-        data: str,
-        dvc_repo_dir: str,
-        dvc_remote_url: str,
-        tracking_uri: str,
-        label_column: str = "label",
-        suite: str = "builtin:default",
-        dataset_name: str = "dataset",
-        experiment_name: str = "trainpipe",
-        model_name: str = "trainpipe-model",
-        alias: str = "champion",
-        thresholds: dict = {},
-        min_improvement: dict = {},
-        max_regression: dict = {},
-        metric_functions: dict = {},
-        lower_is_better: list = [],
-        retrain_on: str = "always",
-        drift_share: float = 0.5,
-        max_champion_age_days: float = 0.0,
-        train_function: str = "builtin:mlp",
-        train_config: dict = {},
-        task: str = "classification",
-        backend: str = "torch_ddp",
-        horovod_binding: str = "torch",
-        precision: str = "fp32",
-        nproc_per_node: int = 2,
-        nnodes: int = 1,
-        cluster: dict = {},
-        device: str = "auto",
-        dist_backend: str = "auto",
-        epochs: int = 10,
-        max_steps: int = 0,
-        batch_size: int = 64,
-        test_fraction: float = 0.2,
-        seed: int = 0,
-        max_restarts: int = 3,
-        collective_timeout_s: int = 300,
-        device_data_share: float = 0.25,
-        profile_steps: int = 0,
-        metrics_port: int = 0,
-        checkpoint_every_s: float = 300.0,
-        checkpoint_every_steps: int = 0,
-        keep_checkpoints: int = 2,
-        serving_requirements: list = [],
-    ):
+    def steps(p: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        raw = dsl.importer(artifact_uri=data, artifact_class=Dataset, reimport=False)
+        raw = dsl.importer(artifact_uri=p["data"], artifact_class=Dataset, reimport=False)
         raw.set_display_name("raw-data")
-        validated = validate_data(
-            data=raw.output,
-            label_column=label_column,
-            suite=suite,
-            task=task,
-            batch_size=batch_size,
-            test_fraction=test_fraction,
-            seed=seed,
-            run_id=run_id,
-        )
+        validated = bind(validate_data, p, data=raw.output, run_id=run_id)
         # validate and snapshot read data that can change behind the same URI: never cached
         # (the snapshot is content-addressed and idempotent, so rerunning it is cheap). Every
         # later data-consuming task takes the snapshot's DVC md5 as a parameter, so its cache
         # key includes the content hash and new data never hits a stale cache.
-        snap = snapshot_dataset(
-            data=validated.outputs["validated"],
-            repo_dir=dvc_repo_dir,
-            remote_url=dvc_remote_url,
-            dataset_name=dataset_name,
-            run_id=run_id,
-        )
+        snap = bind(snapshot_dataset, p, data=validated.outputs["validated"], run_id=run_id)
+        data = {"data": snap.outputs["snapshot"], "dataset_md5": snap.outputs["md5"], "run_id": run_id}
         # the data against the champion's own training data; the steps after it run when it says
         # so (retrain_on: always, or drift found, the champion too old, or none yet)
-        drifted = detect_drift(
-            data=snap.outputs["snapshot"],
-            dataset_md5=snap.outputs["md5"],
-            label_column=label_column,
-            model_name=model_name,
-            champion_alias=alias,
-            tracking_uri=tracking_uri,
-            drift_share=drift_share,
-            seed=seed,
-            max_champion_age_days=max_champion_age_days,
-            retrain_on=retrain_on,
-            run_id=run_id,
-        )
+        drifted = bind(detect_drift, p, **data)
         with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
-            trained = train_op(
-                data=snap.outputs["snapshot"],
-                dataset_md5=snap.outputs["md5"],
-                train_function=train_function,
-                train_config=train_config,
-                task=task,
-                label_column=label_column,
-                backend=backend,
-                horovod_binding=horovod_binding,
-                precision=precision,
-                nproc_per_node=nproc_per_node,
-                nnodes=nnodes,
-                cluster=cluster,
-                device=device,
-                dist_backend=dist_backend,
-                epochs=epochs,
-                max_steps=max_steps,
-                batch_size=batch_size,
-                test_fraction=test_fraction,
-                seed=seed,
-                max_restarts=max_restarts,
-                collective_timeout_s=collective_timeout_s,
-                device_data_share=device_data_share,
-                profile_steps=profile_steps,
-                metrics_port=metrics_port,
-                checkpoint_every_s=checkpoint_every_s,
-                checkpoint_every_steps=checkpoint_every_steps,
-                keep_checkpoints=keep_checkpoints,
-                serving_requirements=serving_requirements,
-                tracking_uri=tracking_uri,
-                experiment_name=experiment_name,
-                run_id=run_id,
-            )
-            profiled = (
-                profile_training(model=trained.outputs["model"], tracking_uri=tracking_uri, run_id=run_id)
-                if with_profile
-                else None
-            )
-            evaluated = evaluate_model(
-                model=trained.outputs["model"],
-                data=snap.outputs["snapshot"],
-                dataset_md5=snap.outputs["md5"],
-                label_column=label_column,
-                thresholds=thresholds,
-                model_name=model_name,
-                champion_alias=alias,
-                tracking_uri=tracking_uri,
-                min_improvement=min_improvement,
-                max_regression=max_regression,
-                metric_functions=metric_functions,
-                lower_is_better=lower_is_better,
-                run_id=run_id,
-            )
+            trained = bind(train_op, p, **data)
+            model = trained.outputs["model"]
+            profiled = bind(profile_training, p, model=model, run_id=run_id) if "profile_training" in include else None
+            evaluated = bind(evaluate_model, p, model=model, **data)
             with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
-                extra = {"profile": profiled.outputs["profile"]} if profiled is not None else {}
+                extra = {"training_profile": profiled.outputs["training_profile"]} if profiled is not None else {}
                 optimized = None
-                if optimize is not None:  # an unset setting (None) is left to the face's own default
-                    optimized = optimize_model(
-                        model=trained.outputs["model"],
-                        data=snap.outputs["snapshot"],
-                        dataset_md5=snap.outputs["md5"],
-                        label_column=label_column,
-                        seed=seed,
-                        run_id=run_id,
-                        **{k: v for k, v in optimize.items() if v is not None},
-                    )
+                if optimize is not None:  # compile-time settings; an unset one (None) is left to the face's default
+                    settings = {k: v for k, v in optimize.items() if v is not None}
+                    optimized = bind(optimize_model, p, model=model, **data, **settings)
                     extra["optimized"] = optimized.outputs["optimized"]
-                registered = register_model(
-                    model=trained.outputs["model"],
-                    decision=evaluated.outputs["decision"],
-                    model_name=model_name,
-                    alias=alias,
-                    tracking_uri=tracking_uri,
-                    run_id=run_id,
-                    move_alias=not require_approval,
-                    **extra,
+                decision = evaluated.outputs["decision"]
+                move = not require_approval  # a compiled constant: no run parameter can skip the approval
+                registered = bind(
+                    register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra
                 )
                 _configure(registered, profile.default, profile, caching=False)
-        steps = [t for t in (profiled, evaluated, optimized) if t is not None]
-        for task_ in steps:
+        later = [t for t in (profiled, evaluated, optimized) if t is not None]
+        for task_ in later:
             _configure(task_, profile.default, profile)
         # detect_drift reads the champion, which moves between runs: its result is not a function of its inputs
         for task_ in (validated, snap, drifted):
@@ -296,13 +197,16 @@ def build_pipeline(
         if trusted_code:
             for task_ in (t for t in (evaluated, drifted, optimized) if t is not None):  # they rebuild the team's model
                 task_.set_env_variable(name="TRAINPIPE_TRUSTED_MODEL_CODE", value=trusted_code)
-        every = [validated, snap, drifted, trained, *steps, registered]
+        every = [validated, snap, drifted, trained, *later, registered]
         _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":
             for task_ in every:
                 task_.set_env_variable(name=POLICY_ENV, value=policy_json)
 
-    return training_pipeline
+    description = "Validate, snapshot, check drift, train, profile, evaluate and register a model."
+    return dsl.pipeline(name=PIPELINE_NAME, description=description, pipeline_root=pipeline_root)(
+        pipeline_function(steps, description)
+    )
 
 
 #: The pipeline with the CPU profile: what ``trainpipe compile`` emits by default.

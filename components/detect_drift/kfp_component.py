@@ -1,81 +1,37 @@
-"""KFP v2 face of detect_drift. Holds no logic: it calls the entrypoint.
+"""KFP v2 face of detect_drift: its parameters are the spec's settings (generated); declared here are
+its artifacts and what the result puts on them. It returns whether to retrain (the pipeline's
+``dsl.If`` reads it)."""
 
-The decision is the return value (``Output``: whether to retrain), a single one because kfp.local
-resolves ``dsl.If`` only on a task's ``Output``; ``drift`` holds the per-column figures.
-"""
+from typing import Any
 
-from kfp.dsl import HTML, Artifact, Dataset, Input, Metrics, Output
-
-from trainpipe.faces.kfp_face import component
+from trainpipe.components.detect_drift.spec import NAME, DetectDriftParams
+from trainpipe.faces.kfp_face import Face, In, Out
 
 
-@component
-def detect_drift(
-    data: Input[Dataset],
-    drift: Output[Artifact],
-    metrics: Output[Metrics],
-    report: Output[HTML],
-    reference: Input[Dataset] = None,
-    label_column: str = "label",
-    model_name: str = "",
-    champion_alias: str = "champion",
-    tracking_uri: str = "",
-    categorical_columns: list = [],
-    drift_share: float = 0.5,
-    column_methods: dict = {},
-    column_thresholds: dict = {},
-    sample_size: int = 100000,
-    seed: int = 0,
-    max_champion_age_days: float = 0.0,
-    prediction_drift_retrains: bool = False,
-    drift_experiment: str = "trainpipe-drift",
-    retrain_on: str = "drift",
-    dataset_md5: str = "",
-    run_id: str = "",
-) -> bool:
-    """Compare the snapshot with the champion's training data (through its lineage); returns whether to retrain."""
-    from trainpipe.faces.kfp_runtime import check_dataset_hash, copy_file, log_metrics, run_entrypoint
+def publish(result: dict[str, Any], artifacts: dict[str, Any]) -> bool:
+    from trainpipe.faces.kfp_runtime import copy_file, log_metrics
 
-    check_dataset_hash(data, dataset_md5)
-    result = run_entrypoint(
-        "detect_drift",
-        {
-            "data": data.path,
-            "reference": reference.path if reference is not None else "",
-            "output_dir": drift.path,
-            "label_column": label_column,
-            "model_name": model_name,
-            "champion_alias": champion_alias,
-            "tracking_uri": tracking_uri,
-            "categorical_columns": categorical_columns,
-            "drift_share": drift_share,
-            "column_methods": column_methods,
-            "column_thresholds": column_thresholds,
-            "sample_size": sample_size,
-            "seed": seed,
-            "max_champion_age_days": max_champion_age_days,
-            "prediction_drift_retrains": prediction_drift_retrains,
-            "drift_experiment": drift_experiment,
-            "retrain_on": retrain_on,
-        },
-        run_id=run_id,
-        output=drift.path,
-    )
-    drift.metadata.update(
-        {
-            "retrain": result["retrain"],
-            "reasons": result["reasons"],
-            "dataset_drift": result["dataset_drift"],
-            "drifted_columns": result["drifted_columns"],
-        }
-    )
-    log_metrics(
-        metrics,
-        {
-            "share_drifted": result["share_drifted"],
-            "dataset_drift": float(result["dataset_drift"]),
-            "retrain": float(result["retrain"]),
-        },
-    )
-    copy_file(drift.path + "/report.html", report.path)
+    shown = ("retrain", "reasons", "dataset_drift", "drifted_columns")
+    artifacts["drift"].metadata.update({k: result[k] for k in shown})
+    figures = {"share_drifted": result["share_drifted"], "dataset_drift": float(result["dataset_drift"])}
+    log_metrics(artifacts["metrics"], {**figures, "retrain": float(result["retrain"])})
+    copy_file(artifacts["drift"].path + "/report.html", artifacts["report"].path)
     return bool(result["retrain"])
+
+
+FACE = Face(
+    NAME,
+    DetectDriftParams,
+    [
+        In("data"),
+        Out("drift", "Artifact", field="output_dir"),
+        Out("metrics", "Metrics"),
+        Out("report", "HTML"),
+        In("reference", optional=True),
+    ],
+    "Compare the snapshot with the champion's training data (through its lineage); returns whether to retrain.",
+    publish,
+    returns="bool",
+    reads_snapshot=True,
+)
+detect_drift = FACE.component()

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from trainpipe.components.snapshot_dataset.spec import SnapshotDatasetConfig
 from trainpipe.faces.airflow_operator import TrainpipeOperator
 
 
@@ -14,6 +15,7 @@ class SnapshotDatasetOperator(TrainpipeOperator):
     """
 
     component = "snapshot_dataset"
+    config = SnapshotDatasetConfig
 
     @classmethod
     def asset_extra(cls, result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:

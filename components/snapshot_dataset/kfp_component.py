@@ -1,47 +1,26 @@
-"""KFP v2 face of snapshot_dataset. Holds no logic: it calls the entrypoint."""
+"""KFP v2 face of snapshot_dataset: its parameters are the spec's settings (generated); declared here
+are its artifacts and its outputs (the DVC md5 and git revision, which travel on)."""
 
-from typing import NamedTuple
+from collections import namedtuple
+from typing import Any
 
-from kfp.dsl import Dataset, Input, Output
+from trainpipe.components.snapshot_dataset.spec import NAME, SnapshotDatasetParams
+from trainpipe.faces.kfp_face import Face, In, Out
 
-from trainpipe.faces.kfp_face import component
+Outputs = namedtuple("SnapshotOutputs", ["md5", "rev"])
 
 
-@component
-def snapshot_dataset(
-    data: Input[Dataset],
-    snapshot: Output[Dataset],
-    repo_dir: str,
-    remote_url: str,
-    remote_region: str = "",
-    remote_endpoint_url: str = "",
-    remote_sse: str = "",
-    remote_sse_kms_key_id: str = "",
-    remote_name: str = "storage",
-    dataset_name: str = "dataset",
-    run_id: str = "",
-) -> NamedTuple("SnapshotOutputs", [("md5", str), ("rev", str)]):
-    """Snapshot the validated data with DVC; its md5 and git revision travel on."""
-    from collections import namedtuple
+def publish(result: dict[str, Any], artifacts: dict[str, Any]) -> Any:
+    artifacts["snapshot"].metadata.update({k: result[k] for k in ("md5", "rev", "remote_url", "path")})
+    return Outputs(result["md5"], result["rev"])
 
-    from trainpipe.faces.kfp_runtime import run_entrypoint
 
-    result = run_entrypoint(
-        "snapshot_dataset",
-        {
-            "data": data.path,
-            "output_dir": snapshot.path,
-            "repo_dir": repo_dir,
-            "remote_url": remote_url,
-            "remote_region": remote_region,
-            "remote_endpoint_url": remote_endpoint_url,
-            "remote_sse": remote_sse,
-            "remote_sse_kms_key_id": remote_sse_kms_key_id,
-            "remote_name": remote_name,
-            "dataset_name": dataset_name,
-        },
-        run_id=run_id,
-        output=snapshot.path,
-    )
-    snapshot.metadata.update({k: result[k] for k in ("md5", "rev", "remote_url", "path")})
-    return namedtuple("SnapshotOutputs", ["md5", "rev"])(result["md5"], result["rev"])
+FACE = Face(
+    NAME,
+    SnapshotDatasetParams,
+    [In("data"), Out("snapshot", "Dataset", field="output_dir")],
+    "Snapshot the validated data with DVC; its md5 and git revision travel on.",
+    publish,
+    returns='NamedTuple("SnapshotOutputs", [("md5", str), ("rev", str)])',
+)
+snapshot_dataset = FACE.component()

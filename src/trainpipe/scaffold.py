@@ -15,6 +15,9 @@ from pathlib import Path
 
 from trainpipe.contract.errors import InputError
 
+#: The namespace the components' folder maps to (pyproject's package-dir).
+PACKAGE = "trainpipe.components"
+
 FILES = {
     "__init__.py": '"""{name}: a trainpipe component."""\n',
     "spec.py": '''"""{name}: typed config and result. Imports nothing heavy."""
@@ -40,7 +43,9 @@ class {cls}Params(StrictModel):
 class {cls}Config({cls}Params):
     """Everything {name} needs, artifacts included."""
 
-    data: str = Field(..., min_length=1, description="a CSV/Parquet file or a dataset artifact", json_schema_extra=INPUT)
+    data: str = Field(
+        ..., min_length=1, description="a CSV/Parquet file or a dataset artifact", json_schema_extra=INPUT
+    )
     output_dir: str = Field(..., min_length=1, description="where the summary goes", json_schema_extra=OUTPUT)
 
 
@@ -59,7 +64,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainpipe.components.{name}.spec import NAME, SUMMARY_FILE, {cls}Config, {cls}Result
+from {package}.{name}.spec import NAME, SUMMARY_FILE, {cls}Config, {cls}Result
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
@@ -89,39 +94,44 @@ def {name}(config: {cls}Config, lineage: Lineage, runtime: Runtime | None = None
 
 __all__ = ["NAME", "{name}"]
 ''',
-    "__main__.py": '''"""Container entrypoint: ``python -m trainpipe.components.{name}``."""
+    "__main__.py": '''"""Container entrypoint: ``python -m {package}.{name}``."""
 
-from trainpipe.components.{name}.core import {name}
-from trainpipe.components.{name}.spec import NAME, {cls}Config
+from {package}.{name}.core import {name}
+from {package}.{name}.spec import NAME, {cls}Config
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
     main(NAME, {cls}Config, {name}, doc="Count a dataset's rows (a trainpipe component scaffold).")
 ''',
-    "kfp_component.py": '''"""KFP v2 face of {name}. Holds no logic: it calls the entrypoint."""
+    "kfp_component.py": '''"""KFP v2 face of {name}: its parameters are the spec's settings (generated);
+declared here are its artifacts and what the result puts on them."""
 
-from kfp.dsl import Artifact, Dataset, Input, Output
+from typing import Any
 
-from trainpipe.faces.kfp_face import component
+from {package}.{name}.spec import NAME, {cls}Params
+from trainpipe.faces.kfp_face import Face, In, Out
 
 
-@component
-def {name}(data: Input[Dataset], summary: Output[Artifact], min_rows: int = 1, run_id: str = "") -> int:
-    """Count the dataset's rows; returns the count."""
-    from trainpipe.faces.kfp_runtime import run_entrypoint
-
-    result = run_entrypoint("{name}", {{"data": data.path, "output_dir": summary.path, "min_rows": min_rows}}, run_id=run_id)
+def publish(result: dict[str, Any], artifacts: dict[str, Any]) -> int:
+    artifacts["summary"].metadata["rows"] = result["rows"]
     return int(result["rows"])
+
+
+FACE = Face(NAME, {cls}Params, [In("data"), Out("summary", "Artifact", field="output_dir")],
+            "Count the dataset's rows; returns the count.", publish, returns="int")
+{name} = FACE.component()
 ''',
     "airflow_task.py": '''"""Airflow 3 face of {name}. Holds no logic: it runs the entrypoint."""
 
+from {package}.{name}.spec import {cls}Config
 from trainpipe.faces.airflow_operator import TrainpipeOperator
 
 
 class {cls}Operator(TrainpipeOperator):
-    """Run `python -m trainpipe.components.{name}` on the worker; the result JSON is the XCom value."""
+    """Run `python -m {package}.{name}` on the worker; the result JSON is the XCom value."""
 
     component = "{name}"
+    config = {cls}Config
 ''',
     "README.md": """# {name}
 
@@ -157,7 +167,8 @@ pytestmark = pytest.mark.unit
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "trainpipe.components.{name}", *args], capture_output=True, text=True, timeout=120, check=False)
+    command = [sys.executable, "-m", "trainpipe.components.{name}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_counts_rows_and_writes_the_output(tmp_path):
@@ -179,8 +190,8 @@ def test_too_few_rows_is_one_line_exit_2(tmp_path):
 
 
 def test_faces_build():
-    from trainpipe.components.{name}.airflow_task import {cls}Operator
-    from trainpipe.components.{name}.kfp_component import {name}
+    from {package}.{name}.airflow_task import {cls}Operator
+    from {package}.{name}.kfp_component import {name}
 
     assert {cls}Operator.component == "{name}" and {name}.name == "{dash}"
 '''
@@ -213,7 +224,7 @@ def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path) -> li
     cls = "".join(part.capitalize() for part in name.split("_"))
     from trainpipe.images import image_for
 
-    values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image_for(name)}
+    values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image_for(name), "package": PACKAGE}
     return _write(folder, FILES, Path(tests_dir) / f"test_component_{name}.py", TEST, values)
 
 
@@ -237,7 +248,9 @@ class Net(nn.Module):
         super().__init__()
         self.register_buffer("mean", torch.zeros(features))
         self.register_buffer("std", torch.ones(features))
-        self.body = nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, outputs))
+        self.body = nn.Sequential(
+            nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, outputs)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body((x.float() - self.mean) / self.std)
@@ -302,12 +315,16 @@ def _train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 4))
     data = tmp_path / "d.csv"
-    pd.DataFrame(x, columns=["a", "b", "c", "d"]).assign(label=(x[:, 0] + x[:, 1] > 0).astype(int)).to_csv(data, index=False)
+    frame = pd.DataFrame(x, columns=["a", "b", "c", "d"])
+    frame.assign(label=(x[:, 0] + x[:, 1] > 0).astype(int)).to_csv(data, index=False)
     env = {{**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_DIR, os.environ.get("PYTHONPATH", "")])}}
-    return subprocess.run([sys.executable, "-m", "trainpipe.components.train_model", "--data", str(data), "--output-dir", str(tmp_path / "m"),
-                           "--tracking-uri", f"sqlite:///{{tmp_path / 'mlflow.db'}}", "--train-function", "{name}.train:train",
-                           "--nproc-per-node", "1", "--epochs", "3", "--batch-size", "32", *args],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    command = [
+        sys.executable, "-m", "trainpipe.components.train_model",
+        "--data", str(data), "--output-dir", str(tmp_path / "m"),
+        "--tracking-uri", f"sqlite:///{{tmp_path / 'mlflow.db'}}", "--train-function", "{name}.train:train",
+        "--nproc-per-node", "1", "--epochs", "3", "--batch-size", "32", *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
 def test_trains_and_writes_a_model_that_loads(tmp_path):

@@ -2,7 +2,19 @@
 with its compiled spec, and the Python versions the package admits.
 
 The import rules are read from the source (AST), so they hold for every code path, not only the
-ones a test happens to import:
+ones a test happens to import. Three layers, one direction (import-linter's "layers" and
+"forbidden" contracts are the model):
+
+- the library (``src/trainpipe``: settings types, training, registry, lineage, data, telemetry)
+  imports no component, pipeline or DAG module; only the edge that drives them (the CLI and the
+  local runner) does;
+- a component imports the library and its own folder, never another component (what two share
+  lives in the library);
+- pipelines and DAGs compose components through their specs and faces, never a core;
+- no import cycle among trainpipe's modules, not even through an import inside a function (a
+  cycle is fixed by moving code, not by hiding an import).
+
+And, as before:
 
 - no core, spec, contract, training, serving or other orchestrator-free module imports kfp or
   airflow anywhere (a core never pulls an orchestrator SDK in, not even inside a function);
@@ -125,6 +137,155 @@ def test_no_dag_pipeline_face_or_spec_imports_a_heavy_library_at_module_level():
     assert bad == [], "heavy library imported at module level where DAGs and pipelines are parsed:\n" + "\n".join(bad)
 
 
+#: Where the layers are, as import roots (the folders map into one namespace: pyproject's package-dir).
+LAYERS = {
+    "src/trainpipe": "trainpipe",
+    "components": "trainpipe.components",
+    "pipelines": "trainpipe.pipelines",
+    "dags": "trainpipe.dags",
+}
+#: Library modules that drive the compositions: the CLI and the local engines (kfp.local, dag.test()).
+LIBRARY_EDGE = ("trainpipe.cli", "trainpipe.runner")
+COMPOSITIONS = ("trainpipe.components", "trainpipe.pipelines", "trainpipe.dags")
+
+
+def module_name(path: Path, root: Path = REPO) -> str:
+    rel = path.relative_to(root)
+    for folder, package in LAYERS.items():
+        if rel.is_relative_to(folder):
+            parts = list(rel.relative_to(folder).with_suffix("").parts)
+            return ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+    raise ValueError(path)
+
+
+def trainpipe_modules() -> dict[str, Path]:
+    out = {}
+    for folder in LAYERS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts and "golden" not in path.parts:
+                out[module_name(path)] = path
+    return out
+
+
+def internal_imports(path: Path, known: dict[str, Path]) -> list[tuple[str, int]]:
+    """Every trainpipe module ``path`` imports (at any depth, TYPE_CHECKING left out), by the module
+    the name resolves to: ``from trainpipe.x import y`` is ``trainpipe.x.y`` when that is a module."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                visit(ast.Module(body=child.orelse, type_ignores=[]))
+                continue
+            names = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                names = [f"{child.module}.{a.name}" for a in child.names]
+            for name in names:
+                if name.split(".")[0] == "trainpipe" and (target := resolve(name)) is not None:
+                    found.append((target, child.lineno))
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def layer_violations(modules: dict[str, Path]) -> list[str]:
+    bad = []
+    for name, path in modules.items():
+        for target, line in internal_imports(path, modules):
+            where = f"{_rel(path)}:{line} imports {target}"
+            in_library = not name.startswith(COMPOSITIONS)
+            if in_library and target.startswith(COMPOSITIONS) and name not in LIBRARY_EDGE:
+                bad.append(f"{where}: the library imports no component, pipeline or DAG")
+            if name.startswith("trainpipe.components.") and target.startswith("trainpipe.components."):
+                own = ".".join(name.split(".")[:3])
+                if target != own and not target.startswith(own + "."):
+                    bad.append(f"{where}: a component imports no other component (share it through the library)")
+            if name.startswith(("trainpipe.pipelines", "trainpipe.dags")) and target.endswith(".core"):
+                bad.append(f"{where}: pipelines and DAGs compose specs and faces, never a core")
+    return bad
+
+
+def import_cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), over every import."""
+    graph = {m: {t for t, _ in internal_imports(p, modules) if t != m} for m, p in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            connect(v)
+    return cycles
+
+
+def test_three_layers_point_one_way():
+    modules = trainpipe_modules()
+    assert {
+        "trainpipe.training.worker",
+        "trainpipe.components.train_model.core",
+        "trainpipe.pipelines.dag_topology",
+    } <= set(modules)
+    bad = layer_violations(modules)
+    assert bad == [], "layers crossed:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_even_inside_functions():
+    cycles = import_cycles(trainpipe_modules())
+    assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_layer_and_cycle_rules_would_catch_a_violation(tmp_path):
+    """Planted files: a library module importing a component, a component importing another's core,
+    a DAG importing a core, and two library modules importing each other inside functions."""
+    planted = {
+        "src/trainpipe/planted_a.py": "def f():\n    from trainpipe.planted_b import g\n",
+        "src/trainpipe/planted_b.py": "def g():\n    from trainpipe import planted_a\n    from "
+        "trainpipe.components.train_model import spec\n",
+        "components/evaluate_model/planted.py": "from trainpipe.components.train_model.core import train_model\n",
+        "dags/planted.py": "from trainpipe.components.train_model.core import train_model\n",
+    }
+    modules = trainpipe_modules()
+    for rel, text in planted.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        modules[module_name(path, tmp_path)] = path
+    bad = layer_violations(modules)
+    assert len(bad) == 3 and all(
+        any(k in b for b in bad) for k in ("the library imports no", "no other component", "never a core")
+    )
+    assert ["trainpipe.planted_a", "trainpipe.planted_b"] in import_cycles(modules)
+
+
 def test_the_guards_would_catch_a_violation(tmp_path):
     source = tmp_path / "core.py"
     source.write_text(
@@ -142,7 +303,8 @@ def test_the_guards_would_catch_a_violation(tmp_path):
     assert anywhere == ["kfp", "airflow"]
 
 
-#: What the platform sets for a step: the entrypoint reads it once (trainpipe.contract.runtime) and a core gets it as an argument.
+# : What the platform sets for a step: the entrypoint reads it once (trainpipe.contract.runtime) and a core gets it as
+# an argument.
 PLATFORM_SETTINGS = ("TRAINPIPE_POLICY", "TRAINPIPE_HARDWARE_PROFILE", "TRAINPIPE_TRUSTED_MODEL_CODE")
 
 
@@ -164,7 +326,8 @@ def test_cores_are_given_the_policy_and_profile_instead_of_reading_the_environme
     assert bad == [], "a core reads the platform's settings itself:\n" + "\n".join(bad)
     planted = tmp_path / "core.py"
     planted.write_text(
-        "import os\nfrom trainpipe.contract.policy import load_policy\np = load_policy()\nh = os.environ.get('TRAINPIPE_HARDWARE_PROFILE')\n"
+        "import os\nfrom trainpipe.contract.policy import load_policy\np = load_policy()\nh = "
+        "os.environ.get('TRAINPIPE_HARDWARE_PROFILE')\n"
     )
     assert len(platform_reads(planted)) == 2
 
@@ -211,3 +374,60 @@ def test_python_versions_are_bounded_only_where_a_dependency_is():
         and not tf.marker.evaluate({"python_version": "3.14"})
         and tf.marker.evaluate({"python_version": "3.13"})
     )
+
+
+#: A class past this many lines of code (docstrings, comments and blank lines aside) usually holds two jobs.
+MAX_CLASS_CODE_LINES = 250
+
+
+def class_code_lines(path: Path) -> dict[str, int]:
+    """Lines of code of each class in ``path``: its span without docstrings, comments and blank lines."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+        ):
+            if isinstance(body[0].value.value, str):
+                docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            span = range(node.lineno, node.end_lineno + 1)
+            code = [
+                n for n in span if n not in docs and lines[n - 1].strip() and not lines[n - 1].strip().startswith("#")
+            ]
+            out[f"{_rel(path)}:{node.name}"] = len(code)
+    return out
+
+
+def test_no_class_holds_two_jobs():
+    sizes = {k: v for p in trainpipe_modules().values() for k, v in class_code_lines(p).items()}
+    assert "src/trainpipe/training/context.py:BaseContext" in sizes
+    big = {k: v for k, v in sizes.items() if v > MAX_CLASS_CODE_LINES}
+    assert big == {}, f"classes over {MAX_CLASS_CODE_LINES} lines of code: {big}"
+
+
+def test_the_library_declares_ranges_and_the_images_hold_the_exact_versions():
+    """Installed beside a team's stack (its Airflow image, its MLflow server, its CUDA torch), trainpipe
+    must not force a version: every requirement is a range from the lowest tested version to below
+    the next major; the exact versions live in the images' locks and the dev constraints."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for deps in [project["dependencies"], *project["optional-dependencies"].values()]:
+        for text in deps:
+            req = Requirement(text)
+            if req.name == "trainpipe":
+                continue
+            ops = {s.operator for s in req.specifier}
+            assert "==" not in ops and ">=" in ops and ("<" in ops or "<=" in ops), f"{text}: not a range"
+    constraints = (REPO / "images" / "constraints.txt").read_text()
+    assert "\nmlflow==" in constraints and "\nkfp==" in constraints and "\napache-airflow==" in constraints

@@ -108,3 +108,16 @@ def test_the_readme_config_is_a_valid_pipeline_config(tmp_path):
     path.write_text(block)
     cfg = load_pipeline_config(path)
     assert cfg.train.train_function and yaml.safe_load(block)["train"]["train_config"] == cfg.train.train_config
+
+
+def test_the_components_table_lists_trainpipe_components_in_their_order():
+    """The README names the components from one list: its table is ``trainpipe.COMPONENTS``."""
+    import re
+
+    from trainpipe import COMPONENTS
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## The components", 1)[1].split("\n## ", 1)[0]
+    assert tuple(re.findall(r"^\| `([a-z_]+)` \| ", section, re.M)) == COMPONENTS
+    for name in COMPONENTS:  # and each component's own README is linked from its row
+        assert f"(components/{name}/README.md)" in section

@@ -1,13 +1,15 @@
 """One parameter surface: a setting's name, type, default and bounds are written once, in the
-component's spec, and every face, the pipeline and the DAG agree with it.
+component's spec, and every face, the pipeline and the DAG are derived from it.
 
 - each KFP face takes every setting of its spec under the same name and default (``None`` as the
-  type's empty value, :data:`~trainpipe.faces.surface.UNSET`), and nothing else but its artifacts
-  and the face-only parameters;
+  type's empty value, :data:`~trainpipe.faces.surface.UNSET`; an open mapping as JSON text), and
+  nothing else but its artifacts, ``run_id`` and (where it reads the snapshot) ``dataset_md5``;
 - the pipeline's parameters are the pipeline config's settings, with the config's defaults;
 - every setting a pipeline exposes reaches every step that has it (under its own name, or the one
-  :data:`~trainpipe.faces.surface.RENAMED` gives), in the compiled pipeline and in the DAG: a step
-  never falls back to its own default for something the pipeline was told.
+  :data:`~trainpipe.pipelines.config.RENAMED` gives), in the compiled pipeline and in the DAG: a
+  step never falls back to its own default for something the pipeline was told;
+- a setting added to a spec reaches the KFP YAML, the Airflow operator and ``--help`` with no other
+  edit, and a setting the spec lacks fails where it is written (DAG import, KFP compile).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import typing
@@ -24,14 +27,19 @@ import pytest
 
 from tests.conftest import REPO
 from trainpipe import COMPONENTS
-from trainpipe.faces.surface import ARTIFACTS, FACE_ONLY, NOT_FROM_PIPELINE, RENAMED, UNSET, params_model
+from trainpipe.contract.entrypoint import input_fields, output_fields
+from trainpipe.faces.surface import UNSET
+from trainpipe.pipelines.config import NOT_FROM_PIPELINE, RENAMED
 
 pytestmark = pytest.mark.contract
 
 
+def face_module(component: str):
+    return importlib.import_module(f"trainpipe.components.{component}.kfp_component")
+
+
 def face_function(component: str):
-    module = importlib.import_module(f"trainpipe.components.{component}.kfp_component")
-    return getattr(module, component).python_func
+    return getattr(face_module(component), component).python_func
 
 
 def face_settings(component: str) -> dict[str, inspect.Parameter]:
@@ -44,7 +52,8 @@ def face_settings(component: str) -> dict[str, inspect.Parameter]:
 
 
 def kfp_type(annotation) -> type:
-    """The KFP parameter type a spec field's annotation becomes."""
+    """The KFP parameter type a spec field's annotation becomes (written again here, on purpose:
+    this test checks the generator against its own reading of the rule)."""
     args = (
         [a for a in typing.get_args(annotation) if a is not type(None)]
         if typing.get_origin(annotation) in (typing.Union, __import__("types").UnionType)
@@ -52,6 +61,8 @@ def kfp_type(annotation) -> type:
     )
     a = args[0]
     origin = typing.get_origin(a) or a
+    if origin is dict and typing.get_args(a)[1:] == (typing.Any,):
+        return str  # an open mapping travels as JSON text
     if origin is typing.Literal:
         return type(typing.get_args(a)[0])
     if isinstance(origin, type) and hasattr(origin, "model_fields"):
@@ -61,32 +72,41 @@ def kfp_type(annotation) -> type:
 
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_each_kfp_face_takes_its_specs_settings_with_the_same_names_and_defaults(component):
-    spec = params_model(component).model_fields
-    face = face_settings(component)
-    assert set(face) - FACE_ONLY == set(spec), (
-        f"face only: {sorted(set(face) - FACE_ONLY - set(spec))}, spec only: {sorted(set(spec) - set(face))}"
+    face = face_module(component).FACE
+    spec = face.params.model_fields
+    params = face_settings(component)
+    extra = {"run_id"} | ({"dataset_md5"} if face.reads_snapshot else set())
+    assert set(params) - extra == set(spec), (
+        f"face only: {sorted(set(params) - extra - set(spec))}, spec only: {sorted(set(spec) - set(params))}"
     )
     for name, field in spec.items():
-        p = face[name]
+        p = params[name]
+        assert p.annotation is kfp_type(field.annotation), (
+            f"{component}.{name}: face type {p.annotation}, spec {field.annotation}"
+        )
         default = field.get_default(call_default_factory=True) if not field.is_required() else inspect.Parameter.empty
-        if default is None:
+        if default is inspect.Parameter.empty:
+            assert p.default is inspect.Parameter.empty, f"{component}.{name}: required in the spec, not on the face"
+        elif default is None:
             assert p.default == UNSET[p.annotation], (
-                f"{component}.{name}: unset is {UNSET[p.annotation]!r} on a KFP face, not {p.default!r}"
+                f"{component}.{name}: unset is {UNSET[p.annotation]!r} on KFP, not {p.default!r}"
             )
+        elif p.annotation is str and kfp_type(field.annotation) is str and not isinstance(default, str):
+            assert json.loads(p.default) == default, f"{component}.{name}"
         elif hasattr(default, "model_dump"):
             assert p.default == default.model_dump(mode="json"), f"{component}.{name}"
         else:
             assert p.default == default, f"{component}.{name}: face default {p.default!r}, spec default {default!r}"
-        assert p.annotation is kfp_type(field.annotation), (
-            f"{component}.{name}: face type {p.annotation}, spec {field.annotation}"
-        )
-    # the spec's path fields are the face's artifacts, named by what they hold
-    artifacts = {
-        n
-        for n, p in inspect.signature(face_function(component)).parameters.items()
-        if typing.get_origin(p.annotation) is typing.Annotated
-    }
-    assert set(ARTIFACTS[component].values()) <= artifacts
+    # every artifact fills one of the spec's path settings (or is an output the face fills itself), and
+    # every path setting the step cannot run without is an artifact
+    config = importlib.import_module(f"trainpipe.components.{component}.spec")
+    config = getattr(config, face.params.__name__.removesuffix("Params") + "Config")
+    paths = set(input_fields(config)) | set(output_fields(config))
+    declared = {a.field for a in face.artifacts if a.field}
+    assert declared <= paths and {n for n in paths if config.model_fields[n].is_required()} <= declared, (
+        declared,
+        paths,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +154,8 @@ def test_the_pipelines_parameters_are_the_configs_settings_with_its_defaults(com
         source = unset.train if name in TrainSettings.model_fields else unset
         value = getattr(source, name)
         value = value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+        if spec["parameterType"] == "STRING" and not isinstance(value, str) and value is not None:
+            value = json.dumps(value)  # an open mapping travels as JSON text (its numbers keep their types)
         assert spec["defaultValue"] == (
             value if value is not None else expected[name] if expected[name] in UNSET.values() else None
         ), name
@@ -147,7 +169,7 @@ def test_every_pipeline_setting_reaches_every_step_that_takes_it(compiled):
     for task, (component, bound) in tasks.items():
         if component not in COMPONENTS:
             continue
-        for name in params_model(component).model_fields:
+        for name in face_module(component).FACE.params.model_fields:
             wanted = RENAMED.get((component, name), name)
             if wanted not in pipeline_params or (component, name) in NOT_FROM_PIPELINE:
                 continue
@@ -163,7 +185,8 @@ DUMP_DAG = """
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("d", sys.argv[1])
 m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-tasks = {t.task_id: {"component": getattr(t, "component", None) or getattr(getattr(t, "operator_cls", None), "component", None),
+tasks = {t.task_id: {"component": getattr(t, "component", None) or getattr(getattr(t, "operator_cls", None),
+"component", None),
                      "settings": getattr(t, "settings", None)} for t in m.dag.tasks}
 print(json.dumps({"params": {k: m.dag.params[k] for k in m.dag.params}, "tasks": tasks}, default=str))
 """
@@ -206,24 +229,158 @@ def test_every_dag_param_reaches_every_step_that_takes_it(tmp_path, mode, dag_fi
             continue
         seen.add(component)
         settings = task["settings"]
-        for name in params_model(component).model_fields:
+        for name in face_module(component).FACE.params.model_fields:
             wanted = RENAMED.get((component, name), name)
             if (component, name) in NOT_FROM_PIPELINE:
                 continue
-            if wanted in params and wanted != "train":
-                assert settings.get(name, "").replace(" | tojson", "") == "{{ params.%s }}" % wanted, (
-                    f"{task_id}.{name}: {settings.get(name)!r}"
-                )
-            elif component == "train_model" and name in train:
-                assert settings.get(name) == "{{ params.train.%s | tojson }}" % name, (
-                    f"{task_id}.{name}: {settings.get(name)!r}"
-                )
+            got = settings.get(name, "").replace(" | tojson", "")
+            if wanted in params and wanted not in ("train", "optimize"):
+                assert got == "{{ params." + wanted + " }}", f"{task_id}.{name}: {settings.get(name)!r}"
+            elif wanted in train and "train" in params:
+                assert got == "{{ params.train." + wanted + " }}", f"{task_id}.{name}: {settings.get(name)!r}"
             elif component == "optimize_model" and name in optimize:
-                assert settings.get(name) == "{{ params.optimize.%s | tojson }}" % name, (
-                    f"{task_id}.{name}: {settings.get(name)!r}"
-                )
-            elif component == "optimize_model" and name == "seed":  # the pipeline's seed (train.seed)
-                assert settings.get(name) == "{{ params.train.seed | tojson }}", (
-                    f"{task_id}.{name}: {settings.get(name)!r}"
-                )
+                assert got == "{{ params.optimize." + name + " }}", f"{task_id}.{name}: {settings.get(name)!r}"
     assert seen >= {"train_model", "evaluate_model", "optimize_model", "register_model"}
+
+
+#: The one edit: a new setting in train_model's settings (the library's training settings type).
+NEW_SETTING = '    newcomer_setting: int = Field(7, ge=0, description="a setting added in one place")\n'
+PROBE_NEW_SETTING = """
+import contextlib, io, json, sys, importlib.util
+import yaml
+from trainpipe.pipelines.compile import compile_pipeline
+ir = next(yaml.safe_load_all(compile_pipeline(sys.argv[1] + "/p.yaml", "cpu").read_text()))
+inner = next(c["dag"]["tasks"]["train-model"] for c in [ir["root"], *ir["components"].values()]
+             if "train-model" in c.get("dag", {}).get("tasks", {}))
+spec = importlib.util.spec_from_file_location("d", sys.argv[2])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+from trainpipe.contract.entrypoint import make_parser
+from trainpipe.components.train_model.spec import TrainModelConfig
+help_text = make_parser("train_model", TrainModelConfig, "").format_help()
+print(json.dumps({
+    "pipeline": ir["root"]["inputDefinitions"]["parameters"].get("newcomer_setting"),
+    "face": ir["components"]["comp-train-model"]["inputDefinitions"]["parameters"].get("newcomer_setting"),
+    "bound": inner["inputs"]["parameters"].get("newcomer_setting"),
+    "dag_param": m.dag.params["train"].get("newcomer_setting"),
+    "operator": m.dag.get_task("train_model").settings.get("newcomer_setting"),
+    "help": "--newcomer-setting" in help_text,
+}))
+"""
+
+
+def test_a_setting_added_to_a_spec_reaches_every_face_with_no_other_edit(tmp_path):
+    """The package copied as it installs, one line added to the settings: the KFP face and the compiled
+    pipeline take it (bound to a pipeline parameter), the training DAG passes it from its params, and
+    ``--help`` lists it."""
+    pkg = tmp_path / "site" / "trainpipe"
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "src" / "trainpipe", pkg, ignore=skip)
+    for part in ("components", "pipelines", "dags"):
+        shutil.copytree(REPO / part, pkg / part, ignore=skip)
+    settings = pkg / "training" / "settings.py"
+    anchor = "    keep_checkpoints: int = Field("
+    assert anchor in settings.read_text()
+    settings.write_text(settings.read_text().replace(anchor, NEW_SETTING + anchor, 1))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "site"),
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    env.pop("TRAINPIPE_CONFIG", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE_NEW_SETTING, str(tmp_path), str(pkg / "dags" / "training_dag.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["pipeline"] == {
+        "defaultValue": 7,
+        "description": "a setting added in one place",
+        "isOptional": True,
+        "parameterType": "NUMBER_INTEGER",
+    }, got
+    assert got["face"]["defaultValue"] == 7 and got["bound"] == {
+        "componentInputParameter": "pipelinechannel--newcomer_setting"
+    }
+    assert got["dag_param"] == 7 and got["operator"] == "{{ params.train.newcomer_setting | tojson }}"
+    assert got["help"]
+
+
+UNKNOWN_IN_DAG = """
+from datetime import datetime
+from airflow.sdk import DAG
+from trainpipe.components.train_model.airflow_task import TrainModelOperator
+with DAG(dag_id="typo", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+    TrainModelOperator(task_id="train_model", settings={"data": "d", "output_dir": "o", "hidden_units": [64]})
+"""
+
+
+def test_a_setting_the_spec_lacks_fails_where_it_is_written(tmp_path):
+    """``hidden_units`` is a train_config key, not a setting: the DAG file does not import, and a
+    pipeline that passes it does not compile, each naming it."""
+    dag = tmp_path / "typo_dag.py"
+    dag.write_text(UNKNOWN_IN_DAG)
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    proc = subprocess.run([sys.executable, str(dag)], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 1
+    assert "TypeError: TrainModelOperator: 'hidden_units' is not a setting of train_model" in proc.stderr
+    from trainpipe.components.train_model.airflow_task import TrainModelOperator
+
+    with pytest.raises(TypeError, match="setting 'epochs': Input should be a valid integer"):
+        TrainModelOperator.check_settings({"epochs": "ten"})
+    TrainModelOperator.check_settings(
+        {"epochs": "{{ params.train.epochs | tojson }}"}
+    )  # a template: checked when rendered
+
+    from kfp import dsl
+
+    from trainpipe.components.train_model.kfp_component import train_model
+
+    def typo(data: str):
+        raw = dsl.importer(artifact_uri=data, artifact_class=dsl.Dataset)
+        train_model(data=raw.output, hidden_units=[64])
+
+    typo.__annotations__ = {"data": str}  # this module's annotations are strings; KFP reads the types
+    with pytest.raises(TypeError, match="hidden_units"):
+        dsl.pipeline(name="typo")(typo)
+
+
+def _choices(annotation) -> list[str]:
+    """The values of every closed choice inside an annotation (Literal, in a list or optional)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return [str(v) for v in typing.get_args(annotation)]
+    return [c for a in typing.get_args(annotation) for c in _choices(a)]
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_help_names_every_choice_of_a_closed_setting(component):
+    """``trainpipe <component> --help`` lists the values of every closed setting, read from the spec."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainpipe.cli", component, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    spec = importlib.import_module(f"trainpipe.components.{component}.spec")
+    config = getattr(spec, face_module(component).FACE.params.__name__.removesuffix("Params") + "Config")
+    closed = {name: _choices(f.annotation) for name, f in config.model_fields.items() if _choices(f.annotation)}
+    for name, values in closed.items():
+        flag = "--" + name.replace("_", "-")
+        assert f"{flag} " + "{" + "|".join(values) + "}" in proc.stdout or f"{flag} [" + "{" in proc.stdout, (
+            name,
+            values,
+        )
+    if component == "train_model":
+        assert (
+            "--task {classification|regression}" in proc.stdout
+            and "{torch_ddp|torch_fsdp|horovod|tensorflow}" in proc.stdout
+        )

@@ -1,6 +1,9 @@
 """Conformance: every component gives the same outputs through its KFP face (kfp.local), its
 Airflow face (``dag.test()``, local mode) and its bare entrypoint, on the same inputs, with a
-team's own training function (tests/fixtures/teampkg) in the place of the built-in one.
+team's own training function (tests/fixtures/teampkg) in the place of the built-in one. That
+function (a GRU) first checks that its ``train_config`` arrived with the types it was written with
+(an int hidden size, a float, text, a list of ints, a nested mapping): a setting reaches the
+component as it was given on every engine, KFP's included.
 
 Each way runs the whole chain in its own workspace (own DVC repository and remote, own embedded
 MLflow store) from the same raw file and settings, so each component sees the same inputs.
@@ -25,8 +28,8 @@ from tests.conftest import result_of, run_component
 pytestmark = pytest.mark.e2e
 
 TRAIN = {
-    "train_function": "teampkg.train:train",
-    "train_config": {"width": 24},
+    "train_function": "teampkg.sequence:train",
+    "train_config": {"hidden": 24, "lr": 0.01, "note": "gru", "steps": [8, 8], "nested": {"depth": 1, "scale": 0.5}},
     "nproc_per_node": 1,
     "epochs": 2,
     "batch_size": 64,
@@ -134,7 +137,7 @@ def _run_bare(config: Path) -> dict[str, dict]:
             data=str(out / "snapshot_dataset"),
             label_column=c.label_column,
             model_name=c.model_name,
-            champion_alias=c.alias,
+            alias=c.alias,
             drift_share=c.drift_share,
             seed=c.train.seed,
             retrain_on=c.retrain_on,
@@ -163,7 +166,7 @@ def _run_bare(config: Path) -> dict[str, dict]:
         "register_model",
         model=str(out / "train_model"),
         decision=str(out / "evaluate_model"),
-        profile=str(out / "profile_training"),
+        training_profile=str(out / "profile_training"),
         model_name=c.model_name,
         alias=c.alias,
         **track,
@@ -213,4 +216,4 @@ def test_each_component_gives_the_same_outputs_through_kfp_airflow_and_by_hand(t
     assert reference["snapshot_dataset"]["md5"] == reference["validate_data"]["data_md5"]
     assert len(reference["train_model"]["model_sha256"]) == 64
     assert reference["register_model"]["version"] == "1" and reference["evaluate_model"]["decision"]["passed"] is True
-    assert reference["train_model"]["train_function"] == "teampkg.train:train"
+    assert reference["train_model"]["train_function"] == "teampkg.sequence:train"

@@ -31,7 +31,8 @@ if mode == "stream":
     seen = []
     class Recorder:  # the task log, noting whether the step was still running when each line came
         def info(self, fmt, *a):
-            seen.append({"line": fmt % a if a else fmt, "running": op._proc is not None and op._proc.poll() is None, "t": time.time()})
+            running = op._proc is not None and op._proc.poll() is None
+            seen.append({"line": fmt % a if a else fmt, "running": running, "t": time.time()})
         def __getattr__(self, name):
             return lambda *a, **k: None
     op.__dict__["log"] = Recorder()
@@ -40,7 +41,8 @@ if mode == "stream":
     print(json.dumps({"seen": seen, "loss": result["final_loss"], "end": time.time()}))
 
 elif mode == "timeout":
-    os.environ.update({"AIRFLOW_HOME": args["home"], "AIRFLOW__CORE__DAGS_FOLDER": args["dags"], "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    os.environ.update({"AIRFLOW_HOME": args["home"], "AIRFLOW__CORE__DAGS_FOLDER": args["dags"],
+                       "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
     from airflow.dag_processing.dagbag import DagBag
     from airflow.utils import db
     db.upgradedb()
@@ -51,13 +53,15 @@ elif mode == "timeout":
 
 elif mode == "assets":
     from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
-    from trainpipe.faces.airflow_dag import component_task, dataset_asset
+    from trainpipe.faces.airflow_operator import component_task
+    from trainpipe.pipelines.dag_topology import dataset_asset
     from trainpipe.profiles import get_profile
     extras = {}
     for m in ("local", "kubernetes"):
         asset = dataset_asset("tiny")
         profile = get_profile("cpu") if m == "kubernetes" else None
-        op = component_task(SnapshotDatasetOperator, "snapshot_dataset", args["settings"], mode=m, image="trainpipe-data:test" if profile else None,
+        image = "trainpipe-data:test" if profile else None
+        op = component_task(SnapshotDatasetOperator, "snapshot_dataset", args["settings"], mode=m, image=image,
                             profile=profile, outlets=[asset])
         if m == "kubernetes":  # the pod runs the same command: its run is stood in for by the worker's result
             from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
@@ -145,7 +149,8 @@ def test_a_timed_out_task_ends_the_whole_step_and_leaves_no_process(tmp_path, sn
         "from airflow.sdk import DAG\n"
         "from trainpipe.components.train_model.airflow_task import TrainModelOperator\n"
         "with DAG(dag_id='killed_by_timeout', schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:\n"
-        f"    TrainModelOperator(task_id='train_model', settings={settings!r}, retries=0, execution_timeout=timedelta(seconds=25))\n"
+        f"    TrainModelOperator(task_id='train_model', settings={settings!r}, retries=0, "
+        "execution_timeout=timedelta(seconds=25))\n"
     )
     started = time.time()
     out = _script("timeout", {"home": str(tmp_path / "home"), "dags": str(dags)}, timeout=600)

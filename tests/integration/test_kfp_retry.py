@@ -21,7 +21,10 @@ from trainpipe.faces.kfp_runtime import FAILED_RECORD
 
 pytestmark = pytest.mark.integration
 
-ATTEMPT = "import json, sys\nfrom trainpipe.faces.kfp_runtime import run_entrypoint\nrun_entrypoint(sys.argv[1], json.loads(sys.argv[2]), run_id='run-1', output=sys.argv[3])\n"
+ATTEMPT = (
+    "import json, sys\nfrom trainpipe.faces.kfp_runtime import run_entrypoint\n"
+    "run_entrypoint(sys.argv[1], json.loads(sys.argv[2]), run_id='run-1', output=sys.argv[3])\n"
+)
 
 
 def _attempt(component: str, settings: dict, output: Path, audit: Path) -> subprocess.CompletedProcess:
@@ -60,7 +63,8 @@ def test_a_retried_attempt_of_a_permanent_failure_exits_at_once_with_the_same_co
     assert retry.returncode == 3
     last = retry.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "trainpipe validate_data: an earlier attempt of this task failed for good (exit 3), not run again: suite 'trainpipe_default' failed"
+        "trainpipe validate_data: an earlier attempt of this task failed for good (exit 3), not run again: suite "
+        "'trainpipe_default' failed"
     )
     assert _executions(audit, "validate_data") == 1, "the retried attempt ran the step again"
 

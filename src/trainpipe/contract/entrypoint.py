@@ -101,13 +101,32 @@ def _parse_value(raw: str, annotation: Any) -> Any:
         return raw
 
 
+def metavar(annotation: Any) -> str:
+    """What a flag takes, for ``--help``: a closed setting names every choice (``{fp32|bf16|fp16}``,
+    a list of them, ``true|false``), an open one its kind (TEXT, INT, NUMBER, JSON)."""
+    options = [a for a in typing.get_args(annotation) if a is not type(None)] if _optional(annotation) else [annotation]
+    a = options[0] if len(options) == 1 else annotation
+    origin = typing.get_origin(a)
+    if origin is typing.Literal:
+        return "{" + "|".join(str(v) for v in typing.get_args(a)) + "}"
+    if origin is list:
+        (item,) = typing.get_args(a) or (Any,)
+        inner = metavar(item)
+        return f"[{inner}, ...]" if inner.startswith("{") else "LIST"
+    if a is bool:
+        return "{true|false}"
+    return {str: "TEXT", int: "INT", float: "NUMBER", Path: "PATH"}.get(a, "JSON")
+
+
 def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.ArgumentParser:
-    """Build the argument parser for a component from its config model."""
+    """Build the argument parser for a component from its config model: a flag per setting, its help
+    the spec's description, its choices (for a closed setting) and its default."""
     parser = argparse.ArgumentParser(
         prog=f"python -m trainpipe.components.{name}",
         description=doc,
-        epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 data failed its suite, "
-        "4 gate not passed, 75 service unavailable (retry), 77 not permitted.",
+        epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 data failed its suite, 4 gate not passed, "
+        "6 the audit log failed verification, 7 a model failed signature verification, "
+        "75 service unavailable or preempted after a checkpoint (retry), 77 not permitted.",
     )
     parser.add_argument("--config", help="YAML or JSON file of settings; flags override it")
     parser.add_argument("--result", help="where to write the result JSON (default: stdout only)")
@@ -116,10 +135,14 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
     group = parser.add_argument_group("settings")
     for fname, f in model.model_fields.items():
         flag = "--" + fname.replace("_", "-")
-        help_ = (f.description or "") + (
-            "" if f.is_required() else f" (default: {f.get_default(call_default_factory=True)!r})"
+        default = "" if f.is_required() else f" (default: {f.get_default(call_default_factory=True)!r})"
+        group.add_argument(
+            flag,
+            dest=fname,
+            default=argparse.SUPPRESS,
+            metavar=metavar(f.annotation),
+            help=(f.description or "") + default,
         )
-        group.add_argument(flag, dest=fname, default=argparse.SUPPRESS, metavar="VALUE", help=help_)
     return parser
 
 
@@ -292,7 +315,8 @@ def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:
         if "://" in value:
             scheme = value.split("://", 1)[0]
             raise InputError(
-                f"{field}: unsupported URI scheme {scheme + '://'!r} in {value!r} (a local path is expected; orchestrators mount object storage as files)"
+                f"{field}: unsupported URI scheme {scheme + '://'!r} in {value!r} (a local path is expected; "
+                "orchestrators mount object storage as files)"
             )
         p = Path(value).resolve()
         if field in input_fields(model) and (

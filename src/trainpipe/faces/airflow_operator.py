@@ -4,7 +4,7 @@ The step's log reaches the task log line by line as it is written; a task that i
 timeout, "mark failed", ``airflow tasks clear``) ends the step's whole process group, torchrun and
 its ranks included. Only transient exit codes are retried: a failed suite, bad input or a failed
 gate fails the task for good. Kubernetes mode runs the same command in a pod
-(:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in :mod:`trainpipe.faces.airflow_dag`.
+(:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in :mod:`trainpipe.pipelines.dag_topology`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from airflow.providers.standard.utils.skipmixin import SkipMixin
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainpipe.contract.errors import is_retryable_exit
 from trainpipe.faces.command import component_command, note_failure, stream
@@ -46,14 +47,43 @@ class TrainpipeOperator(BaseOperator):
     """
 
     component: ClassVar[str] = ""
+    #: The component's settings model (its spec's ``<Name>Config``): the settings are checked against it.
+    config: ClassVar[type[BaseModel] | None] = None
     template_fields: Sequence[str] = ("settings",)
     ui_color = "#e8f4ea"
 
     def __init__(self, *, settings: dict[str, Any], env: dict[str, str] | None = None, **kwargs: Any) -> None:
+        self.check_settings(settings)
         super().__init__(**kwargs)
         self.settings = settings
         self.env = dict(env or {})
         self._proc: subprocess.Popen[str] | None = None
+
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> None:
+        """The settings are the component's, so a DAG that passes one its spec lacks (or a value its type
+        refuses) fails to import, naming it, instead of failing when the task runs. A templated value is
+        checked when it is rendered, by the step itself.
+
+        Raises:
+            TypeError: a setting the spec lacks, or a value of the wrong type.
+        """
+        if cls.config is None:
+            return
+        fields = cls.config.model_fields
+        unknown = sorted(set(settings) - set(fields))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}: {', '.join(map(repr, unknown))} is not a setting of {cls.component} "
+                f"(its settings: {', '.join(fields)})"
+            )
+        for name, value in settings.items():
+            if isinstance(value, str) and "{{" in value:
+                continue
+            try:
+                TypeAdapter(fields[name].annotation).validate_python(value)
+            except ValidationError as exc:
+                raise TypeError(f"{cls.__name__}: setting {name!r}: {exc.errors()[0]['msg']}") from None
 
     @classmethod
     def asset_extra(cls, result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,6 +143,45 @@ class TrainpipeOperator(BaseOperator):
             proc.wait()
         except ProcessLookupError:
             pass
+
+
+def component_task(
+    operator_cls: type[TrainpipeOperator],
+    task_id: str,
+    settings: dict[str, Any],
+    *,
+    mode: str,
+    image: str | None,
+    profile: Any = None,
+    resources: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """One step in either mode: the operator on the worker (``local``) or the same command in a pod (``kubernetes``)."""
+    name = operator_cls.component
+    kwargs.setdefault(
+        "doc_md",
+        f"trainpipe `{name}`: runs `python -m trainpipe.components.{name}` "
+        f"({'in a pod with the component image' if mode == 'kubernetes' else 'on the worker'}); its result JSON is the "
+        "XCom value. "
+        "Only transient exits (75, signals) are retried.",
+    )
+    operator_cls.check_settings(settings)  # a setting the spec lacks fails here, when the DAG file is parsed
+    if mode == "kubernetes":
+        from trainpipe.faces.airflow_pod import kubernetes_task  # the provider's import cost only where pods run
+
+        return kubernetes_task(
+            operator_cls.component,
+            task_id=task_id,
+            settings=settings,
+            image=image,
+            profile=profile,
+            resources=resources,
+            operator_cls=operator_cls,
+            **kwargs,
+        )
+    if mode != "local":
+        raise ValueError(f"mode: {mode!r} is not local or kubernetes")
+    return operator_cls(task_id=task_id, settings=settings, **kwargs)
 
 
 #: The XCom key the approval task keeps its answer under (see trainpipe.faces.airflow_approval).

@@ -1,23 +1,177 @@
-"""The decorator every KFP face uses: our image, no run-time pip installs.
+"""The KFP v2 faces, generated from the components' specs: a face declares only its artifacts and
+what the step's result puts on them; its parameters are its spec's settings.
 
-Air-gapped clusters cannot ``pip install`` at run time, so components run in the
-trainpipe image with kfp already inside (``install_kfp_package=False``). Which image
-runs which component is decided in :mod:`trainpipe.images`.
+Each ``components/<name>/kfp_component.py`` builds a :class:`Face` and makes the component from it.
+The component function is written from the spec: one parameter per setting, with the spec's name,
+KFP type and default (:mod:`trainpipe.faces.surface`), its description in the docstring (the KFP UI
+shows it), the artifacts, and ``run_id`` (and ``dataset_md5`` for faces that read the snapshot).
+Its body, which KFP ships into the container, hands everything to :meth:`Face.run`. So a setting
+added to a spec is on the face, in the compiled pipeline and in the KFP UI with no other edit, and
+a setting the spec lacks is refused where a pipeline passes it (KFP's own check of the call).
+
+Air-gapped clusters cannot ``pip install`` at run time, so components run in the trainpipe image
+with kfp already inside (``install_kfp_package=False``); :mod:`trainpipe.images` decides which
+image runs which component.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import linecache
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kfp import dsl
+from pydantic import BaseModel
 
+from trainpipe.faces import surface
 from trainpipe.images import image_for
 
+#: Parameters every face has beside the settings: the orchestrator's run id (in the lineage).
+RUN_ID = "run_id"
+#: A data-reading face's parameter that puts the snapshot's DVC md5 into the task's cache key.
+DATASET_MD5 = "dataset_md5"
 
-def component(func: Callable[..., Any]) -> Any:
-    """``@dsl.component`` in the component's trainpipe image, no packages installed at run time."""
-    return dsl.component(func, base_image=image_for(func.__name__), install_kfp_package=False)
+
+@dataclass(frozen=True)
+class Artifact:
+    """One KFP artifact of a face.
+
+    Attributes:
+        name: The parameter's name (what the artifact holds: ``data``, ``model``, ``decision``).
+        kind: Its KFP class: Dataset, Model, Artifact, Metrics, HTML or ClassificationMetrics.
+        output: An output (the step writes it) or an input.
+        field: The spec's path setting it fills (``data``, ``output_dir``); None for an output the
+            face fills from the result (metrics, a report).
+        optional: An input the step can run without (``= None``).
+    """
+
+    name: str
+    kind: str
+    output: bool = False
+    field: str | None = None
+    optional: bool = False
+
+    @property
+    def annotation(self) -> str:
+        return f"{'Output' if self.output else 'Input'}[{self.kind}]"
+
+
+def In(field: str, kind: str = "Dataset", *, name: str | None = None, optional: bool = False) -> Artifact:  # noqa: N802
+    """An input artifact that fills the spec's path setting ``field``."""
+    return Artifact(name or field, kind, False, field, optional)
+
+
+def Out(name: str, kind: str, *, field: str | None = None) -> Artifact:  # noqa: N802
+    """An output artifact (``field="output_dir"`` for the step's own output folder)."""
+    return Artifact(name, kind, True, field)
+
+
+@dataclass(frozen=True)
+class Face:
+    """A component's KFP face.
+
+    Attributes:
+        name: The component (folder, entrypoint, function name).
+        params: Its settings model (``<Name>Params``): every field is a parameter.
+        artifacts: Its artifacts, required ones first.
+        doc: The component's description in the KFP UI.
+        publish: ``publish(result, artifacts) -> return value``: what the step's result puts on the
+            artifacts (metadata, metrics, a copied report) and the task's outputs; runs in the container.
+        returns: The function's return annotation as written in its source (``bool``,
+            ``NamedTuple(...)``), or "" for none.
+        reads_snapshot: The face takes ``dataset_md5`` and checks it names its ``data`` snapshot.
+    """
+
+    name: str
+    params: type[BaseModel]
+    artifacts: Sequence[Artifact]
+    doc: str
+    publish: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None
+    returns: str = ""
+    reads_snapshot: bool = False
+    _settings: list[surface.KfpParam] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_settings", surface.kfp_params(self.params))
+
+    @property
+    def settings(self) -> list[surface.KfpParam]:
+        """The face's settings parameters, as the spec derives them."""
+        return self._settings
+
+    # --- compile time -----------------------------------------------------------------------------
+
+    def source(self) -> str:
+        """The component function's source: the signature from the spec, a body that calls :meth:`run`."""
+        required = [a for a in self.artifacts if not a.optional]
+        optional = [a for a in self.artifacts if a.optional]
+        params = [f"    {a.name}: {a.annotation}," for a in required]
+        params += [f"    {p.name}: {p.type.__name__}," for p in self.settings if p.default is surface.REQUIRED]
+        params += [
+            f"    {p.name}: {p.type.__name__} = {p.default!r},"
+            for p in self.settings
+            if p.default is not surface.REQUIRED
+        ]
+        params += [f"    {a.name}: {a.annotation} = None," for a in optional]
+        params += [f"    {DATASET_MD5}: str = ''," for _ in range(self.reads_snapshot)]
+        params.append(f"    {RUN_ID}: str = '',")
+        returns = f" -> {self.returns}" if self.returns else ""
+        lines = [f"def {self.name}(", *params, f"){returns}:", f"    {_docstring(self)}", ""]
+        lines += [
+            f"    from trainpipe.components.{self.name}.kfp_component import FACE",
+            "",
+            "    return FACE.run(locals())",
+            "",
+        ]
+        return "\n".join(lines)
+
+    def function(self) -> Callable[..., Any]:
+        """The component function, compiled from :meth:`source` with its source findable (KFP ships it)."""
+        source = self.source()
+        filename = f"<trainpipe face {self.name}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+        namespace: dict[str, Any] = {"__name__": f"trainpipe.components.{self.name}.kfp_component"}
+        exec("from typing import NamedTuple\nfrom kfp.dsl import *\n", namespace)  # noqa: S102 (the names the source uses)
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 (code we generate from the spec)
+        return namespace[self.name]
+
+    def component(self, accelerated: bool = False) -> Any:
+        """The KFP component, in the component's trainpipe image (its accelerated one when asked).
+
+        Inside a running task (``_KFP_RUNTIME``), where KFP loads only its runtime and the component
+        function's body imports this face for :meth:`run`, the plain function: nothing is compiled there."""
+        if os.environ.get("_KFP_RUNTIME") == "true":
+            return self.function()
+        return dsl.component(
+            self.function(), base_image=image_for(self.name, accelerated=accelerated), install_kfp_package=False
+        )
+
+    # --- in the container -------------------------------------------------------------------------
+
+    def run(self, values: dict[str, Any]) -> Any:
+        """What the component function does: the entrypoint with its settings, then :attr:`publish`."""
+        from trainpipe.faces.kfp_runtime import check_dataset_hash, run_entrypoint
+
+        arts = {a.name: values[a.name] for a in self.artifacts}
+        if self.reads_snapshot:
+            check_dataset_hash(arts["data"], values[DATASET_MD5])
+        settings = {a.field: arts[a.name].path if arts[a.name] is not None else None for a in self.artifacts if a.field}
+        settings.update(surface.from_kfp({p.name: values[p.name] for p in self.settings}, self.params))
+        (main,) = [a for a in self.artifacts if a.field == "output_dir"]
+        result = run_entrypoint(self.name, settings, run_id=values[RUN_ID], output=arts[main.name].path)
+        return self.publish(result, arts) if self.publish is not None else None
+
+
+def _docstring(face: Face) -> str:
+    """The docstring KFP reads the component's description and its settings' descriptions from."""
+    lines = [face.doc.strip()]
+    described = [f"    {p.name}: {p.description}" for p in face.settings if p.description]
+    if described:
+        lines += ["", "Args:", *described]
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    return '"""' + text.replace("\n", "\n    ") + '\n    """'
 
 
 def accelerated(comp: Any) -> Any:

@@ -16,7 +16,7 @@ FAILED_RECORD = ".trainpipe-failed.json"
 
 
 def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output: str | None = None) -> dict[str, Any]:
-    """Run ``python -m trainpipe.components.<name>`` with the face's ``settings`` as flags.
+    """Run ``python -m trainpipe.components.<name>`` with ``settings`` as flags (None and "" left out).
 
     The step's log streams through as it comes. On failure the process exits with the
     entrypoint's own code, so the task fails with the documented code; a permanent failure
@@ -28,7 +28,6 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
     """
     from trainpipe.contract.errors import is_retryable_exit
     from trainpipe.faces.command import component_command, note_failure, stream
-    from trainpipe.faces.surface import from_face
 
     record = os.path.join(output, FAILED_RECORD) if output else None
     if record and os.path.isfile(record):
@@ -36,12 +35,13 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
             previous = json.load(fh)
         line = previous.get("message", "")
         print(
-            f"trainpipe {name}: an earlier attempt of this task failed for good (exit {previous['exit_code']}), not run again: {line}",
+            f"trainpipe {name}: an earlier attempt of this task failed for good (exit {previous['exit_code']}), not "
+            f"run again: {line}",
             file=sys.stderr,
         )
         note_failure(name, int(previous["exit_code"]), line)
         sys.exit(int(previous["exit_code"]))
-    cmd = component_command(name, from_face(name, settings), orchestrator="kfp", run_id=run_id)
+    cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id)
     env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
     code, out, last = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()))
     if code != 0:

@@ -1,95 +1,116 @@
-"""The parameter surface every face shares, in one place.
+"""How a component's settings cross the KFP boundary, derived from its spec and written once.
 
-A setting's name, type, default and bounds are written once: in the component's spec
-(``<Name>Params``). The KFP face takes every one of them under the same name and default, the
-Airflow face passes them through as the same flags, and the pipeline and the DAG take them from the
-pipeline config, whose ``train`` section is derived from train_model's spec. What differs is
-mapped here and checked by a contract test:
+A setting's name, type, default, bounds and description live in the component's spec
+(``<Name>Params``, pydantic). The KFP face's parameters and the pipeline's are generated from it
+through :func:`kfp_params`; what KFP cannot carry as the spec says is mapped here:
 
-- artifacts: a spec names a path field (``data``, ``output_dir``); a KFP face names the artifact by
-  what it holds (``ARTIFACTS``).
-- unset: KFP parameters cannot be None (kfp.local rejects it), so a spec default of None is the
-  type's empty value on a KFP face (``UNSET``), and :func:`from_face` turns it back into None.
-- face-only parameters (``FACE_ONLY``): the orchestrator's run id, and the snapshot's md5 that puts
-  the content hash into a KFP task's cache key.
-- renamed settings (``RENAMED``): a step's setting the pipeline names otherwise (the DVC repo and
-  remote; the alias the gate compares with is the alias register_model moves).
+- unset: KFP parameters cannot be None (kfp.local rejects it), so a default of None is the type's
+  empty value (:data:`UNSET`) on KFP, and the entrypoint treats an empty value as unset again;
+- an open mapping (``dict[str, Any]``, such as a team's ``train_config``) crosses as JSON text: KFP
+  carries a dict as a protobuf Struct, whose numbers are all floats, so ``hidden: 24`` would reach
+  the team's function as ``24.0``. As text it arrives with the types it was given;
+- a closed choice (``Literal``) is its values' type, a nested settings model a dict.
 
-Stdlib only at import (the KFP component bodies import it inside the container).
+Imports pydantic only: the compiler and the KFP component bodies (inside the container) read it.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
+import types
+import typing
+from dataclasses import dataclass
 from typing import Any
 
-#: spec field -> the artifact's name on the KFP face.
-ARTIFACTS: dict[str, dict[str, str]] = {
-    "validate_data": {"data": "data", "output_dir": "validated"},
-    "snapshot_dataset": {"data": "data", "output_dir": "snapshot"},
-    "train_model": {"data": "data", "output_dir": "model"},
-    "profile_training": {"model": "model", "data": "data", "output_dir": "profile"},
-    "evaluate_model": {"model": "model", "data": "data", "output_dir": "decision"},
-    "register_model": {
-        "model": "model",
-        "decision": "decision",
-        "profile": "profile",
-        "optimized": "optimized",
-        "output_dir": "registration",
-    },
-    "detect_drift": {"data": "data", "reference": "reference", "output_dir": "drift"},
-    "optimize_model": {
-        "model": "model",
-        "data": "data",
-        "calibration_data": "calibration_data",
-        "output_dir": "optimized",
-    },
-}
-#: A step's setting that the pipeline (and the DAG) names otherwise: (component, its field) -> the
-#: pipeline's setting. Every other step setting that shares a pipeline setting's name takes it.
-RENAMED: dict[tuple[str, str], str] = {
-    ("snapshot_dataset", "repo_dir"): "dvc_repo_dir",
-    ("snapshot_dataset", "remote_url"): "dvc_remote_url",
-    (
-        "evaluate_model",
-        "champion_alias",
-    ): "alias",  # the gate compares with the model serving under the pipeline's alias
-    ("detect_drift", "champion_alias"): "alias",  # drift is measured against the data of the model serving under it
-}
-#: A step's setting that shares a pipeline setting's name but is not that setting: it keeps its own value.
-NOT_FROM_PIPELINE: dict[tuple[str, str], str] = {
-    (
-        "profile_training",
-        "profile_steps",
-    ): "the steps a profiling pass of its own traces; in a pipeline it reads the trace train_model made",
-}
-#: Parameters of a face that are not settings of the component.
-FACE_ONLY = frozenset({"run_id", "dataset_md5"})
-#: What stands for "unset" (a spec default of None) on a KFP face, by the parameter's type.
+from pydantic import BaseModel
+
+#: What stands for "unset" (a spec default of None) on KFP, by the parameter's type.
 UNSET: dict[type, Any] = {int: 0, float: 0.0, str: "", dict: {}, list: []}
+#: The default of a setting that has none (the face's parameter is required).
+REQUIRED = object()
 
 
-def params_model(component: str) -> Any:
-    """The component's settings model (``<Name>Params`` in its spec)."""
-    spec = importlib.import_module(f"trainpipe.components.{component}.spec")
-    return getattr(spec, "".join(p.title() for p in component.split("_")) + "Params")
+@dataclass(frozen=True)
+class KfpParam:
+    """One setting as a KFP parameter."""
+
+    name: str
+    type: type  # str, int, float, bool, dict or list
+    default: Any  # REQUIRED when the spec gives none
+    json_text: bool  # an open mapping, carried as JSON text
+    description: str
 
 
-def from_face(component: str, values: dict[str, Any]) -> dict[str, Any]:
-    """A face's parameter values as the component's settings: the unset stand-ins become None
-    where the spec's default is None; face-only parameters are dropped."""
-    fields = params_model(component).model_fields
+def _options(annotation: Any) -> list[Any]:
+    """The annotation's alternatives, None left out (``int | None`` -> ``[int]``)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def _is_open(annotation: Any) -> bool:
+    """``dict[str, Any]`` (or a bare dict): values of any type, which a Struct would make floats."""
+    if annotation is dict:
+        return True
+    args = typing.get_args(annotation)
+    return typing.get_origin(annotation) is dict and len(args) == 2 and args[1] is Any
+
+
+def kfp_type(annotation: Any) -> tuple[type, bool]:
+    """The KFP parameter type a spec field's annotation becomes, and whether it travels as JSON text."""
+    options = _options(annotation)
+    if len(options) != 1:
+        raise TypeError(f"a setting of type {annotation} has no single KFP parameter type")
+    a = options[0]
+    origin = typing.get_origin(a) or a
+    if _is_open(a):
+        return str, True
+    if origin is typing.Literal:
+        return type(typing.get_args(a)[0]), False
+    if isinstance(origin, type) and issubclass(origin, BaseModel):
+        return dict, False
+    if origin in (dict, list, str, int, float, bool):
+        return origin, False
+    raise TypeError(f"a setting of type {annotation} has no KFP parameter type")
+
+
+def kfp_value(value: Any, param: KfpParam) -> Any:
+    """A setting's value (a spec default or a config's value) as its KFP argument."""
+    if value is None:
+        if param.type not in UNSET:
+            raise TypeError(f"{param.name}: a {param.type.__name__} setting cannot be unset on KFP")
+        return UNSET[param.type]
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if param.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)  # a whole-number default of a float setting
+    return json.dumps(value, sort_keys=True) if param.json_text else value
+
+
+def kfp_params(model: type[BaseModel], names: typing.Iterable[str] | None = None) -> list[KfpParam]:
+    """The KFP parameters of a settings model's fields (all of them, or ``names``), in its order."""
+    wanted = set(names) if names is not None else None
+    out = []
+    for name, field in model.model_fields.items():
+        if wanted is not None and name not in wanted:
+            continue
+        kind, json_text = kfp_type(field.annotation)
+        param = KfpParam(name, kind, REQUIRED, json_text, (field.description or "").strip())
+        if not field.is_required():
+            param = KfpParam(
+                name, kind, kfp_value(field.get_default(call_default_factory=True), param), json_text, param.description
+            )
+        out.append(param)
+    return out
+
+
+def from_kfp(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """KFP arguments as the component's settings: an unset stand-in is None again where the spec's
+    default is None (so the entrypoint leaves the setting out); JSON text stays text (the
+    entrypoint reads it as JSON, with the types it was written with)."""
     out: dict[str, Any] = {}
     for name, value in values.items():
-        if name in FACE_ONLY:
-            continue
-        field = fields.get(name)
-        if (
-            field is not None
-            and not field.is_required()
-            and field.get_default(call_default_factory=True) is None
-            and value == UNSET.get(type(value), object())
-        ):
-            value = None
-        out[name] = value
+        field = model.model_fields[name]
+        unset = not field.is_required() and field.get_default(call_default_factory=True) is None
+        out[name] = None if unset and value == UNSET.get(type(value), object()) else value
     return out
