@@ -248,7 +248,8 @@ def test_registered_models_load_by_alias_without_trainpipe_and_predict_as_trainp
         "r = mlflow.pyfunc.load_model('models:/diabetes@champion').predict(pd.read_csv('diabetes.csv'))\n"
         "t = mlflow.pyfunc.load_model('models:/team-digits@champion').predict(pd.read_csv('digits.csv'))\n"
         "o = mlflow.pyfunc.load_model('models:/diabetes-onnx@champion').predict(pd.read_csv('diabetes.csv'))\n"
-        "print(json.dumps({'regression': r['prediction'].tolist(), 'team': t['prediction'].tolist(), 'columns': list(t.columns),\n"
+        "print(json.dumps({'regression': r['prediction'].tolist(), 'team': t['prediction'].tolist(), 'columns': "
+        "list(t.columns),\n"
         "                  'onnx': o['prediction'].tolist(), 'onnx_columns': list(o.columns)}))\n"
     )
     proc = _in_fresh_env(fresh_env, code, mlflow_server, tmp_path)

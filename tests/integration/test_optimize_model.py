@@ -25,7 +25,8 @@ TEAM = {"PYTHONPATH": str(REPO / "tests" / "fixtures"), "TRAINPIPE_TRUSTED_MODEL
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, digits_csv, mlflow_server):
-    """digits → validate → snapshot → train (one rank, 8 epochs: about 0.99 accuracy) → evaluate → optimize (all four variants)."""
+    """digits → validate → snapshot → train (one rank, 8 epochs: about 0.99 accuracy) → evaluate →
+    optimize (all four variants)."""
     root = tmp_path_factory.mktemp("optimize")
     snap = make_snapshot(root, digits_csv, "label")
     result_of(
@@ -189,6 +190,47 @@ def test_a_structured_prune_beyond_the_drop_is_fine_tuned_back_within_it(trained
     assert not (root / "o-n" / "model").exists() and (root / "o-n" / MARKER).exists()
 
 
+#: The GRU's train_config (tests/fixtures/teampkg/sequence.py checks its types).
+GRU_CONFIG = {"hidden": 16, "lr": 0.01, "note": "gru", "steps": [8, 8], "nested": {"depth": 1, "scale": 0.5}}
+
+
+def test_a_model_with_nothing_to_prune_skips_pruned_by_default_and_refuses_it_when_asked(trained, mlflow_server):
+    """A team's GRU, whose only Linear layer is its last: with the default variants, ``pruned`` is
+    skipped with the reason in the result and the report and the other variants are made; asked
+    for by name, ``pruned`` fails the step in one line (exit 2) and nothing is handed on."""
+    root, snap = trained["root"], trained["snap"]
+    gru = root / "gru"
+    args = ["--data", str(snap), "--output-dir", str(gru), "--tracking-uri", mlflow_server, "--nproc-per-node", "1"]
+    args += ["--epochs", "2", "--train-function", "teampkg.sequence:train", "--train-config", json.dumps(GRU_CONFIG)]
+    result_of(run_component("train_model", *args, env=TEAM))
+    out = root / "gru-o"
+    r = result_of(
+        run_component("optimize_model", "--model", str(gru), "--data", str(snap), "--output-dir", str(out), env=TEAM)
+    )
+    made = set(_variants(r))
+    assert r["skipped"] == {"pruned": "the model has no Linear or Conv layer besides its last one to prune"}
+    assert made == {"fp32", "onnx", "int8_dynamic", "int8_static"}, made
+    assert "<ul id='skipped'><li>pruned: the model has no Linear or Conv layer" in (out / "report.html").read_text()
+    asked = root / "gru-asked"
+    proc = run_component(
+        "optimize_model",
+        "--model",
+        str(gru),
+        "--data",
+        str(snap),
+        "--output-dir",
+        str(asked),
+        "--variants",
+        '["pruned"]',
+        env=TEAM,
+    )
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and line.endswith(
+        "variants: pruned needs a Linear or Conv layer besides the last one, and this model has none"
+    ), proc.stderr[-2000:]
+    assert not (asked / MARKER).exists() and not (asked / "model").exists()
+
+
 def test_the_report_renders_in_headless_chromium_with_a_row_and_a_point_per_variant(trained):
     from tests.helpers.browser import render
 
@@ -262,7 +304,8 @@ def test_register_model_registers_the_variant_beside_the_model_and_it_loads_with
         "rows = pd.read_csv('rows.csv')\n"
         f"o = mlflow.pyfunc.load_model('models:/{NAME}-onnx@champion').predict(rows)\n"
         f"f = mlflow.pyfunc.load_model('models:/{NAME}@champion').predict(rows)\n"
-        "print(json.dumps({'columns': [list(o.columns), list(f.columns)], 'agree': float((o['prediction'] == f['prediction']).mean())}))\n"
+        "print(json.dumps({'columns': [list(o.columns), list(f.columns)], 'agree': float((o['prediction'] == "
+        "f['prediction']).mean())}))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     proc = subprocess.run(

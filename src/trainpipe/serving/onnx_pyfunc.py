@@ -8,13 +8,11 @@ class for a classifier), so the two are interchangeable behind one serving endpo
 """
 
 import json
-import warnings
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 from mlflow.pyfunc import PythonModel
-
-warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
 
 
 class TrainpipeOnnxModel(PythonModel):
@@ -30,9 +28,8 @@ class TrainpipeOnnxModel(PythonModel):
         self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         import numpy as np
-        import pandas as pd
         from trainpipe_pyfunc.loader import outputs_frame
 
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.layout import ONNX_FILE
 from trainpipe.serving import loader
 
 HERE = Path(__file__).resolve().parent
@@ -77,13 +78,15 @@ def code_location(package: str) -> Path:
         locations = [Path(p) for p in spec.submodule_search_locations]
         if len(locations) != 1:
             raise InputError(
-                f"save_model: the model's code package {package!r} spans {len(locations)} folders; give it one folder with an __init__.py"
+                f"save_model: the model's code package {package!r} spans {len(locations)} folders; give it one folder "
+                "with an __init__.py"
             )
         return locations[0]
     if spec.origin and spec.origin.endswith(".py"):
         return Path(spec.origin)
     raise InputError(
-        f"save_model: the model's code {package!r} is not Python source ({spec.origin}), so it cannot travel with the model"
+        f"save_model: the model's code {package!r} is not Python source ({spec.origin}), so it cannot travel with the "
+        "model"
     )
 
 
@@ -135,7 +138,7 @@ def log_model(run_id: str, model_dir: str | Path, extra_requirements: list[str] 
     return _log_pyfunc(
         run_id,
         model_dir,
-        (loader.WEIGHTS_FILE, loader.META_FILE),
+        (loader.MODEL_FILE, loader.MODEL_META),
         PYFUNC_FILE,
         meta,
         requirements(meta, extra_requirements),
@@ -156,11 +159,11 @@ def log_onnx_model(run_id: str, model_dir: str | Path) -> str:
     import json
 
     model_dir = Path(model_dir)
-    meta = json.loads((model_dir / loader.META_FILE).read_text(encoding="utf-8"))
+    meta = json.loads((model_dir / loader.MODEL_META).read_text(encoding="utf-8"))
     return _log_pyfunc(
         run_id,
         model_dir,
-        ("model.onnx", loader.META_FILE),
+        (ONNX_FILE, loader.MODEL_META),
         ONNX_PYFUNC_FILE,
         {},
         list(meta["requirements"]),
@@ -190,8 +193,10 @@ def _log_pyfunc(
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models import Model
 
-    example_in = pd.read_json(model_dir / INPUT_EXAMPLE_FILE, orient="split")
-    example_out = pd.read_json(model_dir / OUTPUT_EXAMPLE_FILE, orient="split")
+    # dtype=False: each column keeps the JSON's own number types (pandas would make a float column
+    # whose examples are whole numbers an integer one, and the signature would then refuse floats)
+    example_in = pd.read_json(model_dir / INPUT_EXAMPLE_FILE, orient="split", dtype=False)
+    example_out = pd.read_json(model_dir / OUTPUT_EXAMPLE_FILE, orient="split", dtype=False)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a task log is not a terminal
     client = MlflowClient()
     run = client.get_run(run_id)
@@ -209,7 +214,6 @@ def _log_pyfunc(
                 warnings.filterwarnings(
                     "ignore", message=".*Inferred schema contains integer column"
                 )  # class labels are integers
-                warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
                 mlflow.pyfunc.save_model(
                     Path(tmp) / "model",
                     python_model=str(python_model),
@@ -246,13 +250,12 @@ def _pins_are_this_environments() -> Iterator[None]:
 
 
 def signature(example_in: Any, example_out: Any) -> Any:
-    """Every raw feature column named and required, of any numeric type: MLflow would refuse an integer
-    column where the example had floats (or the reverse), and the model reads float32 of either."""
-    from mlflow.models import ModelSignature, infer_signature
-    from mlflow.types.schema import AnyType, ColSpec, Schema
+    """Every raw feature column named, required and typed as the training frame had it (integer
+    columns ``long``, real ones ``double``...): MLflow's schema check then refuses text in a numeric
+    column, and a client sends what the model was trained on."""
+    from mlflow.models import infer_signature
 
-    inputs = Schema([ColSpec(AnyType(), str(c), required=True) for c in example_in.columns])
-    return ModelSignature(inputs=inputs, outputs=infer_signature(example_in, example_out).outputs)
+    return infer_signature(example_in, example_out)
 
 
 def write_examples(model_dir: str | Path, example_in: Any, example_out: Any) -> None:
