@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser monitoring demo demo-smb test test-fast test-lowest-torch lint format bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring demo demo-smb test test-fast test-lowest test-lowest-torch lint format bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -82,6 +82,26 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	for f in images/*/Dockerfile; do $(VENV)/bin/hadolint $$f || exit 1; done
 	$(PY) scripts/audit_deps.py
+
+# The unit and contract tests on the lowest versions pyproject's ranges admit: uv's lowest-direct
+# resolution (every requirement trainpipe names at its lower bound, what they need at the newest that
+# fits) into a virtualenv of its own. Not in CI: a second full install (torch 2.6's CUDA build, 3 GB,
+# included) would take most of CI's remaining budget. Run before a release; the README records the last run.
+LOWEST_DEPS_VENV ?= .venv-lowest
+LOWEST_DEPS_STAMP := $(LOWEST_DEPS_VENV)/.installed
+
+$(LOWEST_DEPS_STAMP): pyproject.toml | $(VENV)/bin/uv
+	$(PYTHON) -m venv $(LOWEST_DEPS_VENV)
+	$(VENV)/bin/uv pip compile --quiet --python $(LOWEST_DEPS_VENV)/bin/python --resolution lowest-direct \
+		--index-url https://pypi.org/simple pyproject.toml --extra dev -o $(LOWEST_DEPS_VENV)/lowest.txt
+	$(VENV)/bin/uv pip install --quiet --python $(LOWEST_DEPS_VENV)/bin/python -r $(LOWEST_DEPS_VENV)/lowest.txt
+	$(VENV)/bin/uv pip install --quiet --python $(LOWEST_DEPS_VENV)/bin/python --no-deps -e .
+	touch $@
+
+test-lowest: $(LOWEST_DEPS_STAMP)
+	grep -E '^(torch|pandas|numpy|mlflow|kfp|apache-airflow|great-expectations|dvc)==' $(LOWEST_DEPS_VENV)/lowest.txt
+	$(LOWEST_DEPS_VENV)/bin/python -m pytest -p no:cacheprovider -m "unit or contract" \
+		--deselect tests/contract/test_images.py::test_images_agree_with_each_other_and_with_the_test_environment
 
 # The training tests on the lowest torch the torch extra admits, in a virtualenv of their own. PyPI
 # has only the CUDA build of torch 2.6 for Linux (2.9 GB with its NVIDIA libraries; pip's cache keeps
