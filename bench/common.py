@@ -108,7 +108,8 @@ def row(
     med = statistics.median(ratios)
     mb, mo = statistics.median(base), statistics.median(ours)
     print(
-        f"  {name}: baseline {mb:.4g} {unit}, trainpipe {mo:.4g} {unit}, ratio {med:.3f} [{min(ratios):.3f}–{max(ratios):.3f}]",
+        f"  {name}: baseline {mb:.4g} {unit}, trainpipe {mo:.4g} {unit}, ratio {med:.3f} "
+        f"[{min(ratios):.3f}–{max(ratios):.3f}]",
         file=sys.stderr,
     )
     return {

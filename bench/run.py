@@ -41,7 +41,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         met = {True: "yes", False: "**no**", None: "—"}[r["met"]]
         note = f" ({r['note']})" if r["note"] else ""
         lines.append(
-            f"| {r['benchmark']}{note} | {r['baseline']} | {b} | {r['trainpipe_median']:.4g} {r['unit']} | {ratio} | {r['target']} | {met} |"
+            f"| {r['benchmark']}{note} | {r['baseline']} | {b} | {r['trainpipe_median']:.4g} {r['unit']} | {ratio} | "
+            f"{r['target']} | {met} |"
         )
     return "\n".join(lines)
 
@@ -85,7 +86,8 @@ def run_families(bench: Bench, only: list[str]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, {round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, Python {platform.python_version()}"
+    memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {memory} GiB, Python {platform.python_version()}"
     # trainpipe's own modules get their bytecode, as an installed package (and the images) have it;
     # an editable checkout under PYTHONDONTWRITEBYTECODE would compile them from source in every process
     sh(PY, "-m", "compileall", "-q", str(REPO / "src"), str(REPO / "components"), str(REPO / "pipelines"))

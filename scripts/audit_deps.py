@@ -92,13 +92,15 @@ def main() -> int:
         print(f"audit: {name} {version}: {vid} (fixed in {', '.join(fixes) or 'no release'}) {state}")
     if unexcused:
         print(
-            f"audit: {len(unexcused)} known vulnerabilities in the pinned set without a justification in {EXCEPTIONS.relative_to(ROOT)}",
+            f"audit: {len(unexcused)} known vulnerabilities in the pinned set without a justification in "
+            f"{EXCEPTIONS.relative_to(ROOT)}",
             file=sys.stderr,
         )
         return 1
     if skipped:
         print(
-            f"audit: the advisory database was unreachable for {len(skipped)} of {len(deps)} pinned packages (e.g. {skipped[0]}): "
+            f"audit: the advisory database was unreachable for {len(skipped)} of {len(deps)} pinned packages (e.g. "
+            f"{skipped[0]}): "
             "not audited; run `make lint` where PyPI's JSON API is reachable",
             file=sys.stderr,
         )

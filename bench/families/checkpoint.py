@@ -95,7 +95,8 @@ def run(b: Bench) -> list[dict[str, Any]]:
             lambda r, *_: r <= 1.10,
         ),
         row(
-            f"the loop's wait per checkpoint: staging {mb:.0f} MB into kept buffers (the write runs on a thread, around the page cache)",
+            f"the loop's wait per checkpoint: staging {mb:.0f} MB into kept buffers (the write runs on a thread, "
+            "around the page cache)",
             "a plain copy of the same state by hand (2 processes at once)",
             "s",
             copies,
@@ -105,7 +106,8 @@ def run(b: Bench) -> list[dict[str, Any]]:
             lambda r, *_: r <= 1.5,
         ),
         row(
-            "a checkpoint's whole cost to the loop: the step it ends and the next, beside the background write, over two steps without",
+            "a checkpoint's whole cost to the loop: the step it ends and the next, beside the background write, over "
+            "two steps without",
             "a plain copy of the same state by hand (2 processes at once)",
             "s",
             copies,

@@ -121,6 +121,7 @@ def run(b: Bench) -> list[dict[str, Any]]:
             "≤ 0.1×",
             False,
             lambda r, mb, mo: r <= 0.1,
-            note="what verification adds to evaluate_model: model-signing imported after what the step has imported by then",
+            note="what verification adds to evaluate_model: model-signing imported after what the step has imported by "
+            "then",
         ),
     ]

@@ -91,7 +91,8 @@ def loop_and_fixed_cost(b: Bench) -> list[dict[str, Any]]:
                 "bare": round(med["bare"]["last_step_to_exit_s"], 2),
                 "train_model": round(med["ours"]["last_step_to_exit_s"], 2),
             },
-            "where train_model's extra time goes": "before the first step: the launcher's MLflow run (importing mlflow, the store) sharing the "
+            "where train_model's extra time goes": "before the first step: the launcher's MLflow run (importing "
+            "mlflow, the store) sharing the "
             "cores with the ranks' start; after the last step: logging the pyfunc model and the run's "
             "metrics, the final barrier, the launcher noticing the ranks' exit",
         },
@@ -139,7 +140,8 @@ def fsdp_against_ddp(b: Bench) -> list[dict[str, Any]]:
             fsdp,
             "report",
             True,
-            note="FSDP2 gathers and reshards each layer's parameters every step: on a model this small it is all communication",
+            note="FSDP2 gathers and reshards each layer's parameters every step: on a model this small it is all "
+            "communication",
         )
     ]
 
@@ -164,7 +166,8 @@ def streaming(b: Bench) -> list[dict[str, Any]]:
     memory, streamed = alternate(lambda: sps(one, "mem"), lambda: sps(folder, "stream"), max(b.repeats, 5))
     rows = [
         row(
-            "streaming a Parquet folder against the same rows in memory (400,000 × 40, MLP, 2 ranks, batch 1024, 3 epochs)",
+            "streaming a Parquet folder against the same rows in memory (400,000 × 40, MLP, 2 ranks, batch 1024, 3 "
+            "epochs)",
             "one Parquet file read whole",
             "samples/s",
             memory,
@@ -172,7 +175,8 @@ def streaming(b: Bench) -> list[dict[str, Any]]:
             "≥ 0.9",
             True,
             lambda r, *_: r >= 0.9,
-            note="each epoch decodes every row group again; the preconditions are checked once, in the scan before training",
+            note="each epoch decodes every row group again; the preconditions are checked once, in the scan before "
+            "training",
         )
     ]
     # a rank's peak is mostly its imports (torch, pandas, pyarrow: about 300 MB), whatever the folder's size

@@ -86,7 +86,8 @@ def run(b: Bench) -> list[dict[str, Any]]:
     steps_per_s = statistics.median(ours) / BATCH  # batches a rank runs in the second between two scrapes
     return [
         row(
-            "train_model with live telemetry on, scraped every second (builtin:mlp, DDP 2 ranks × 1 thread, gloo, 16× digits, batch 64, "
+            "train_model with live telemetry on, scraped every second (builtin:mlp, DDP 2 ranks × 1 thread, gloo, 16× "
+            "digits, batch 64, "
             f"{EPOCHS} epochs)",
             "the same run with telemetry off",
             "samples/s",
@@ -152,7 +153,8 @@ def scrape_cost(b: Bench, steps_per_s: int) -> dict[str, Any]:
             times.append(time.process_time() - t0)
         per_scrape.append(statistics.median(times) * 1000)
     return row(
-        f"one scrape of a rank, {steps_per_s} batches since the last (fold + render), as a share of the 1 s between scrapes",
+        f"one scrape of a rank, {steps_per_s} batches since the last (fold + render), as a share of the 1 s between "
+        "scrapes",
         "the scrape interval",
         "ms",
         [1000.0] * len(per_scrape),

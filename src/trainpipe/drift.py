@@ -179,7 +179,8 @@ def compare(
         kind = _kind(reference[col], cat)
         if _kind(current[col], cat) != kind:
             raise InputError(
-                f"current: column {col!r} is {_kind(current[col], cat)} but {kind} in the reference (the schemas differ)"
+                f"current: column {col!r} is {_kind(current[col], cat)} but {kind} in the reference (the schemas "
+                "differ)"
             )
         r, c = ref[col].dropna(), cur[col].dropna()
         if len(r) == 0 or len(c) == 0:

@@ -128,7 +128,8 @@ def container(
     env: dict[str, str] | None = None,
     mounts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The main container: resources, the profile's secrets and ``env``, the restricted context, ``mounts`` (volume -> path)."""
+    """The main container: resources, the profile's secrets and ``env``, the restricted context,
+    ``mounts`` (volume -> path)."""
     c: dict[str, Any] = {
         "name": name,
         "securityContext": container_security(),
@@ -159,7 +160,8 @@ def pod_spec(
     pvcs: dict[str, str] | None = None,
     training: bool = False,
 ) -> dict[str, Any]:
-    """A whole core/v1 PodSpec: :func:`scheduling`, one :func:`container`, and ``pvcs`` (claim -> mount path) as volumes.
+    """A whole core/v1 PodSpec: :func:`scheduling`, one :func:`container`, and ``pvcs`` (claim ->
+    mount path) as volumes.
     A training pod (``training``) gets the profile's termination grace: after SIGTERM its ranks
     finish their step and write a checkpoint before the kubelet kills them."""
     volumes = {f"pvc-{i}": (claim, path) for i, (claim, path) in enumerate(sorted((pvcs or {}).items()))}

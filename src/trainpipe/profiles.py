@@ -66,7 +66,8 @@ class HardwareProfile(StrictModel):
     image_pull_secrets: list[str] = Field(default_factory=list, description="names of docker-registry secrets")
     secrets_as_env: dict[str, dict[str, str]] = Field(
         default_factory=dict,
-        description="Kubernetes secret name -> {key: ENV_VAR}; the value never enters the compiled pipeline (e.g. MLflow credentials)",
+        description="Kubernetes secret name -> {key: ENV_VAR}; the value never enters the compiled pipeline (e.g. "
+        "MLflow credentials)",
     )
     volumes: dict[str, str] = Field(
         default_factory=dict,
@@ -78,17 +79,20 @@ class HardwareProfile(StrictModel):
         9450,
         ge=0,
         le=65_535,
-        description="training ranks serve Prometheus metrics on this port + their local rank (the PodMonitor scrapes the pods' metrics-N ports); 0: off",
+        description="training ranks serve Prometheus metrics on this port + their local rank (the PodMonitor scrapes "
+        "the pods' metrics-N ports); 0: off",
     )
     optimize: bool = Field(
         False,
-        description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its config's "
+        description="serving on CPU: the pipeline runs optimize_model between the gate and register_model unless its "
+        "config's "
         "optimize.enabled says otherwise",
     )
     namespace: str | None = Field(
         None,
         pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        description="the team's namespace: Airflow's pods and multi-node training jobs run there (KFP runs in its profile's namespace)",
+        description="the team's namespace: Airflow's pods and multi-node training jobs run there (KFP runs in its "
+        "profile's namespace)",
     )
     priority_class: str | None = Field(
         None,
@@ -99,7 +103,8 @@ class HardwareProfile(StrictModel):
     kueue_queue: str | None = Field(
         None,
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
-        description="the Kueue LocalQueue of the team's namespace: the kueue.x-k8s.io/queue-name label on KFP pods, Airflow pods, "
+        description="the Kueue LocalQueue of the team's namespace: the kueue.x-k8s.io/queue-name label on KFP pods, "
+        "Airflow pods, "
         "TrainJobs and PyTorchJobs, so Kueue admits them against the team's quota",
     )
     rank_spread: Literal["required", "preferred", "none"] = Field(
@@ -121,8 +126,10 @@ class HardwareProfile(StrictModel):
         120,
         ge=1,
         le=86_400,
-        description="seconds a training pod has after SIGTERM (deleted, preempted, its spot node reclaimed) to finish its step and "
-        "write a checkpoint: terminationGracePeriodSeconds of training pods (Airflow's, TrainJobs', PyTorchJobs'; a KFP task pod "
+        description="seconds a training pod has after SIGTERM (deleted, preempted, its spot node reclaimed) to finish "
+        "its step and "
+        "write a checkpoint: terminationGracePeriodSeconds of training pods (Airflow's, TrainJobs', PyTorchJobs'; a "
+        "KFP task pod "
         "keeps Kubernetes' 30 s, which kfp-kubernetes cannot set)",
     )
     retries: int = Field(3, ge=0, le=20)

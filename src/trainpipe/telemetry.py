@@ -375,7 +375,8 @@ class TrainingMetrics:
             return None
         except OSError as exc:
             warn(
-                f"metrics_port: cannot serve rank {ctx.rank}'s metrics on {address}:{where} ({exc.strerror or exc}); training goes on without them"
+                f"metrics_port: cannot serve rank {ctx.rank}'s metrics on {address}:{where} ({exc.strerror or exc}); "
+                "training goes on without them"
             )
             return None
         return cls(collector, server, where)
@@ -464,7 +465,8 @@ def push_component(
     except Exception as exc:  # noqa: BLE001 (telemetry never fails a run)
         reason = getattr(exc, "reason", None) or exc
         warn(
-            f"{PUSHGATEWAY_ENV}: cannot push {name}'s figures to {redact(url)} ({str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__})"
+            f"{PUSHGATEWAY_ENV}: cannot push {name}'s figures to {redact(url)} "
+            f"({str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__})"
         )
         return False
     return True

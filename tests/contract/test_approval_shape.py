@@ -23,10 +23,13 @@ mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 out = {{}}
 for t in mod.dag.tasks:
-    out[t.task_id] = {{"type": type(t).__name__, "mro": [c.__name__ for c in type(t).__mro__], "down": sorted(t.downstream_task_ids),
-                      "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule), "queue": t.queue, "settings": getattr(t, "settings", None),
-                      "defaults": getattr(t, "defaults", None), "timeout_s": t.response_timeout.total_seconds() if getattr(t, "response_timeout", None) else None,
-                      "reject": getattr(t, "reject", None), "params": sorted(getattr(t, "params", {{}}) or {{}})}}
+    timeout = getattr(t, "response_timeout", None)
+    out[t.task_id] = {{
+        "type": type(t).__name__, "mro": [c.__name__ for c in type(t).__mro__], "down": sorted(t.downstream_task_ids),
+        "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule), "queue": t.queue,
+        "settings": getattr(t, "settings", None), "defaults": getattr(t, "defaults", None),
+        "timeout_s": timeout.total_seconds() if timeout else None,
+        "reject": getattr(t, "reject", None), "params": sorted(getattr(t, "params", {{}}) or {{}})}}
 print(json.dumps(out, default=str))
 """
 

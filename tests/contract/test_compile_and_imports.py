@@ -51,9 +51,11 @@ def test_import_loads_no_heavy_library(target, tmp_path):
         ("trainpipe.training.torch_context", ("tensorflow", "horovod")),
         ("trainpipe.training.tf_context", ("torch", "horovod")),
         ("trainpipe.training.builtin_tf", ("torch", "horovod")),
-        # the driver, the data layer, the rank entrypoint and the launcher load no framework until a rank makes its context
+        # the driver, the data layer, the rank entrypoint and the launcher load no framework until a rank makes its
+        # context
         (
-            "trainpipe.training.loop, trainpipe.training.data, trainpipe.training.worker, trainpipe.training.launch, trainpipe.training.builtin",
+            "trainpipe.training.loop, trainpipe.training.data, trainpipe.training.worker, trainpipe.training.launch, "
+            "trainpipe.training.builtin",
             ("torch", "tensorflow", "horovod"),
         ),
     ],

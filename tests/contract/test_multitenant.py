@@ -103,7 +103,8 @@ def test_the_team_profile_reaches_trainjobs_and_pytorchjobs():
         ]["template"],
         *(r["template"] for r in pj["spec"]["pytorchReplicaSpecs"].values()),
     ]
-    # a TrainJob's pod patch cannot name a PriorityClass (its priority is Kueue's label on the job); a PyTorchJob's pods do
+    # a TrainJob's pod patch cannot name a PriorityClass (its priority is Kueue's label on the job); a PyTorchJob's pods
+    # do
     assert "priorityClassName" not in templates[0]["spec"] and {
         t["spec"]["priorityClassName"] for t in templates[1:]
     } == {"training-high"}

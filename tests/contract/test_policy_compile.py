@@ -11,7 +11,10 @@ import yaml
 
 pytestmark = pytest.mark.contract
 
-POLICY = "allowed_regions: [me-central-1]\nallowed_locations: ['s3://uae-pipelines', 's3://uae-data']\nrequire_encryption: true\nsse: aws:kms\nsse_kms_key_id: alias/uae\n"
+POLICY = (
+    "allowed_regions: [me-central-1]\nallowed_locations: ['s3://uae-pipelines', 's3://uae-data']\n"
+    "require_encryption: true\nsse: aws:kms\nsse_kms_key_id: alias/uae\n"
+)
 
 
 def _cli(*args, env=None):

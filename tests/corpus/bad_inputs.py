@@ -334,7 +334,8 @@ CASES: list[tuple[str, str, list[str], dict[str, object], int, str]] = [
             "1",
         ],
         # a foreign checkpoint folder whose DCP metadata is a pickle payload: its metadata is read with an
-        # unpickler that admits DCP's own classes only, so it is skipped as unreadable and training starts afresh: exit 0
+        # unpickler that admits DCP's own classes only, so it is skipped as unreadable and training starts afresh: exit
+        # 0
         {
             "out/checkpoints/ckpt-0000000099/.metadata": _pickle_payload,
             "out/checkpoints/ckpt-0000000099/trainer.json": '{"global_step": 99, "batches_done": 99, "history": []}',

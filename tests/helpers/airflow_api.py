@@ -37,7 +37,8 @@ def _wait(what: str, check, timeout: float, procs: dict, logs: Path, every: floa
         for name, proc in procs.items():
             if proc.poll() is not None:
                 pytest.fail(
-                    f"airflow {name} exited {proc.returncode} while waiting for {what}:\n{(logs / f'{name}.log').read_text()[-3000:]}"
+                    f"airflow {name} exited {proc.returncode} while waiting for "
+                    f"{what}:\n{(logs / f'{name}.log').read_text()[-3000:]}"
                 )
         value = check()
         if value:

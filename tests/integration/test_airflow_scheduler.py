@@ -202,7 +202,8 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
                 ]
                 return new[0] if new else None
 
-            path = f"/api/v2/dags/{RETRAIN_ID}/dagRuns/{_wait('a retraining run', started, 120, procs, logs)['dag_run_id']}"
+            run = _wait("a retraining run", started, 120, procs, logs)
+            path = f"/api/v2/dags/{RETRAIN_ID}/dagRuns/{run['dag_run_id']}"
 
             def done():
                 state = api.call("GET", path)["state"]

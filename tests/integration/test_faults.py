@@ -162,7 +162,8 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
         assert commits.strip() == "1", "a killed snapshot left a second commit"
         snap_outcomes.append((code, writing, state))
     print(
-        f"snapshot_dataset: write window {window:.2f} s; kill trials (exit code, killed mid-write, state): {snap_outcomes}"
+        f"snapshot_dataset: write window {window:.2f} s; kill trials (exit code, killed mid-write, state): "
+        f"{snap_outcomes}"
     )
     mid_write = [o for o in snap_outcomes if o[0] == -signal.SIGKILL and o[1]]
     assert len(mid_write) >= TRIALS - 1, f"the kills did not land while snapshot_dataset was writing: {snap_outcomes}"

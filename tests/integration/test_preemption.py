@@ -60,7 +60,8 @@ def uninterrupted(tmp_path_factory, digits_csv, mlflow_server):
 
 
 def preempt(cmd_args: list[str], out: Path, signum: int) -> tuple[subprocess.CompletedProcess, float]:
-    """Start train_model, send ``signum`` early in its second epoch; its outcome and the seconds from the signal to its exit."""
+    """Start train_model, send ``signum`` early in its second epoch; its outcome and the seconds from
+    the signal to its exit."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainpipe.components.train_model", *cmd_args],
         stdout=subprocess.PIPE,

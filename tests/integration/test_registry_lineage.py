@@ -140,7 +140,8 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     r3 = _register(chain, "weak", "e3", "r3", server)
     assert not r3["registered"] and client.get_model_version_by_alias(NAME, "champion").version == "2"
 
-    # The champion loads back by alias (MLflow's pyfunc, from raw columns) and predicts exactly as the trained model does.
+    # The champion loads back by alias (MLflow's pyfunc, from raw columns) and predicts exactly as the trained model
+    # does.
     df = pd.read_csv(chain / "s" / "digits.csv").drop(columns=["label"]).head(50)
     got = mlflow.pyfunc.load_model(f"models:/{NAME}@champion").predict(df)
     mine = loader.load(chain / "strong").predict_frame(df)

@@ -220,7 +220,9 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
         "AWS_SECRET_ACCESS_KEY": planted["AWS_SECRET_ACCESS_KEY"],
         "KFP_EXISTING_TOKEN": planted["KFP_EXISTING_TOKEN"],
         "TRAINPIPE_TEST_API_KEY": planted["TRAINPIPE_TEST_API_KEY"],
-        "AIRFLOW_CONN_TEAM_WAREHOUSE": f"postgresql://svc:{planted['connection password']}@warehouse.example.com:5432/dw",
+        "AIRFLOW_CONN_TEAM_WAREHOUSE": (
+            f"postgresql://svc:{planted['connection password']}@warehouse.example.com:5432/dw"
+        ),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     }
     env.pop("MLFLOW_TRACKING_URI", None)

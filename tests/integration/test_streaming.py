@@ -57,7 +57,8 @@ def test_a_parquet_directory_larger_than_the_memory_bound_trains_within_it(tmp_p
     base = train(small, tmp_path / "small-m")
     bound = peak_rss(tmp_path / "small-m") + ALLOWANCE_MB
     print(
-        f"bound {bound:.0f} MB (small run's peak + {ALLOWANCE_MB:.0f}); the large directory's features: {feature_mb:.0f} MB"
+        f"bound {bound:.0f} MB (small run's peak + {ALLOWANCE_MB:.0f}); the large directory's features: "
+        f"{feature_mb:.0f} MB"
     )
     assert feature_mb > bound, "the large directory must not fit within the bound"
     r = train(big, tmp_path / "big-m")

@@ -142,7 +142,8 @@ def test_a_lineage_that_names_no_complete_snapshot_is_one_line(tmp_path):
         fetch_snapshot({"md5": "abc", "path": "data/digits.csv"}, tmp_path)
     assert (
         str(err.value)
-        == "model_name: the champion's lineage has no complete DVC snapshot record (no rev, repo, remote); give reference"
+        == "model_name: the champion's lineage has no complete DVC snapshot record (no rev, repo, remote); give "
+        "reference"
     )
     with pytest.raises(InputError, match=r"model_name: snapshot data/x.csv@0000000000 is not in .* at that revision"):
         fetch_snapshot(

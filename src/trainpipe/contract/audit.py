@@ -152,11 +152,13 @@ def verify(log: Path) -> dict[str, Any]:
                 raise AuditTampered(f"audit_log: line {lineno} is not a JSON record") from None
             if record.get("seq") != n:
                 raise AuditTampered(
-                    f"audit_log: line {lineno} has seq {record.get('seq')!r}, expected {n} (a record was removed, inserted or reordered)"
+                    f"audit_log: line {lineno} has seq {record.get('seq')!r}, expected {n} (a record was removed, "
+                    "inserted or reordered)"
                 )
             if record.get("prev") != prev:
                 raise AuditTampered(
-                    f"audit_log: line {lineno} (seq {n}) does not follow the record before it (removed, inserted or reordered)"
+                    f"audit_log: line {lineno} (seq {n}) does not follow the record before it (removed, inserted or "
+                    "reordered)"
                 )
             if record_hash(record) != record.get("hash"):
                 raise AuditTampered(
@@ -171,7 +173,8 @@ def verify(log: Path) -> dict[str, Any]:
         doc = json.loads(head.read_text())
         if doc.get("seq") != n - 1 or doc.get("hash") != prev:
             raise AuditTampered(
-                f"audit_log: the head says seq {doc.get('seq')} but the log ends at seq {n - 1} (records were removed from the end)"
+                f"audit_log: the head says seq {doc.get('seq')} but the log ends at seq {n - 1} (records were removed "
+                "from the end)"
             )
     return {"records": n, "head": prev}
 

@@ -11,8 +11,10 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 | 3         | data failed its expectation suite         | no      |
 | 4         | model gate not passed (when asked to fail)| no      |
 | 6         | the audit log failed verification         | no      |
-| 7         | a model failed signature verification (changed after signing, another key, or unsigned where required) | no |
-| 75        | a service is unreachable, or the step was preempted (SIGTERM, SIGUSR1) after writing a checkpoint (EX_TEMPFAIL) | yes |
+| 7         | a model failed signature verification (changed after signing, another key, or unsigned where required) |
+no |
+| 75        | a service is unreachable, or the step was preempted (SIGTERM, SIGUSR1) after writing a checkpoint
+(EX_TEMPFAIL) | yes |
 | 77        | not permitted: credentials or rights (EX_NOPERM) | no |
 """
 

@@ -54,7 +54,8 @@ class Policy(StrictModel):
     sse_kms_key_id: str | None = Field(None, description="the KMS key of aws:kms encryption")
     allow_plain_http: list[str] = Field(
         default_factory=list,
-        description="hosts that may be reached over plain http:// although not loopback (TLS is expected everywhere else)",
+        description="hosts that may be reached over plain http:// although not loopback (TLS is expected everywhere "
+        "else)",
     )
     audit_log: str | None = Field(
         None, description="the append-only audit log (a path in the artifact store); TRAINPIPE_AUDIT_LOG overrides it"
@@ -170,7 +171,8 @@ def check_location(field: str, uri: str, region: str | None = None, policy: Poli
             )
         if region not in policy.allowed_regions:
             raise InputError(
-                f"{field}: region {region!r} of {uri!r} is not allowed by the policy (allowed: {', '.join(policy.allowed_regions)})"
+                f"{field}: region {region!r} of {uri!r} is not allowed by the policy (allowed: "
+                f"{', '.join(policy.allowed_regions)})"
             )
 
 
@@ -202,11 +204,13 @@ def check_encryption(field: str, uri: str, sse: str | None, policy: Policy | Non
     scheme, _ = _location(uri)
     if policy.require_encryption and scheme not in SSE_SCHEMES + ("file",):
         raise InputError(
-            f"{field}: {uri!r} is a store whose encryption trainpipe cannot configure; the policy requires server-side encryption (use s3:// with sse)"
+            f"{field}: {uri!r} is a store whose encryption trainpipe cannot configure; the policy requires server-side "
+            "encryption (use s3:// with sse)"
         )
     if policy.require_encryption and scheme in SSE_SCHEMES and not sse:
         raise InputError(
-            f"{field}: {uri!r} would be written unencrypted; the policy requires server-side encryption (set sse to AES256 or aws:kms)"
+            f"{field}: {uri!r} would be written unencrypted; the policy requires server-side encryption (set sse to "
+            "AES256 or aws:kms)"
         )
 
 
@@ -219,7 +223,8 @@ def check_scheme(field: str, uri: str, allowed: tuple[str, ...]) -> None:
     scheme = _location(uri)[0]
     if scheme not in allowed:
         raise InputError(
-            f"{field}: unsupported URI scheme {scheme + '://'!r} in {uri!r} (supported: {', '.join(s + '://' if s != 'file' else 'a local path' for s in allowed)})"
+            f"{field}: unsupported URI scheme {scheme + '://'!r} in {uri!r} (supported: "
+            f"{', '.join(s + '://' if s != 'file' else 'a local path' for s in allowed)})"
         )
 
 
