@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make lint`'s vulnerability audit of the pinned set (the test venv's constraints and every image lock).
+"""`make audit`: the vulnerability audit of the pinned set (the test venv's constraints and every image lock).
 
 Runs pip-audit against PyPI's advisory service. Any known vulnerability fails the audit
 unless `images/audit-exceptions.txt` lists its id with a written justification
@@ -101,7 +101,7 @@ def main() -> int:
         print(
             f"audit: the advisory database was unreachable for {len(skipped)} of {len(deps)} pinned packages (e.g. "
             f"{skipped[0]}): "
-            "not audited; run `make lint` where PyPI's JSON API is reachable",
+            "not audited; run `make audit` where PyPI's JSON API is reachable",
             file=sys.stderr,
         )
         return 75
