@@ -87,6 +87,48 @@ lint: $(STAMP)
 audit: $(STAMP)
 	$(PY) scripts/audit_deps.py
 
+# The unit and contract tests on the lowest versions pyproject's ranges admit: uv's lowest-direct
+# resolution (every requirement trainpipe names at its lower bound, what they need at the newest that
+# fits) into a virtualenv of its own. Not in CI: a second full install (torch 2.6's CUDA build, 3 GB,
+# included) would take most of CI's remaining budget. Run before a release; the README records the last run.
+LOWEST_DEPS_VENV ?= .venv-lowest
+LOWEST_DEPS_STAMP := $(LOWEST_DEPS_VENV)/.installed
+
+$(LOWEST_DEPS_STAMP): pyproject.toml | $(VENV)/bin/uv
+	$(PYTHON) -m venv $(LOWEST_DEPS_VENV)
+	$(VENV)/bin/uv pip compile --quiet --python $(LOWEST_DEPS_VENV)/bin/python --resolution lowest-direct \
+		--index-url https://pypi.org/simple pyproject.toml --extra dev -o $(LOWEST_DEPS_VENV)/lowest.txt
+	$(VENV)/bin/uv pip install --quiet --python $(LOWEST_DEPS_VENV)/bin/python -r $(LOWEST_DEPS_VENV)/lowest.txt
+	$(VENV)/bin/uv pip install --quiet --python $(LOWEST_DEPS_VENV)/bin/python --no-deps -e .
+	touch $@
+
+test-lowest: $(LOWEST_DEPS_STAMP)
+	grep -E '^(torch|pandas|numpy|mlflow|kfp|apache-airflow|great-expectations|dvc)==' $(LOWEST_DEPS_VENV)/lowest.txt
+	$(LOWEST_DEPS_VENV)/bin/python -m pytest -p no:cacheprovider -m "unit or contract" \
+		--deselect tests/contract/test_images.py::test_images_agree_with_each_other_and_with_the_test_environment
+
+# The training tests on the lowest torch the torch extra admits, in a virtualenv of their own. PyPI
+# has only the CUDA build of torch 2.6 for Linux (2.9 GB with its NVIDIA libraries; pip's cache keeps
+# it); it runs on the CPU here. Horovod is built against the dev venv's torch and TensorFlow brings no
+# torch: their tests are deselected. The dev constraints hold except sympy, which torch 2.6 pins.
+LOWEST_TORCH ?= 2.6.0
+LOWEST_VENV  ?= .venv-lowest-torch
+LOWEST_STAMP := $(LOWEST_VENV)/.installed-torch-$(LOWEST_TORCH)
+LOWEST_TORCH_TESTS := tests/unit/test_loop.py tests/unit/test_checkpoint.py tests/unit/test_launch.py \
+	tests/integration/test_training.py tests/integration/test_preemption.py
+
+$(LOWEST_STAMP): pyproject.toml images/constraints.txt
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	grep -v '^sympy==' images/constraints.txt > $(LOWEST_VENV)/constraints.txt
+	$(LOWEST_VENV)/bin/python -m pip install --quiet -e '.[torch,mlflow,report]' 'torch==$(LOWEST_TORCH)' 'pytest>=8' 'pytest-timeout>=2.3' \
+		-c $(LOWEST_VENV)/constraints.txt
+	touch $@
+
+test-lowest-torch: $(LOWEST_STAMP)
+	$(LOWEST_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('$(LOWEST_TORCH)'), torch.__version__"
+	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TORCH_TESTS) -k "not horovod and not tensorflow"
+
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
