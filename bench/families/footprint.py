@@ -45,7 +45,7 @@ def run(b: Bench) -> list[dict[str, Any]]:
             model,
             "--decision",
             str(b.work / "r-e"),
-            "--profile",
+            "--training-profile",
             str(b.work / "r-p"),
             "--output-dir",
             str(b.work / "r-r"),

@@ -98,7 +98,7 @@ def _run_engine(config: Path, engine: str) -> dict[str, dict]:
 
 
 def _run_bare(config: Path) -> dict[str, dict]:
-    """The seven entrypoints by hand, with the settings the pipeline passes."""
+    """The entrypoints by hand, with the settings the pipeline passes."""
     from trainpipe.pipelines.config import load_pipeline_config
 
     c = load_pipeline_config(config)

@@ -4,7 +4,7 @@ a DataFrame of raw feature columns, and is served by ``mlflow models serve --env
 
 Regression runs end to end on scikit-learn's bundled diabetes data through ``trainpipe run``, with
 optimize_model on: its ONNX variant is registered beside the model and loads there too;
-the team's classifier (tests/fixtures/teampkg) goes through the six entrypoints, and its code
+the team's classifier (tests/fixtures/teampkg) goes through the entrypoints, and its code
 travels with the model (the fresh environment has no teampkg on its path).
 """
 

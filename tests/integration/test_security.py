@@ -252,7 +252,7 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:].decode(errors="replace")
     # the run really used the credentials: a version is registered on the auth server
     assert b"secrets-check" in run.stdout and (ws / "audit" / "audit.jsonl").is_file()
-    # the audit trail of the run: seven executions, the drift check, the gate and the aliases, chained and intact
+    # the audit trail of the run: an execution per step, the drift check, the gate and the aliases, chained and intact
     from trainpipe.contract import audit
 
     log = ws / "audit" / "audit.jsonl"
