@@ -142,17 +142,7 @@ def register_model(
     lineage = Lineage.of(lineage)
     policy = (runtime or Runtime()).policy
     if not decision.get("passed"):
-        reason = "gate not passed: " + "; ".join(decision.get("failures") or decision.get("reasons", []))
-        return RegisterModelResult(
-            registered=False,
-            created=False,
-            model_name=config.model_name,
-            version=None,
-            alias=None,
-            model_uri=None,
-            reason=reason,
-            lineage=lineage.with_(registration=RegistrationLineage(registered=False)),
-        )
+        return _not_registered(config, decision, lineage)
     training, snapshot = lineage.training, lineage.snapshot
     if training is None or snapshot is None:
         raise InputError("model: its lineage lacks the training run or the snapshot; it was not made by this pipeline")
@@ -182,18 +172,7 @@ def register_model(
             if signing.signing_enabled()
             else None
         )
-        current = registry.alias_version(client, config.model_name, config.alias)
-        move, why = should_move_champion(decision, current, version)
-        if move and not config.move_alias:
-            move, why = (
-                False,
-                f"registered as challenger only: with require_approval the {config.alias} alias moves after a person "
-                "approves "
-                f"(`trainpipe promote models:/{config.model_name}/{version}`)",
-            )
-        aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
-        for name in aliases_set:
-            client.set_registered_model_alias(config.model_name, name, version)
+        move, why, aliases_set = _set_aliases(client, config, decision, version, created)
         aliases = sorted(client.get_model_version(config.model_name, version).aliases)
         optimized = (
             register_optimized(client, config, lineage, version, aliases_set, snapshot.md5, training)
@@ -243,6 +222,40 @@ def register_model(
         optimized_signature_sha256=optimized[2] if optimized else None,
         lineage=lineage,
     )
+
+
+def _not_registered(config: RegisterModelConfig, decision: dict[str, Any], lineage: Lineage) -> RegisterModelResult:
+    """The result of a model whose gate did not pass: nothing registered, and why."""
+    reason = "gate not passed: " + "; ".join(decision.get("failures") or decision.get("reasons", []))
+    return RegisterModelResult(
+        registered=False,
+        created=False,
+        model_name=config.model_name,
+        version=None,
+        alias=None,
+        model_uri=None,
+        reason=reason,
+        lineage=lineage.with_(registration=RegistrationLineage(registered=False)),
+    )
+
+
+def _set_aliases(
+    client: Any, config: RegisterModelConfig, decision: dict[str, Any], version: str, created: bool
+) -> tuple[bool, str, list[str]]:
+    """The challenger alias on a new version, and the serving alias when the gate decided against its
+    holder (or there is none) and no approval is required: ``(moved, why, the aliases set)``."""
+    current = registry.alias_version(client, config.model_name, config.alias)
+    move, why = should_move_champion(decision, current, version)
+    if move and not config.move_alias:
+        move = False
+        why = (
+            f"registered as challenger only: with require_approval the {config.alias} alias moves after a person "
+            f"approves (`trainpipe promote models:/{config.model_name}/{version}`)"
+        )
+    aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
+    for name in aliases_set:
+        client.set_registered_model_alias(config.model_name, name, version)
+    return move, why, aliases_set
 
 
 def register_optimized(
