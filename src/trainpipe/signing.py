@@ -206,8 +206,11 @@ def verify(
 
 
 def _reason(exc: BaseException) -> str:
-    """model_signing's mismatch (a list of differences, or a key error) as a short phrase."""
-    text = str(exc)
+    """model_signing's mismatch (a list of differences, or a key error) as a short phrase.
+
+    Its message embeds a list's repr: where a digest's bytes hold a double quote, Python escapes the
+    single quotes around each file name, so the quotes are matched with or without a backslash."""
+    text = str(exc).replace("\\'", "'")
     parts = []
     changed = re.findall(r"Hash mismatch for '([^']+)'", text)
     if changed:

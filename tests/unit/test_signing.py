@@ -195,3 +195,15 @@ def test_a_certificate_the_platform_issued_signs_and_its_chain_verifies(tmp_path
         match="failed signature verification: it was signed with another key than the one this platform verifies with",
     ):
         signing.verify(model, "m")
+
+
+def test_a_mismatch_whose_digest_holds_a_quote_still_names_the_file():
+    # str() of model_signing's list of differences: a digest byte that is a double quote makes repr
+    # escape the file name's single quotes (CI met it on a tampered model.onnx)
+    text = (
+        "Signature mismatch: ['Hash mismatch for \\'model.onnx\\': Expected \\'Digest(algorithm=\\'sha256\\', "
+        "digest_value=b\\'\\\\xde\"\\\\x81\\')\\', "
+        "Actual \\'Digest(algorithm=\\'sha256\\', digest_value=b\\'\\\\xba\\')\\'']"
+    )
+    reason = signing._reason(ValueError(text))
+    assert reason == "model.onnx differs from what was signed: it was changed after it was signed"
