@@ -65,8 +65,12 @@ demo: $(STAMP)
 demo-smb: $(STAMP)
 	$(VENV)/bin/trainpipe demo --engine kfp-local --profile cpu-smb --workspace .trainpipe/demo-smb
 
+# Two pytest workers, each test file on one of them (its module fixtures set up once): most tests
+# drive one subprocess at a time and leave the second core idle. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(HOROVOD_STAMP) browser monitoring
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Ratios against baselines measured in the same run; writes bench/results/<date>.json and prints
 # the markdown table the README shows. BENCH_ARGS="--repeats 5" for more repeats.
