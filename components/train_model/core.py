@@ -98,10 +98,8 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     runtime = runtime or Runtime()
     lineage = Lineage.of(lineage)
     find_dataset(config.data, "data")
-    if config.cluster is not None and config.nnodes > 1:
-        from trainpipe.components.train_model.k8s import run_cluster_job
-
-        return run_cluster_job(config, lineage, runtime)
+    if config.slurm is not None or (config.cluster is not None and config.nnodes > 1):
+        return _as_job(config, lineage, runtime)
     check_inputs(config)
     out = Path(config.output_dir)
     chief = launch.node_rank(config) == 0
@@ -165,6 +163,17 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         return _worker_node_result(config, wall, lineage)
     t = tracking_thread.result()
     return _report(config, lineage, t, out, wall, runtime.hardware_profile)
+
+
+def _as_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) -> TrainModelResult:
+    """The training as a scheduler's job (Slurm; a Kubernetes TrainJob or PyTorchJob): this step waits."""
+    if config.slurm is not None:
+        from trainpipe.components.train_model.slurm_job import run_slurm_job
+
+        return run_slurm_job(config, lineage, runtime)
+    from trainpipe.components.train_model.k8s import run_cluster_job
+
+    return run_cluster_job(config, lineage, runtime)
 
 
 def _discard_outputs(out: Path) -> None:
@@ -307,7 +316,9 @@ def _log_params_and_input(client: Any, run_id: str, config: TrainModelConfig, sn
 
     from trainpipe.tabular import dataset_columns
 
-    params = config.model_dump(mode="json", exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster"})
+    params = config.model_dump(
+        mode="json", exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster", "slurm"}
+    )
     flat = [
         Param(k, (json.dumps(v) if isinstance(v, (list, dict)) else str(v))[:6000]) for k, v in sorted(params.items())
     ]

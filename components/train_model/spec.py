@@ -12,11 +12,11 @@ from pydantic import Field
 
 from trainpipe.contract.lineage import TrainingRun
 from trainpipe.contract.result import ComponentResult
-from trainpipe.training.settings import ClusterJob, TrainModelConfig, TrainModelParams
+from trainpipe.training.settings import ClusterJob, SlurmJob, TrainModelConfig, TrainModelParams
 
 NAME = "train_model"
 
-__all__ = ["NAME", "ClusterJob", "TrainModelConfig", "TrainModelParams", "TrainModelResult"]
+__all__ = ["NAME", "ClusterJob", "SlurmJob", "TrainModelConfig", "TrainModelParams", "TrainModelResult"]
 
 
 class TrainModelResult(ComponentResult, TrainingRun):

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from trainpipe.contract import artifacts
 from trainpipe.contract import lineage as lineage_mod
-from trainpipe.contract.config import build, load_file
+from trainpipe.contract.config import M, build, load_file
 from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
@@ -99,6 +99,21 @@ def _parse_value(raw: str, annotation: Any) -> Any:
         return yaml.safe_load(raw)
     except Exception:
         return raw
+
+
+def parse_settings(model: type[M], settings: dict[str, Any], where: str) -> M:
+    """A component's settings as a face holds them (rendered templates are strings, read as the flags
+    are), validated into its config.
+
+    Raises:
+        InputError: one line naming every bad field.
+    """
+    data = {
+        k: _parse_value(v, model.model_fields[k].annotation) if isinstance(v, str) and k in model.model_fields else v
+        for k, v in settings.items()
+        if v is not None and v != ""
+    }
+    return build(model, data, where=where)
 
 
 def metavar(annotation: Any) -> str:

@@ -53,15 +53,18 @@ PIDS_ENV = "TRAINPIPE_RANK_PIDS"
 
 
 def node_rank(config: TrainModelConfig) -> int:
-    """This node's rank: the config, else NODE_RANK / PET_NODE_RANK (Kubeflow Trainer) / RANK (PyTorchJob)."""
+    """This node's rank: the config, else NODE_RANK / PET_NODE_RANK (Kubeflow Trainer) / RANK (PyTorchJob) /
+    SLURM_NODEID (a task of a Slurm job, one per node)."""
     if config.node_rank is not None:
         return config.node_rank
     if config.nnodes == 1:
         return 0
-    for var in ("NODE_RANK", "PET_NODE_RANK", "RANK"):
+    for var in ("NODE_RANK", "PET_NODE_RANK", "RANK", "SLURM_NODEID"):
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
-    raise InputError("node_rank: not set and none of NODE_RANK, PET_NODE_RANK, RANK is in the environment")
+    raise InputError(
+        "node_rank: not set and none of NODE_RANK, PET_NODE_RANK, RANK, SLURM_NODEID is in the environment"
+    )
 
 
 def rdzv_endpoint(config: TrainModelConfig) -> str:

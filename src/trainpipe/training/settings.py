@@ -41,6 +41,52 @@ class ClusterJob(StrictModel):
     timeout_s: float = Field(86_400, gt=0, le=30 * 86_400)
 
 
+class SlurmJob(StrictModel):
+    """Where a job runs on Slurm: the step writes an sbatch script, submits it, waits, and takes node 0's model.
+
+    The data, the output and ``workdir`` must be on a filesystem every node sees (a cluster's home or
+    scratch), and the nodes run ``python`` with trainpipe installed (the same venv on that filesystem).
+    """
+
+    partition: str | None = Field(None, min_length=1, description="--partition (default: the cluster's default)")
+    account: str | None = Field(None, min_length=1, description="--account charged for the job")
+    qos: str | None = Field(None, min_length=1, description="--qos")
+    time_limit: str | None = Field(
+        None,
+        pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
+        description="--time as Slurm writes it (minutes, HH:MM:SS, D-HH:MM:SS); default: the profile's train_timeout_s",
+    )
+    profile: str = Field("gpu", description="hardware profile of each node (CPUs, memory, GPUs): cpu, gpu, a YAML file")
+    requeue: bool = Field(
+        True, description="--requeue: a preempted job, or one warned before its time limit, is requeued and resumes"
+    )
+    signal_s: int = Field(
+        120,
+        ge=0,
+        le=65_535,
+        description="--signal=USR1@N: checkpoint and requeue N s before the time limit; 0: off",
+    )
+    workdir: str | None = Field(
+        None,
+        description="the job's folder on the shared filesystem: script, log, checkpoints (default: <output_dir>/slurm)",
+    )
+    python: str | None = Field(None, min_length=1, description="the interpreter on the nodes (default: this one)")
+    setup: list[str] = Field(
+        default_factory=list, description="shell lines run on each node before training (module load, source a venv)"
+    )
+    sbatch_args: list[str] = Field(default_factory=list, description="more sbatch options, e.g. --constraint=h100")
+    rdzv_port: int = Field(29500, ge=1024, le=65_535, description="the c10d rendezvous port on the first node")
+    job_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+        description="--job-name (default: trainpipe-train-<hash of run and output>)",
+    )
+    poll_s: float = Field(5, gt=0, le=600, description="seconds between scontrol show job polls")
+    timeout_s: float = Field(
+        86_400, gt=0, le=30 * 86_400, description="give up waiting (and scancel) after this long, queueing included"
+    )
+
+
 class TrainModelParams(StrictModel):
     """Settings of train_model that are not artifacts."""
 
@@ -76,6 +122,9 @@ class TrainModelParams(StrictModel):
     rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous (multi-node)")
     cluster: ClusterJob | None = Field(
         None, description="run a multi-node job (nnodes > 1) through the Kubeflow Trainer"
+    )
+    slurm: SlurmJob | None = Field(
+        None, description="run the training as a Slurm job (sbatch, srun); from Airflow or the CLI"
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when present")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on cuda, gloo on cpu")
@@ -147,6 +196,8 @@ class TrainModelParams(StrictModel):
                 f"batch_size: {self.batch_size} must be divisible by the world size {self.world_size} (nproc_per_node "
                 "x nnodes)"
             )
+        if self.slurm is not None and self.cluster is not None:
+            raise ValueError("slurm: set either slurm or cluster (Kubernetes), not both")
         if self.dist_backend == "nccl" and self.device == "cpu":
             raise ValueError("dist_backend: nccl needs device cuda")
         if self.train_function.startswith("builtin:"):
