@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser monitoring demo demo-smb test test-fast test-lowest test-lowest-torch lint audit format bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring slurm demo demo-smb test test-fast test-lowest test-lowest-torch lint audit format bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -57,6 +57,12 @@ monitoring: $(PODMONITOR_MODELS)
 	@command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null || { apt-get update -qq && \
 		apt-get install -y -qq --no-install-recommends prometheus prometheus-pushgateway; }
 
+# The Slurm tests start munged, slurmctld and slurmd by hand on free loopback ports with their own
+# config (never as system services): Debian's packages give the binaries.
+slurm:
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null && command -v sbatch >/dev/null || { \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
+
 demo: $(STAMP)
 	$(VENV)/bin/trainpipe demo --engine kfp-local
 
@@ -69,7 +75,7 @@ demo-smb: $(STAMP)
 # drive one subprocess at a time and leave the second core idle. TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) $(HOROVOD_STAMP) browser monitoring
+test: $(STAMP) $(HOROVOD_STAMP) browser monitoring slurm
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Ratios against baselines measured in the same run; writes bench/results/<date>.json and prints
