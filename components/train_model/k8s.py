@@ -23,7 +23,6 @@ Kubernetes client is imported only to submit.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe import pods
+from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
@@ -393,23 +393,5 @@ def run_cluster_job(
     manifest = manifest_for(config, name, workdir, runtime.policy)
     atomic_write_json(workdir / "manifest.json", manifest)
     submit_and_wait(manifest, cluster.poll_s, cluster.timeout_s, api)
-    result_file = workdir / "result.json"
-    if not result_file.is_file():
-        raise TrainpipeError(f"cluster: the job finished but node 0 wrote no result at {result_file}")
-    payload = json.loads(result_file.read_text(encoding="utf-8"))
-    out = Path(config.output_dir)
-    for item in (workdir / "model").iterdir():
-        if item.is_file() and not item.name.startswith("."):
-            shutil.copy2(item, out / item.name)
-        elif item.is_dir() and item.name == "telemetry":
-            shutil.copytree(item, out / item.name, dirs_exist_ok=True)
-    node = Lineage.of(payload.pop("lineage", None))
-    result = TrainModelResult.model_validate(payload)
-    if node.training is None:
-        raise TrainpipeError(f"cluster: node 0's result at {result_file} carries no training lineage")
-    result.lineage = lineage.with_(
-        training=node.training.model_copy(
-            update={"cluster_job": f"{manifest['kind']}/{manifest['metadata']['namespace']}/{name}"}
-        )
-    )
-    return result
+    job = f"{manifest['kind']}/{manifest['metadata']['namespace']}/{name}"
+    return adopt(workdir / "result.json", workdir / "model", config.output_dir, lineage, job)

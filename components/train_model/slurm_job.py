@@ -29,11 +29,11 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from trainpipe import slurm
+from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import NAME, SlurmJob, TrainModelConfig, TrainModelResult
-from trainpipe.contract.errors import InputError, Preempted, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import ENV as POLICY_ENV
@@ -219,40 +219,4 @@ def run_slurm_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) 
 
 
 def collect(config: TrainModelConfig, lineage: Lineage, workdir: Path, job: slurm.Job) -> TrainModelResult:
-    result_file = workdir / "node0.result.json"
-    if not result_file.is_file():
-        raise TrainpipeError(f"slurm: job {job.job_id} completed but node 0 wrote no result at {result_file}")
-    payload: dict[str, Any] = json.loads(result_file.read_text(encoding="utf-8"))
-    out = Path(config.output_dir)
-    for item in (workdir / "node0").iterdir():
-        if item.is_file() and not item.name.startswith("."):
-            shutil.copy2(item, out / item.name)
-        elif item.is_dir() and item.name == "telemetry":
-            shutil.copytree(item, out / item.name, dirs_exist_ok=True)
-    node = Lineage.of(payload.pop("lineage", None))
-    result = TrainModelResult.model_validate(payload)
-    if node.training is None:
-        raise ServiceUnavailable(f"slurm: node 0's result at {result_file} carries no training lineage")
-    result.lineage = lineage.with_(training=node.training.model_copy(update={"cluster_job": f"slurm/{job.job_id}"}))
-    return result
-
-
-def submit_settings(settings: dict[str, Any], run_id: str, env: Mapping[str, str]) -> tuple[str, SlurmJob]:
-    """The Airflow face's first half (the wait is deferred to the triggerer): the task's rendered
-    settings read as the entrypoint reads them, submitted under ``env``'s policy. The job id, and the
-    Slurm settings (how often to poll, how long to wait).
-
-    Raises:
-        InputError: bad settings, or a job Slurm refused.
-        ServiceUnavailable: the controller cannot be reached.
-    """
-    from trainpipe.contract.entrypoint import parse_settings
-    from trainpipe.contract.lineage import run_sections
-    from trainpipe.contract.policy import load_policy
-
-    config = parse_settings(TrainModelConfig, settings, where=NAME)
-    if config.slurm is None:
-        raise InputError("slurm: not set; the task trains on the worker")
-    runtime = Runtime(policy=load_policy(env.get(POLICY_ENV, "")))
-    lineage = Lineage().with_(**run_sections("airflow", run_id))
-    return submit(config, lineage, runtime, env), config.slurm
+    return adopt(workdir / "node0.result.json", workdir / "node0", config.output_dir, lineage, f"slurm/{job.job_id}")
