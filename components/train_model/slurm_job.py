@@ -29,6 +29,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from trainpipe import slurm
 from trainpipe.components.train_model.node_result import adopt
@@ -220,3 +221,24 @@ def run_slurm_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) 
 
 def collect(config: TrainModelConfig, lineage: Lineage, workdir: Path, job: slurm.Job) -> TrainModelResult:
     return adopt(workdir / "node0.result.json", workdir / "node0", config.output_dir, lineage, f"slurm/{job.job_id}")
+
+
+def submit_settings(settings: dict[str, Any], run_id: str, env: Mapping[str, str]) -> tuple[str, SlurmJob]:
+    """The Airflow face's first half (the wait is deferred to the triggerer): the task's rendered
+    settings read as the entrypoint reads them, submitted under ``env``'s policy. The job id, and the
+    Slurm settings (how often to poll, how long to wait).
+
+    Raises:
+        InputError: bad settings, or a job Slurm refused.
+        ServiceUnavailable: the controller cannot be reached.
+    """
+    from trainpipe.contract.entrypoint import parse_settings
+    from trainpipe.contract.lineage import run_sections
+    from trainpipe.contract.policy import load_policy
+
+    config = parse_settings(TrainModelConfig, settings, where=NAME)
+    if config.slurm is None:
+        raise InputError("slurm: not set; the task trains on the worker")
+    runtime = Runtime(policy=load_policy(env.get(POLICY_ENV, "")))
+    lineage = Lineage().with_(**run_sections("airflow", run_id))
+    return submit(config, lineage, runtime, env), config.slurm
