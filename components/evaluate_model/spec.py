@@ -10,6 +10,7 @@ from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
 from trainpipe.registry import ALIAS_PATTERN, DEFAULT_ALIAS
+from trainpipe.scoring import LOWER_IS_BETTER
 
 NAME = "evaluate_model"
 METRICS_FILE = "metrics.json"
@@ -18,7 +19,6 @@ REPORT_FILE = "report.html"
 CLASSIFICATION_METRICS = ("accuracy", "f1_macro", "precision_macro", "recall_macro", "roc_auc", "log_loss")
 REGRESSION_METRICS = ("mae", "rmse", "r2")
 METRICS = CLASSIFICATION_METRICS + REGRESSION_METRICS
-LOWER_IS_BETTER = frozenset({"log_loss", "mae", "rmse"})
 TASK_METRICS = {"classification": CLASSIFICATION_METRICS, "regression": REGRESSION_METRICS}
 DEFAULT_THRESHOLDS = {"classification": {"accuracy": 0.8}, "regression": {"r2": 0.0}}
 DEFAULT_MAX_REGRESSION = {"classification": {"accuracy": 0.0}, "regression": {"rmse": 0.0}}

@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainpipe.components.evaluate_model.core import decide, regression_metrics
+from trainpipe.components.evaluate_model.core import decide
 from trainpipe.components.register_model.core import should_move_champion
+from trainpipe.scoring import regression_metrics
 
 pytestmark = pytest.mark.unit
 
