@@ -23,6 +23,7 @@ from trainpipe.components.train_model.spec import (
     TrainModelResult,
 )
 from trainpipe.contract import errors
+from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
@@ -30,6 +31,7 @@ from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, ERRORS_DIR, MODEL_FILE, MODEL_META, TELEMETRY_DIR
 from trainpipe.profiles import metrics_port
 from trainpipe.tabular import find_dataset
+from trainpipe.tracking import PARENT_RUN_ENV
 from trainpipe.training import launch
 from trainpipe.training.preflight import check_inputs, rank_env
 
@@ -97,6 +99,7 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     """
     runtime = runtime or Runtime()
     lineage = Lineage.of(lineage)
+    config = with_tuned(config)
     find_dataset(config.data, "data")
     if config.slurm is not None or (config.cluster is not None and config.nnodes > 1):
         return _as_job(config, lineage, runtime)
@@ -163,6 +166,27 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         return _worker_node_result(config, wall, lineage)
     t = tracking_thread.result()
     return _report(config, lineage, t, out, wall, runtime.hardware_profile)
+
+
+def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
+    """The settings with tune_model's best trial's applied over them (its ``tuned`` output), checked again.
+
+    Raises:
+        InputError: the artifact has no best settings, or they do not fit train_model.
+    """
+    if not config.tuned:
+        return config
+    from trainpipe.contract.config import build
+
+    path = Path(config.tuned) / "best_settings.json"
+    try:
+        best = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InputError(f"tuned: {str(path)!r} is missing or not JSON (is it tune_model's output?)") from None
+    if not best:
+        raise InputError(f"tuned: {str(path)!r} holds no settings: the study completed no trial")
+    merged = {**config.model_dump(exclude_unset=True), **best, "tuned": None}
+    return build(TrainModelConfig, merged, where="tuned")
 
 
 def _as_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) -> TrainModelResult:
@@ -304,6 +328,7 @@ def _training_run(
             "trainpipe.dataset_md5": md5,
             "trainpipe.orchestrator_run_id": orchestrator_run,
             "trainpipe.attempt_key": key,
+            **({"mlflow.parentRunId": os.environ[PARENT_RUN_ENV]} if os.environ.get(PARENT_RUN_ENV) else {}),
         },
     )
     return run.info.run_id, False

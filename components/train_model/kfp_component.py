@@ -21,7 +21,7 @@ def publish(result: dict[str, Any], artifacts: dict[str, Any]) -> None:
 FACE = Face(
     NAME,
     TrainModelParams,
-    [In("data"), Out("model", "Model", field="output_dir"), Out("metrics", "Metrics")],
+    [In("data"), Out("model", "Model", field="output_dir"), Out("metrics", "Metrics"), In("tuned", optional=True)],
     "Run a training function (built-in or a team's) on torch DDP, FSDP2, Horovod or TensorFlow and log the run and "
     "the model to MLflow.",
     publish,

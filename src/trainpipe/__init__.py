@@ -15,6 +15,7 @@ COMPONENTS = (
     "register_model",
     "detect_drift",
     "optimize_model",
+    "tune_model",
 )
 
 __all__ = ["COMPONENTS", "__version__"]

@@ -36,7 +36,9 @@ IMAGES: dict[str, Image] = {
         "data", ("validate_data", "snapshot_dataset"), "Great Expectations, DVC, pandas/pyarrow, the kfp runtime"
     ),
     "cpu": Image(
-        "cpu", COMPONENTS, "torch (CPU), TensorFlow, Horovod (gloo), MLflow, GX, DVC, matplotlib, the kfp runtime"
+        "cpu",
+        COMPONENTS,
+        "torch (CPU), TensorFlow, Horovod (gloo), MLflow, GX, DVC, Optuna, matplotlib, the kfp runtime",
     ),
     "gpu": Image(
         "gpu",

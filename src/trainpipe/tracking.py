@@ -16,6 +16,9 @@ from trainpipe.contract.errors import InputError, NotPermitted, ServiceUnavailab
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.contract.policy import Policy
 
+#: A run id: the training's MLflow run is nested under it (tune_model's study run sets it for its trials).
+PARENT_RUN_ENV = "TRAINPIPE_MLFLOW_PARENT_RUN"
+
 
 def resolve_tracking_uri(uri: str | None, policy: Policy | None = None) -> str:
     """The tracking URI to use: the setting, else ``MLFLOW_TRACKING_URI``.

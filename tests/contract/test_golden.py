@@ -12,22 +12,13 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from trainpipe import COMPONENTS
 from trainpipe.contract.errors import InputError
 from trainpipe.pipelines.compile import validate_pipeline_yaml
 
 pytestmark = pytest.mark.contract
 
 GOLDEN = REPO / "pipelines" / "golden"
-COMPONENTS = (
-    "validate_data",
-    "snapshot_dataset",
-    "train_model",
-    "profile_training",
-    "evaluate_model",
-    "register_model",
-    "detect_drift",
-    "optimize_model",
-)
 
 
 def _same_sdk(text: str) -> str:

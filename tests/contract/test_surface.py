@@ -63,6 +63,9 @@ def kfp_type(annotation) -> type:
     origin = typing.get_origin(a) or a
     if origin is dict and typing.get_args(a)[1:] == (typing.Any,):
         return str  # an open mapping travels as JSON text
+    item = (typing.get_args(a) or (None,))[-1]
+    if origin in (dict, list) and isinstance(item, type) and hasattr(item, "model_fields"):
+        return str  # so do typed records (their numbers keep their types)
     if origin is typing.Literal:
         return type(typing.get_args(a)[0])
     if isinstance(origin, type) and hasattr(origin, "model_fields"):
@@ -92,7 +95,9 @@ def test_each_kfp_face_takes_its_specs_settings_with_the_same_names_and_defaults
                 f"{component}.{name}: unset is {UNSET[p.annotation]!r} on KFP, not {p.default!r}"
             )
         elif p.annotation is str and kfp_type(field.annotation) is str and not isinstance(default, str):
-            assert json.loads(p.default) == default, f"{component}.{name}"
+            from pydantic_core import to_jsonable_python
+
+            assert json.loads(p.default) == to_jsonable_python(default), f"{component}.{name}"
         elif hasattr(default, "model_dump"):
             assert p.default == default.model_dump(mode="json"), f"{component}.{name}"
         else:
@@ -115,8 +120,13 @@ def compiled(tmp_path_factory):
 
     from trainpipe.pipelines.compile import compile_pipeline
 
-    # cpu-smb: every step, optimize_model too
-    path = compile_pipeline(tmp_path_factory.mktemp("ir") / "pipeline.yaml", "cpu-smb")
+    # cpu-smb: every step, optimize_model too; and tune_model first
+    tune = {
+        "space": {"train_config.learning_rate": {"type": "float", "low": 0.01, "high": 0.1}},
+        "storage": "postgresql+psycopg2://tune@db/tune",
+        "workers": 2,
+    }
+    path = compile_pipeline(tmp_path_factory.mktemp("ir") / "pipeline.yaml", "cpu-smb", tune=tune)
     return next(yaml.safe_load_all(path.read_text()))
 
 

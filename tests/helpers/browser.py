@@ -29,7 +29,8 @@ def chromium_path() -> str:
     return path
 
 
-def render(report: Path) -> dict:
+def render(report: Path, script: str | None = None) -> dict:
+    """What a person sees; ``script`` (a JS expression) is evaluated on the loaded page, its value under ``value``."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -44,6 +45,13 @@ def render(report: Path) -> dict:
             images = page.evaluate(
                 "[...document.images].map(i => ({alt: i.alt, width: i.naturalWidth, height: i.naturalHeight}))"
             )
-            return {"images": images, "errors": errors, "text": page.inner_text("body"), "title": page.title()}
+            value = page.evaluate(script) if script else None
+            return {
+                "images": images,
+                "errors": errors,
+                "text": page.inner_text("body"),
+                "title": page.title(),
+                "value": value,
+            }
         finally:
             browser.close()

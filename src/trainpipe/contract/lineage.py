@@ -137,6 +137,18 @@ class OptimizationLineage(Section):
     version: str | None = None
 
 
+class TuningLineage(Section):
+    """tune_model's study: where it is kept and which trial's settings the training took."""
+
+    study_name: str
+    storage: str = Field(description="the study's storage URL, without credentials")
+    objectives: list[str]
+    finished_trials: int
+    best_trial: int
+    best_values: list[float]
+    mlflow_parent_run_id: str | None = None
+
+
 class CodeLineage(Section):
     trainpipe: str
     git_commit: str
@@ -161,6 +173,7 @@ class Lineage(BaseModel):
     registration: RegistrationLineage | None = None
     drift: DriftLineage | None = None
     optimization: OptimizationLineage | None = None
+    tuning: TuningLineage | None = None
     code: CodeLineage | None = None
     orchestrator: OrchestratorLineage | None = None
     image: str | None = None

@@ -63,8 +63,11 @@ def kfp_type(annotation: Any) -> tuple[type, bool]:
         raise TypeError(f"a setting of type {annotation} has no single KFP parameter type")
     a = options[0]
     origin = typing.get_origin(a) or a
-    if _is_open(a):
-        return str, True
+    args = typing.get_args(a)
+    if _is_open(a) or (
+        origin in (dict, list) and args and isinstance(args[-1], type) and issubclass(args[-1], BaseModel)
+    ):
+        return str, True  # values of any type, or typed records: JSON text keeps their numbers' types
     if origin is typing.Literal:
         return type(typing.get_args(a)[0]), False
     if isinstance(origin, type) and issubclass(origin, BaseModel):
@@ -80,8 +83,10 @@ def kfp_value(value: Any, param: KfpParam) -> Any:
         if param.type not in UNSET:
             raise TypeError(f"{param.name}: a {param.type.__name__} setting cannot be unset on KFP")
         return UNSET[param.type]
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
+    if isinstance(value, (BaseModel, list, dict)):
+        from pydantic_core import to_jsonable_python
+
+        value = to_jsonable_python(value)
     if param.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)  # a whole-number default of a float setting
     return json.dumps(value, sort_keys=True) if param.json_text else value

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import OUTPUT, SOURCE
+from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
 from trainpipe.tasks import Task
 from trainpipe.training.backends import BACKENDS, BackendName
 from trainpipe.training.builtin import NAMES as BUILTIN_FUNCTIONS
@@ -246,4 +246,9 @@ class TrainModelConfig(TrainModelParams):
     )
     checkpoint_dir: str | None = Field(
         None, description="checkpoints (default: <output_dir>/checkpoints); a rerun resumes from it"
+    )
+    tuned: str | None = Field(
+        None,
+        description="tune_model's output: its best trial's settings override these (lineage records the study)",
+        json_schema_extra=INPUT,
     )

@@ -1,0 +1,1 @@
+"""tune_model: a trainpipe component."""

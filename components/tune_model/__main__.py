@@ -1,0 +1,13 @@
+"""Container entrypoint: ``python -m trainpipe.components.tune_model``."""
+
+from trainpipe.components.tune_model.core import tune_model
+from trainpipe.components.tune_model.spec import NAME, TuneModelConfig
+from trainpipe.contract.entrypoint import main
+
+if __name__ == "__main__":
+    main(
+        NAME,
+        TuneModelConfig,
+        tune_model,
+        doc="Search train_model's settings with Optuna: trials are real trainings, scored on validation rows.",
+    )

@@ -1,0 +1,81 @@
+"""tune_model's HTML report: the optimization history, the parameters' importances and, with several
+objectives, the Pareto front (Optuna's Plotly figures, plotly.js inline so the page works offline),
+and a table of every trial."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from trainpipe.components.tune_model.spec import TuneModelConfig, TuneModelResult
+
+
+def _figures(study: Any, config: TuneModelConfig) -> list[tuple[str, Any]]:
+    import optuna.visualization as vis
+
+    names = [o.metric for o in config.objectives]
+    figs: list[tuple[str, Any]] = []
+    for i, name in enumerate(names):
+        target = (lambda t, i=i: t.values[i]) if len(names) > 1 else None
+        figs.append(
+            (f"Optimization history: {name}", vis.plot_optimization_history(study, target=target, target_name=name))
+        )
+        try:
+            figs.append(
+                (
+                    f"Parameter importances for {name}",
+                    vis.plot_param_importances(study, target=target, target_name=name),
+                )
+            )
+        except (ValueError, RuntimeError) as exc:  # too few complete trials, or one parameter only
+            figs.append((f"Parameter importances for {name}: not computed ({exc})", None))
+    if len(names) > 1:
+        figs.append(("Pareto front", vis.plot_pareto_front(study, target_names=names)))
+    if len(names) == 1 and any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
+        figs.append(("Training curves (what the pruner compares)", vis.plot_intermediate_values(study)))
+    return figs
+
+
+def write_report(study: Any, config: TuneModelConfig, result: TuneModelResult) -> str:
+    parts = []
+    first = True
+    for title, fig in _figures(study, config):
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if fig is not None:
+            parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if first else False))
+            first = False
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        values = ", ".join(f"{v:.4f}" for v in t.values) if t.values else ""
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(c))}</td>"
+                for c in (
+                    t.number,
+                    t.state.name.lower(),
+                    values,
+                    json.dumps(t.params, sort_keys=True),
+                    t.user_attrs.get("mlflow_run_id", ""),
+                )
+            )
+            + "</tr>"
+        )
+    best = html.escape(json.dumps(result.best_params, sort_keys=True))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>tune_model: study {html.escape(result.study_name)}</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 6px}}</style>
+</head><body>
+<h1>Study {html.escape(result.study_name)}</h1>
+<p>{html.escape(result.summary())}</p>
+<p>Best trial {result.best_trial}: {best}</p>
+{"".join(parts)}
+<h2>Trials</h2>
+<table><tr><th>trial</th><th>state</th><th>{html.escape(", ".join(result.objectives))}</th>
+<th>parameters</th><th>MLflow run</th></tr>
+{"".join(rows)}
+</table>
+</body></html>
+"""

@@ -1,0 +1,209 @@
+"""tune_model: typed config and result. Imports nothing heavy.
+
+A search space maps a train_model setting (``batch_size``, ``precision``, ``backend``,
+``nproc_per_node``, ...) or a key of its ``train_config`` (``train_config.learning_rate``) to a
+distribution: a float or int range (``log`` for a log scale, ``step``), or categorical choices;
+``when`` makes it conditional on another parameter's value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from trainpipe.contract.config import StrictModel
+from trainpipe.contract.entrypoint import OUTPUT, SOURCE
+from trainpipe.contract.result import ComponentResult
+from trainpipe.scoring import LOWER_IS_BETTER
+from trainpipe.training.settings import TrainModelParams
+
+NAME = "tune_model"
+REPORT_FILE = "report.html"
+BEST_FILE = "best_settings.json"
+#: train_model settings a trial does not take from the search space or ``train``: the study sets them.
+NOT_TUNABLE = ("test_fraction", "seed", "tracking_uri", "experiment_name", "label_column", "node_rank", "rdzv_endpoint")
+#: Objectives besides the validation metrics: the model's size.
+SIZE_OBJECTIVES = ("parameters",)
+
+
+class Param(StrictModel):
+    """One dimension of the search space."""
+
+    type: Literal["float", "int", "categorical"]
+    low: float | None = Field(None, description="float, int: the lowest value")
+    high: float | None = Field(None, description="float, int: the highest value")
+    log: bool = Field(False, description="float, int: sample on a log scale")
+    step: float | None = Field(None, gt=0, description="float, int: sample on this grid")
+    choices: list[Any] | None = Field(None, description="categorical: the values (numbers, strings, lists)")
+    when: dict[str, Any] = Field(
+        default_factory=dict, description="sampled only when these other parameters have these values"
+    )
+
+    def check(self, name: str) -> None:
+        """Raises ValueError (one line naming the parameter) for a range that is empty, inverted or constant."""
+        where = f"space.{name}"
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError(f"{where}: categorical needs at least two choices")
+            if len({repr(c) for c in self.choices}) < 2:
+                raise ValueError(f"{where}: a search space over a constant ({self.choices[0]!r}); set it in train")
+            return
+        if self.low is None or self.high is None:
+            raise ValueError(f"{where}: {self.type} needs low and high")
+        if self.low > self.high:
+            raise ValueError(f"{where}: the range is inverted (low {self.low} > high {self.high})")
+        if self.low == self.high:
+            raise ValueError(f"{where}: a search space over a constant ({self.low}); set it in train")
+        if self.log and self.low <= 0:
+            raise ValueError(f"{where}: a log scale needs low > 0")
+        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError(f"{where}: int bounds must be whole numbers")
+
+
+class Objective(StrictModel):
+    """What a trial is scored on: a metric on the validation rows, or the model's size."""
+
+    metric: str = Field("accuracy", min_length=1, description="a validation metric, or parameters (the model's size)")
+    direction: Literal["maximize", "minimize"] | None = Field(
+        None, description="default: minimize for log_loss, mae, rmse and parameters, else maximize"
+    )
+
+    def resolved(self) -> str:
+        if self.direction:
+            return self.direction
+        return "minimize" if self.metric in LOWER_IS_BETTER or self.metric in SIZE_OBJECTIVES else "maximize"
+
+
+class TuneModelParams(StrictModel):
+    """Settings of tune_model that are not artifacts."""
+
+    space: dict[str, Param] = Field(
+        ..., description="parameter -> distribution: train_model settings or train_config.<key>"
+    )
+    train: dict[str, Any] = Field(
+        default_factory=dict, description="train_model settings every trial takes (epochs, train_function, ...)"
+    )
+    objectives: list[Objective] = Field(
+        default_factory=lambda: [Objective()],
+        min_length=1,
+        max_length=4,
+        description="one objective, or several for a Pareto front (e.g. accuracy and parameters)",
+    )
+    n_trials: int = Field(
+        20, ge=1, le=10_000, description="finished (complete or pruned) trials the study ends with, over all workers"
+    )
+    summarize: bool = Field(
+        True,
+        description="summarize the study when no trial is left (best settings, Pareto front, HTML report); false for "
+        "the parallel workers, whose join step reports",
+    )
+    storage: str | None = Field(
+        None,
+        description="the study's RDB URL: postgresql://... where several workers share it (default: SQLite in "
+        "output_dir)",
+    )
+    study_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]{1,128}$",
+        description="default: trainpipe-<the orchestrator's run id> (the workers of one run share it), else trainpipe",
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="the sampler's seed (worker i uses seed + i)")
+    worker: int = Field(0, ge=0, le=1024, description="this worker's index among the parallel workers")
+    pruner: Literal["median", "none"] = Field(
+        "median", description="median: stop a trial whose training curve is below the median of earlier trials'"
+    )
+    pruner_warmup_epochs: int = Field(1, ge=0, le=10_000, description="epochs a trial runs before it can be pruned")
+    validation_fraction: float = Field(
+        0.2, gt=0, lt=1, description="share of the training rows each trial is scored on (never the held-out test rows)"
+    )
+    retry_failed: int = Field(
+        1, ge=0, le=10, description="times a trial whose worker died is run again (0: the trial is skipped)"
+    )
+    stale_after_s: int = Field(
+        60, ge=3, le=86_400, description="a running trial with no heartbeat for this long is failed (its worker died)"
+    )
+    label_column: str = Field("label", min_length=1)
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
+    experiment_name: str = Field("trainpipe-tuning", min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> TuneModelParams:
+        if not self.space:
+            raise ValueError("space: give at least one parameter to search")
+        settings = TrainModelParams.model_fields
+        for name, param in self.space.items():
+            key = name.removeprefix("train_config.")
+            if name.startswith("train_config."):
+                if not key:
+                    raise ValueError(f"space: {name!r} names no train_config key")
+            elif name not in settings or name in NOT_TUNABLE:
+                raise ValueError(
+                    f"space: {name!r} is not a train_model setting a trial can take (nor train_config.<key>)"
+                )
+            param.check(name)
+            for other in param.when:
+                if other not in self.space or other == name:
+                    raise ValueError(f"space.{name}.when: {other!r} is not another parameter of the space")
+        for name in self.train:
+            if name not in settings or name in NOT_TUNABLE:
+                raise ValueError(f"train: {name!r} is not a train_model setting a trial can take")
+            if name in self.space:
+                raise ValueError(f"train: {name!r} is also in space; set it in one of them")
+        if len(self.objectives) > 1 and self.pruner != "none":
+            raise ValueError("pruner: Optuna prunes single-objective studies only; set none for several objectives")
+        if len({o.metric for o in self.objectives}) != len(self.objectives):
+            raise ValueError("objectives: each metric once")
+        return self
+
+
+class TuneModelConfig(TuneModelParams):
+    """Everything tune_model needs, artifacts included."""
+
+    data: str = Field(
+        ..., min_length=1, description="the dataset snapshot (snapshot_dataset's output)", json_schema_extra=SOURCE
+    )
+    output_dir: str = Field(
+        ..., min_length=1, description="the study's report, best settings and trials", json_schema_extra=OUTPUT
+    )
+
+
+class TrialSummary(StrictModel):
+    number: int
+    state: str
+    values: list[float] | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    mlflow_run_id: str | None = None
+
+
+class TuneModelResult(ComponentResult):
+    """What tune_model reports: the study, its best trial (or Pareto front) and the settings to train with."""
+
+    study_name: str
+    storage: str
+    objectives: list[str]
+    directions: list[str]
+    ran_here: int = Field(description="trials this worker ran")
+    complete: int
+    pruned: int
+    failed: int
+    best_trial: int | None = None
+    best_values: list[float] = Field(default_factory=list)
+    best_params: dict[str, Any] = Field(default_factory=dict)
+    best_settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="train_model settings of the best trial (train_model's tuned input takes them)",
+    )
+    pareto_front: list[TrialSummary] = Field(default_factory=list)
+    mlflow_parent_run_id: str | None = None
+    report_file: str | None = None
+
+    def summary(self) -> str:
+        if self.best_trial is None:
+            return f"study {self.study_name}: {self.ran_here} trials here, none complete yet"
+        best = ", ".join(f"{o} {v:.4f}" for o, v in zip(self.objectives, self.best_values, strict=False))
+        front = f", Pareto front of {len(self.pareto_front)}" if len(self.objectives) > 1 else ""
+        return (
+            f"study {self.study_name}: {self.complete} complete, {self.pruned} pruned, {self.failed} failed; "
+            f"best trial {self.best_trial}: {best}{front}"
+        )

@@ -1,0 +1,229 @@
+"""tune_model with real trainings (2 gloo ranks each): parallel workers on one study in the local
+PostgreSQL, MLflow's nested runs, the best settings trained again, a worker SIGKILLed mid-trial, the
+HTML report in Chromium, and bad search spaces refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fresh_postgres_db, make_snapshot, psycopg2_url, result_of, run_component
+from tests.helpers.browser import render
+
+pytestmark = pytest.mark.integration
+
+SPACE = {
+    "train_config.learning_rate": {"type": "float", "low": 0.005, "high": 0.2, "log": True},
+    "train_config.hidden_units": {"type": "categorical", "choices": [[16], [48, 16]]},
+    "batch_size": {"type": "categorical", "choices": [32, 64]},
+}
+TRAIN = {"epochs": 3, "nproc_per_node": 2}
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory, digits_csv):
+    return make_snapshot(tmp_path_factory.mktemp("tune-data"), digits_csv, "label")
+
+
+def _worker(snapshot: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainpipe.components.tune_model", "--data", str(snapshot), "--output-dir", str(out)]
+        + ["--space", json.dumps(SPACE), "--train", json.dumps(TRAIN), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the_best_metric(
+    tmp_path, snapshot, mlflow_server
+):
+    import mlflow
+    import optuna
+    from optuna.trial import TrialState
+
+    with fresh_postgres_db("trainpipe_tune") as db:
+        storage = psycopg2_url(db)
+        common = ["--storage", storage, "--n-trials", "8", "--seed", "7", "--tracking-uri", mlflow_server]
+        common += ["--experiment-name", "tune-pg", "--study-name", "digits"]
+        workers = [
+            _worker(snapshot, tmp_path / f"w{i}", *common, "--summarize", "false", "--worker", str(i)) for i in (0, 1)
+        ]
+        ran = [_finish(w)["ran_here"] for w in workers]
+        assert sum(ran) == 8 and all(ran), ran  # both workers took trials of the one study
+        report = result_of(
+            run_component(
+                "tune_model",
+                "--data",
+                str(snapshot),
+                "--output-dir",
+                str(tmp_path / "report"),
+                "--space",
+                json.dumps(SPACE),
+                "--train",
+                json.dumps(TRAIN),
+                *common,
+            )
+        )
+        study = optuna.load_study(study_name="digits", storage=storage)
+        states = [t.state for t in study.trials]
+    assert report["ran_here"] == 0 and len(states) == 8
+    assert all(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states), states
+    assert report["complete"] + report["pruned"] == 8 and report["complete"] >= 2
+
+    # MLflow: one parent run for the study, each trial's training nested under it
+    client = mlflow.MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("tune-pg")
+    parent = report["mlflow_parent_run_id"]
+    children = client.search_runs([exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+    assert len(children) == 8, [c.info.run_name for c in children]
+    assert client.get_run(parent).data.metrics["best_accuracy"] == pytest.approx(report["best_values"][0])
+    assert report["lineage"]["tuning"]["best_trial"] == report["best_trial"]
+
+    # the best settings, trained again on the same rows and split, score the best trial's metric
+    best = report["best_settings"]
+    assert best["train_config"]["hidden_units"] in ([16], [48, 16]) and best["epochs"] == 3
+    rows = tmp_path / "w0" / "tuning_rows.parquet"
+    again = result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(rows),
+            "--tuned",
+            str(tmp_path / "report"),
+            "--output-dir",
+            str(tmp_path / "again"),
+            "--test-fraction",
+            "0.2",
+            "--seed",
+            "7",  # the trial's split of the tuning rows (validation_fraction, the study's seed) and its seed
+            "--label-column",
+            "label",
+            "--tracking-uri",
+            mlflow_server,
+        )
+    )
+    assert again["lineage"]["tuning"]["study_name"] == "digits"
+    from trainpipe.contract.runtime import Runtime
+    from trainpipe.scoring import task_metrics
+    from trainpipe.serving.package import load_artifact
+    from trainpipe.splits import held_out_rows
+
+    model = load_artifact(tmp_path / "again", Runtime())
+    x, y, _ = held_out_rows(str(rows), model, "label")
+    assert task_metrics(model, x, y)["accuracy"] == pytest.approx(report["best_values"][0], abs=1e-9)
+
+    # the report a person opens: every figure drawn, no script error
+    seen = render(tmp_path / "report" / "report.html", "document.querySelectorAll('.js-plotly-plot .main-svg').length")
+    assert not seen["errors"], seen["errors"]
+    assert seen["value"] >= 3 and "Optimization history: accuracy" in seen["text"]
+    assert "Parameter importances for accuracy" in seen["text"] and f"Best trial {report['best_trial']}" in seen["text"]
+
+
+def test_a_worker_killed_mid_trial_leaves_a_consistent_study_that_completes(tmp_path, snapshot):
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.trial import TrialState
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    common = ["--storage", storage, "--n-trials", "4", "--stale-after-s", "6", "--retry-failed", "1"]
+    common += ["--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--pruner", "none"]
+    doomed = _worker(snapshot, tmp_path / "doomed", *common, "--summarize", "false", "--worker", "0")
+    deadline = time.monotonic() + 300
+    trial_dir = tmp_path / "doomed" / "trials"
+    # its first trial's ranks are starting (train_model writes their config) or training
+    while not list(trial_dir.glob("trial-*/.train_config.node0.json")) and time.monotonic() < deadline:
+        assert doomed.poll() is None, doomed.communicate()[1][-2000:]
+        time.sleep(0.1)
+    time.sleep(1.0)
+    trial_config = next(trial_dir.glob("trial-*.json"))
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=30)
+    survivor = _worker(snapshot, tmp_path / "survivor", *common)
+    result = _finish(survivor)
+    study = optuna.load_study(study_name="trainpipe", storage=storage)
+    states = [t.state for t in study.trials]
+    assert TrialState.RUNNING not in states and TrialState.WAITING not in states, states
+    assert states.count(TrialState.FAIL) == 1  # the dead worker's trial, failed once its heartbeat stopped
+    assert result["complete"] + result["pruned"] == 4, result
+    retried = [t for t in study.trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) is not None]
+    assert len(retried) == 1, "the failed trial was not run again"
+    # no orphan: the dead worker's training died with it
+    time.sleep(2)
+    leftover = subprocess.run(["pgrep", "-f", str(trial_config)], capture_output=True, text=True).stdout.split()
+    assert not leftover, f"the killed worker's ranks outlived it: {leftover}"
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"train_config.learning_rate": {"type": "float", "low": 0.1, "high": 0.01}}, "the range is inverted"),
+        ({"epochs": {"type": "int", "low": 3, "high": 3}}, "a search space over a constant"),
+        ({"batch_size": {"type": "categorical", "choices": [64]}}, "a search space over a constant"),
+        ({"batch_size": {"type": "categorical", "choices": []}}, "categorical needs at least two choices"),
+        (
+            {"learning_rate": {"type": "float", "low": 0.01, "high": 0.1}},
+            "'learning_rate' is not a train_model setting",
+        ),
+        ({"epochs": {"type": "int"}}, "int needs low and high"),
+        ({}, "give at least one parameter"),
+    ],
+)
+def test_a_bad_search_space_is_one_line_and_exit_2(tmp_path, snapshot, space, message):
+    proc = run_component(
+        "tune_model", "--data", str(snapshot), "--output-dir", str(tmp_path / "t"), "--space", json.dumps(space)
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert message in lines[-1] and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "t" / "study.db").exists()
+
+
+def test_two_objectives_give_a_pareto_front_of_non_dominated_trials(tmp_path, snapshot):
+    space = {"train_config.hidden_units": {"type": "categorical", "choices": [[8], [32], [96, 32]]}}
+    result = result_of(
+        run_component(
+            "tune_model",
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(tmp_path / "t"),
+            "--space",
+            json.dumps(space),
+            "--train",
+            json.dumps({"epochs": 2, "nproc_per_node": 1}),
+            "--objectives",
+            json.dumps([{"metric": "accuracy"}, {"metric": "parameters"}]),
+            "--pruner",
+            "none",
+            "--n-trials",
+            "3",
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+        )
+    )
+    assert result["directions"] == ["maximize", "minimize"] and result["complete"] == 3
+    front = result["pareto_front"]
+    assert front and result["best_trial"] in [t["number"] for t in front]
+
+    def dominates(a, b):  # a at least as good on both, better on one
+        return a[0] >= b[0] and a[1] <= b[1] and a != b
+
+    for t in front:
+        assert not any(dominates(o["values"], t["values"]) for o in front), front
+    assert all(isinstance(t["params"]["train_config.hidden_units"], list) for t in front)
+    assert "Pareto front" in (tmp_path / "t" / "report.html").read_text()
