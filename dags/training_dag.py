@@ -1,7 +1,8 @@
 """trainpipe reference training DAG (Airflow 3).
 
 validate_data → snapshot_dataset → detect_drift → retrain (skips the rest unless detect_drift
-says to retrain: always with ``retrain_on: always``, the default) → train_model →
+says to retrain: always with ``retrain_on: always``, the default) → (with ``tune``: tune_model's
+workers, mapped over one study, → tune_model's summary →) train_model →
 profile_training, evaluate_model → gate (skips the rest unless the decision passed) →
 optimize_model (with ``optimize.enabled`` or the cpu-smb profile) → register_model. With
 ``require_approval``: register_model registers the challenger only → approve (a person answers;
@@ -60,6 +61,8 @@ with DAG(
         run_dir=RUN_DIR,
         optimizes=SETTINGS.optimizes,
         approval_timeout=SETTINGS.approval_timeout,
+        tune=CONFIG.tune_settings(),
+        mapped=SETTINGS.mapped,
     )
     validate >> snapshot >> detect
     decide >> train

@@ -17,6 +17,7 @@ def compile_pipeline(
     trusted_code: str = "",
     optimize: Any = None,
     require_approval: bool = False,
+    tune: dict[str, Any] | None = None,
 ) -> Path:
     """Compile the reference pipeline for a hardware profile to ``output``.
 
@@ -33,6 +34,7 @@ def compile_pipeline(
         require_approval: register_model registers the challenger only; ``trainpipe promote``
             moves the serving alias after a person approves (fixed at compile time: a run's
             parameters cannot skip the approval).
+        tune: tune_model's settings and workers (``PipelineConfig.tune_settings()``): tune first.
 
     Raises:
         InputError: the pipeline root is outside the policy's locations, regions or encryption.
@@ -60,6 +62,7 @@ def compile_pipeline(
         trusted_code=trusted_code,
         optimize=settings,
         require_approval=require_approval,
+        tune=tune,
     )
     compiler.Compiler().compile(pipeline, package_path=str(out))
     return out
@@ -139,6 +142,7 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
         trusted_code=config.trusted_code(),
         optimize=config.optimize.for_profile(profile),
         require_approval=config.require_approval,
+        tune=config.tune_settings(),
     )
     task = pipeline(**config.pipeline_arguments())
     return {"pipeline_root": str(root), "outputs": getattr(task, "outputs", {})}

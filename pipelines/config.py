@@ -25,6 +25,7 @@ from trainpipe.components.optimize_model.spec import OptimizeModelParams
 from trainpipe.components.register_model.spec import RegisterModelParams
 from trainpipe.components.snapshot_dataset.spec import REMOTE_SCHEMES, SnapshotDatasetParams
 from trainpipe.components.train_model.spec import TrainModelParams
+from trainpipe.components.tune_model.spec import TuneModelParams
 from trainpipe.components.validate_data.spec import ValidateDataParams
 from trainpipe.contract.config import StrictModel, build, load_file
 from trainpipe.contract.policy import Policy
@@ -113,6 +114,38 @@ class OptimizeSettings(_OptimizeBase):  # type: ignore[misc, valid-type]
         return self.settings() if enabled else None
 
 
+#: tune_model settings that are not in ``tune:``: the pipeline's own (the label, tracking, the split's
+#: seed), and the ones the fan-out sets for each worker.
+TUNE_FROM_PIPELINE = ("label_column", "tracking_uri", "experiment_name", "seed", "summarize", "worker")
+
+_TuneBase = create_model(  # type: ignore[call-overload]
+    "_TuneBase",
+    __base__=StrictModel,
+    **_fields(TuneModelParams, [n for n in TuneModelParams.model_fields if n not in TUNE_FROM_PIPELINE]),
+)
+
+
+class TuneSettings(_TuneBase):  # type: ignore[misc, valid-type]
+    """tune_model before train_model: its settings (all but :data:`TUNE_FROM_PIPELINE`) and its workers.
+    The trials take the config's ``train`` section, with ``tune.train`` over it."""
+
+    workers: int = Field(
+        1, ge=1, le=64, description="parallel workers on the study (KFP dsl.ParallelFor, Airflow .expand)"
+    )
+
+    @model_validator(mode="after")
+    def _as_tune_model(self) -> TuneSettings:
+        _same_rules(TuneModelParams, self.model_dump(exclude={"workers"}))
+        return self
+
+    def settings(self, train: dict[str, Any]) -> dict[str, Any]:
+        """tune_model's settings (JSON values) for trials on ``train`` (the config's train section)."""
+        out = self.model_dump(mode="json", exclude={"workers"})
+        merged = {k: v for k, v in {**train, **out["train"]}.items() if k not in self.space}
+        out["train"] = merged
+        return out
+
+
 _SpecBase = create_model(  # type: ignore[call-overload]
     "_SpecBase",
     __base__=StrictModel,
@@ -133,6 +166,9 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     )
     train: TrainSettings = Field(default_factory=TrainSettings)
     optimize: OptimizeSettings = Field(default_factory=OptimizeSettings)
+    tune: TuneSettings | None = Field(
+        None, description="search train_model's settings with tune_model first; the training takes the best trial's"
+    )
     profile: str = Field(
         "cpu", description="hardware profile: cpu, cpu-smb (optimizes models for CPU serving), gpu, or a YAML file"
     )
@@ -205,6 +241,16 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
 
         return self.optimize.for_profile(get_profile(profile or self.profile))
 
+    def tune_settings(self) -> dict[str, Any] | None:
+        """tune_model's settings and its ``workers`` when the pipeline tunes first, else None."""
+        if self.tune is None:
+            return None
+        train = self.train.model_dump(mode="json", exclude_unset=True)
+        settings = self.tune.settings(train)
+        # the study of each run (named after it) in one SQLite file of the workspace, unless a database is given
+        settings["storage"] = settings["storage"] or f"sqlite:///{Path(self.workspace) / 'tune' / 'study.db'}"
+        return {**settings, "workers": self.tune.workers}
+
     def optimizes(self, profile: str | None = None) -> bool:
         """Whether the pipeline runs optimize_model (see :meth:`optimize_settings`)."""
         return self.optimize_settings(profile) is not None
@@ -258,6 +304,7 @@ NOT_PIPELINE_PARAMETERS = (
     "schedule",
     "train",
     "optimize",
+    "tune",
     "require_approval",
     "approval_timeout_hours",
 )
@@ -282,6 +329,7 @@ NOT_FROM_PIPELINE: dict[tuple[str, str], str] = {
         "profile_training",
         "train",
     ): "the settings of its own profiling pass; in a pipeline it profiles train_model's run",
+    ("tune_model", "train"): "the trials' fixed settings: the config's train section, compiled in",
 }
 
 

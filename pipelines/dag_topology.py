@@ -21,6 +21,7 @@ from trainpipe.components.optimize_model.airflow_task import OptimizeModelOperat
 from trainpipe.components.profile_training.airflow_task import ProfileTrainingOperator
 from trainpipe.components.register_model.airflow_task import RegisterModelOperator
 from trainpipe.components.train_model.airflow_task import TrainModelOperator
+from trainpipe.components.tune_model.airflow_task import TuneModelOperator
 from trainpipe.contract.entrypoint import input_fields, output_fields
 from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator, component_task
 from trainpipe.pipelines.config import (
@@ -40,6 +41,8 @@ def model_steps(
     include: tuple[str, ...] = ("profile_training",),
     optimizes: bool = False,
     approval_timeout: timedelta | None = None,
+    tune: dict[str, Any] | None = None,
+    mapped: Any = None,
 ) -> tuple[Any, Any]:
     """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them.
 
@@ -50,15 +53,21 @@ def model_steps(
     register_model registers its variant beside the model. ``approval_timeout`` (the config's
     require_approval) has register_model register the challenger only, then waits for a person's
     answer in Airflow's approval task: approved, ``promote_model`` moves the alias; rejected or
-    timed out, ``record_rejection`` notes it. Returns the first and the last task.
+    timed out, ``record_rejection`` notes it. ``tune`` (:meth:`PipelineConfig.tune_settings`) puts
+    tune_model first: its workers mapped over one study (``mapped(operator_cls, task_id, paths,
+    variants)``: dynamic task mapping), then the step that summarizes it, whose best settings the
+    training takes. Returns the first and the last task.
     """
     model = f"{run_dir}/train_model"
+    tuning = tune_steps(step, mapped, tune, snapshot_dir=snapshot_dir, run_dir=run_dir) if tune else None
     train = step(
         TrainModelOperator,
         "train_model",
-        {"data": snapshot_dir, "output_dir": model},
+        {"data": snapshot_dir, "output_dir": model, **({"tuned": f"{run_dir}/tune_model"} if tuning else {})},
         execution_timeout=timedelta(hours=6),
     )
+    if tuning:
+        tuning[-1] >> train
     profile = None
     if "profile_training" in include:
         profile = step(
@@ -93,7 +102,27 @@ def model_steps(
         optimize >> register
     if profile is not None:
         profile >> register
-    return train, last
+    return (tuning[0] if tuning else train), last
+
+
+def tune_steps(step: Any, mapped: Any, tune: dict[str, Any], *, snapshot_dir: str, run_dir: str) -> list[Any]:
+    """tune_model's workers (mapped, each with ``summarize`` off) on one study, then the step that
+    summarizes it. Without a ``storage`` the study is SQLite in the run's folder, which the workers share
+    on this machine (a PostgreSQL URL where the workers run on several)."""
+    out = f"{run_dir}/tune_model"
+    settings = {k: v for k, v in tune.items() if k != "workers" and v is not None}
+    settings.setdefault("storage", f"sqlite:///{out}/study.db")
+    timeout = {"execution_timeout": timedelta(hours=12)}
+    workers = mapped(
+        TuneModelOperator,
+        "tune_model_workers",
+        {"data": snapshot_dir, "output_dir": f"{out}-worker", **settings, "summarize": False},
+        [{"worker": i, "output_dir": f"{out}-worker-{i}"} for i in range(tune["workers"])],
+        **timeout,
+    )
+    summary = step(TuneModelOperator, "tune_model", {"data": snapshot_dir, "output_dir": out, **settings}, **timeout)
+    workers >> summary
+    return [workers, summary]
 
 
 def approval_steps(register: Any, timeout: timedelta) -> Any:
@@ -284,10 +313,11 @@ class DagSettings:
                 out.setdefault(setting, _param(f"{section}.{setting}"))
         return out
 
-    def step(self, operator_cls: type[TrainpipeOperator], task_id: str, paths: dict[str, Any], **kwargs: Any) -> Any:
-        """One task in this DAG's mode: its artifact paths (and constants) with its settings derived
-        (:meth:`templates`), the profile's training or default resources, on the profile's Celery
-        queue (training on its own: the workers on the training machines serve it)."""
+    def _placement(
+        self, operator_cls: type[TrainpipeOperator], task_id: str, kwargs: dict[str, Any]
+    ) -> tuple[Any, Any]:
+        """The task's queue, its environment (the policy, the trusted model code) and, on Kubernetes,
+        its resources and image."""
         kwargs.setdefault("queue", self.profile.train_queue if task_id == "train_model" else self.profile.queue)
         resources = image = None
         if self.mode == "kubernetes":
@@ -305,8 +335,37 @@ class DagSettings:
         if env:
             key = "env_vars" if self.mode == "kubernetes" else "env"
             kwargs[key] = {**env, **kwargs.get(key, {})}
+        return resources, image
+
+    def step(self, operator_cls: type[TrainpipeOperator], task_id: str, paths: dict[str, Any], **kwargs: Any) -> Any:
+        """One task in this DAG's mode: its artifact paths (and constants) with its settings derived
+        (:meth:`templates`), the profile's training or default resources, on the profile's Celery
+        queue (training on its own: the workers on the training machines serve it)."""
+        resources, image = self._placement(operator_cls, task_id, kwargs)
         settings = {**self.templates(operator_cls), **paths}
         profile = self.profile if self.mode == "kubernetes" else None
         return component_task(
             operator_cls, task_id, settings, mode=self.mode, image=image, resources=resources, profile=profile, **kwargs
         )
+
+    def mapped(
+        self,
+        operator_cls: type[TrainpipeOperator],
+        task_id: str,
+        paths: dict[str, Any],
+        variants: list[dict[str, Any]],
+        **kwargs: Any,
+    ) -> Any:
+        """One step run once per variant of its settings: Airflow's dynamic task mapping
+        (``.partial(...).expand(settings=...)``) on the worker; on Kubernetes one pod task per variant."""
+        if self.mode == "kubernetes":
+            from airflow.sdk import TaskGroup
+
+            with TaskGroup(task_id) as group:
+                for i, variant in enumerate(variants):
+                    self.step(operator_cls, f"{task_id}_{i}", {**paths, **variant}, **kwargs)
+            return group
+        self._placement(operator_cls, task_id, kwargs)
+        settings = {**self.templates(operator_cls), **paths}
+        operator_cls.check_settings(settings)
+        return operator_cls.partial(task_id=task_id, **kwargs).expand(settings=[{**settings, **v} for v in variants])

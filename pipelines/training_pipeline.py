@@ -9,6 +9,7 @@ resources of one hardware profile. Importing this module loads kfp only.
 # No `from __future__ import annotations`: KFP reads the real annotations.
 
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from trainpipe.components.profile_training.kfp_component import profile_training
 from trainpipe.components.register_model.kfp_component import register_model
 from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
 from trainpipe.components.train_model.kfp_component import train_model
+from trainpipe.components.tune_model.kfp_component import tune_model
 from trainpipe.components.validate_data.kfp_component import validate_data
 from trainpipe.faces.kfp_face import accelerated
 from trainpipe.faces.surface import REQUIRED
@@ -123,6 +125,20 @@ def pipeline_function(body: Callable[[dict[str, Any]], None], doc: str) -> Calla
     return training_pipeline
 
 
+def _tuning(p: dict[str, Any], data: dict[str, Any], tune: dict[str, Any]) -> list[Any]:
+    """tune_model's workers in a ``dsl.ParallelFor`` on one study, then the step that summarizes it."""
+    # its structured settings (space, train, objectives) cross KFP as JSON text
+    settings = {
+        k: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+        for k, v in tune.items()
+        if k != "workers" and v is not None
+    }
+    with dsl.ParallelFor(items=list(range(tune["workers"])), name="tune-workers", parallelism=tune["workers"]) as i:
+        worker = bind(tune_model, p, **data, **settings, worker=i, summarize=False)
+    summary = bind(tune_model, p, **data, **settings, summarize=True).after(worker)
+    return [worker, summary]
+
+
 def build_pipeline(
     profile: HardwareProfile,
     policy: Any = None,
@@ -131,6 +147,7 @@ def build_pipeline(
     include: tuple[str, ...] = ("profile_training",),
     optimize: dict[str, Any] | None = None,
     require_approval: bool = False,
+    tune: dict[str, Any] | None = None,
 ) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
@@ -147,6 +164,9 @@ def build_pipeline(
             which registers its accepted variant beside the model (``<model_name>-onnx``).
         require_approval: register_model registers the challenger only (KFP has no human step:
             ``trainpipe promote`` moves the serving alias after a person approves).
+        tune: tune_model's settings and ``workers`` (:meth:`PipelineConfig.tune_settings`): with
+            them, ``workers`` tune_model tasks share one study in a ``dsl.ParallelFor``, one more
+            summarizes it, and train_model takes the best trial's settings (its ``tuned`` input).
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
     from trainpipe.contract.policy import ENV as POLICY_ENV
@@ -169,7 +189,9 @@ def build_pipeline(
         # so (retrain_on: always, or drift found, the champion too old, or none yet)
         drifted = bind(detect_drift, p, **data)
         with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
-            trained = bind(train_op, p, **data)
+            tuning = _tuning(p, data, tune) if tune is not None else []
+            tuned = {"tuned": tuning[-1].outputs["study"]} if tuning else {}
+            trained = bind(train_op, p, **data, **tuned)
             model = trained.outputs["model"]
             profiled = bind(profile_training, p, model=model, run_id=run_id) if "profile_training" in include else None
             evaluated = bind(evaluate_model, p, model=model, **data)
@@ -186,7 +208,7 @@ def build_pipeline(
                     register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra
                 )
                 _configure(registered, profile.default, profile, caching=False)
-        later = [t for t in (profiled, evaluated, optimized) if t is not None]
+        later = [t for t in (*tuning, profiled, evaluated, optimized) if t is not None]
         for task_ in later:
             _configure(task_, profile.default, profile)
         # detect_drift reads the champion, which moves between runs: its result is not a function of its inputs
