@@ -190,6 +190,7 @@ def run(
             trusted_code=cfg.trusted_code(),
             optimize=cfg.optimize,
             require_approval=cfg.require_approval,
+            tune=cfg.tune_settings(),
         )
         results = collect_results(root, since=started)
     except TrainpipeError as exc:
@@ -231,6 +232,7 @@ def compile_cmd(
             trusted_code=cfg.trusted_code() if cfg else "",
             optimize=cfg.optimize if cfg else None,
             require_approval=bool(cfg and cfg.require_approval),
+            tune=cfg.tune_settings() if cfg else None,
         )
     except TrainpipeError as exc:
         _fail(exc)
@@ -248,6 +250,53 @@ def _print_kfp_result(call: typing.Callable[[], dict]) -> None:
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(json.dumps(result, sort_keys=True))
+
+
+@app.command()
+def tune(
+    config: Path = typer.Option(..., "--config", "-c", help="tune_model's settings (YAML or JSON: space, train, ...)"),
+    emit: str = typer.Option(..., help="what to write: optimizationjob (a Kubeflow Trainer OptimizationJob)"),
+    output: Path = typer.Option(Path("optimizationjob.yaml"), "--output", "-o", help="where the manifest goes"),
+    data: str = typer.Option(..., help="the dataset every trial's pod reads (a path on its volume, or a URI)"),
+    output_root: str = typer.Option("/mnt/trainpipe/trials", help="where each trial writes its model"),
+    namespace: str = typer.Option("kubeflow", help="the job's namespace"),
+    workers: int = typer.Option(1, min=1, help="trials at once"),
+    image: str = typer.Option(
+        None, help="the trainpipe image (default: the CPU image, or the GPU one for --profile gpu)"
+    ),
+    profile: str = typer.Option("cpu", help="hardware profile of each trial's node: cpu, gpu, or a YAML file"),
+) -> None:
+    """Write the search of a tune_model config as a Kubeflow Trainer OptimizationJob (nothing is submitted)."""
+    import yaml
+
+    from trainpipe.components.tune_model.optimizationjob import manifest
+    from trainpipe.components.tune_model.spec import TuneModelParams
+    from trainpipe.contract.config import build, load_file
+    from trainpipe.contract.io import atomic_write_text
+    from trainpipe.images import image_for
+    from trainpipe.profiles import get_profile
+
+    if emit != "optimizationjob":
+        _fail(InputError(f"--emit: {emit!r} is not optimizationjob (run `trainpipe tune_model` to tune here)"))
+    try:
+        params = build(TuneModelParams, load_file(config), where="tune config")
+        hw = get_profile(profile)
+        doc = manifest(
+            params,
+            name=params.study_name or "trainpipe-tune",
+            namespace=namespace,
+            image=image or image_for("train_model", accelerated=hw.train.accelerated),
+            data=data,
+            output_root=output_root,
+            workers=workers,
+            resources=hw.train.as_k8s(),
+        )
+        atomic_write_text(output, yaml.safe_dump(doc, sort_keys=False))
+    except TrainpipeError as exc:
+        _fail(exc)
+    typer.echo(
+        f"wrote {output}: OptimizationJob {doc['metadata']['name']} ({params.n_trials} trials, {workers} at once)"
+    )
 
 
 @app.command()
