@@ -266,3 +266,58 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert "trainpipe://datasets/dataset" in lines[-3] and lines[-2] == "['trainpipe://datasets/dataset']"
     assert "new_snapshot" in lines[-1] and "register_model" in lines[-1] and "validate_data" not in lines[-1]
+
+
+TUNED_DAG = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("training_dag", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+dag = mod.dag
+out = {"tasks": sorted(dag.task_dict), "upstream_of_train": sorted(dag.task_dict["train_model"].upstream_task_ids)}
+workers = dag.task_dict.get("tune_model_workers")
+if workers is not None:
+    out["mapped"] = type(workers).__name__
+    variants = workers.expand_input.value["settings"]
+    out["variants"] = [(s["worker"], s["summarize"], s["output_dir"].rsplit("/", 1)[1]) for s in variants]
+settings = getattr(dag.task_dict["train_model"], "settings", None)
+out["tuned"] = settings.get("tuned") if settings else None
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("mode", ["local", "kubernetes"])
+def test_with_tune_the_training_dag_fans_out_workers_before_the_training(tmp_path, mode):
+    import json
+
+    import yaml
+
+    cfg = tmp_path / "pipeline.yaml"
+    space = {"train_config.learning_rate": {"type": "float", "low": 0.01, "high": 0.1}}
+    cfg.write_text(yaml.safe_dump({"data": "raw.csv", "tune": {"workers": 2, "space": space}}))
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_AIRFLOW_MODE": mode,
+        "TRAINPIPE_CONFIG": str(cfg),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", TUNED_DAG, str(REPO / "dags" / "training_dag.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["upstream_of_train"] == ["tune_model"]
+    if mode == "local":
+        assert got["mapped"] == "MappedOperator"
+        assert got["variants"] == [[0, False, "tune_model-worker-0"], [1, False, "tune_model-worker-1"]]
+        assert got["tuned"].endswith("/tune_model")
+    else:  # one pod task per worker, in a task group
+        assert {"tune_model_workers.tune_model_workers_0", "tune_model_workers.tune_model_workers_1"} <= set(
+            got["tasks"]
+        )
