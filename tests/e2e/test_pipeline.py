@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.pipeline import run_pipeline
+
 pytestmark = pytest.mark.e2e
 
 
@@ -30,15 +32,7 @@ def _config(tmp_path, data, tracking_uri, **extra):
 
 
 def _run(config, engine, tmp_path):
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+    return run_pipeline(config, engine, tmp_path)
 
 
 STEPS = (

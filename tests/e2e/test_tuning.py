@@ -4,13 +4,13 @@ it, and train_model takes the best trial's settings on to a registered version t
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
-import sys
 
 import pytest
 import yaml
+
+from tests.helpers.pipeline import run_pipeline
 
 pytestmark = pytest.mark.e2e
 
@@ -38,15 +38,7 @@ def _run(tmp_path, digits_csv, mlflow_server, engine: str, name: str) -> subproc
     }
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+    return run_pipeline(config, engine, tmp_path)
 
 
 @pytest.mark.parametrize("engine", ["kfp-local", "airflow-local"])

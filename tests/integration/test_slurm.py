@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import make_snapshot, result_of, run_component
+from tests.helpers.pipeline import run_pipeline
 from tests.helpers.slurm_cluster import missing, slurm_cluster
 
 pytestmark = pytest.mark.integration
@@ -256,15 +257,7 @@ def test_the_training_dag_runs_train_model_on_slurm_and_registers(tmp_path, slur
     }
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", "airflow-local"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+    proc = run_pipeline(config, "airflow-local", tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "registered model : slurm-dag version 1" in proc.stdout, proc.stdout
     import mlflow
