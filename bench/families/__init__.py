@@ -23,6 +23,7 @@ from bench.families import (
     team,
     telemetry,
     training,
+    tune,
 )
 
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
@@ -33,6 +34,7 @@ FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "other_backends": backends.run,
     "orchestration": orchestration.run,
     "slurm": slurm.run,
+    "tune": tune.run,
     "validate": data.validate,
     "snapshot": data.snapshot,
     "drift": drift.run,
