@@ -21,8 +21,11 @@ from trainpipe.training.settings import TrainModelParams
 NAME = "tune_model"
 REPORT_FILE = "report.html"
 BEST_FILE = "best_settings.json"
-#: train_model settings a trial does not take from the search space or ``train``: the study sets them.
-NOT_TUNABLE = ("test_fraction", "seed", "tracking_uri", "experiment_name", "label_column", "node_rank", "rdzv_endpoint")
+#: train_model settings a trial does not take from ``train`` or the search space: the study's own.
+NOT_IN_TRAIN = ("tracking_uri", "experiment_name", "label_column", "node_rank", "rdzv_endpoint")
+#: ...nor searched: in ``train`` these two describe the final training's split, whose held-out rows
+#: the study never reads (a trial splits the rest with ``validation_fraction`` and ``seed``).
+NOT_IN_SPACE = (*NOT_IN_TRAIN, "test_fraction", "seed")
 #: Objectives besides the validation metrics: the model's size.
 SIZE_OBJECTIVES = ("parameters",)
 
@@ -137,7 +140,7 @@ class TuneModelParams(StrictModel):
             if name.startswith("train_config."):
                 if not key:
                     raise ValueError(f"space: {name!r} names no train_config key")
-            elif name not in settings or name in NOT_TUNABLE:
+            elif name not in settings or name in NOT_IN_SPACE:
                 raise ValueError(
                     f"space: {name!r} is not a train_model setting a trial can take (nor train_config.<key>)"
                 )
@@ -146,7 +149,7 @@ class TuneModelParams(StrictModel):
                 if other not in self.space or other == name:
                     raise ValueError(f"space.{name}.when: {other!r} is not another parameter of the space")
         for name in self.train:
-            if name not in settings or name in NOT_TUNABLE:
+            if name not in settings or name in NOT_IN_TRAIN:
                 raise ValueError(f"train: {name!r} is not a train_model setting a trial can take")
             if name in self.space:
                 raise ValueError(f"train: {name!r} is also in space; set it in one of them")

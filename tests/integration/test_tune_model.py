@@ -180,6 +180,7 @@ def test_a_worker_killed_mid_trial_leaves_a_consistent_study_that_completes(tmp_
             "'learning_rate' is not a train_model setting",
         ),
         ({"epochs": {"type": "int"}}, "int needs low and high"),
+        ({"seed": {"type": "int", "low": 0, "high": 3}}, "'seed' is not a train_model setting"),  # the split's
         ({}, "give at least one parameter"),
     ],
 )
