@@ -224,3 +224,17 @@ def test_kubernetes_mode_builds_pod_operators(tmp_path):
         "KubernetesPodOperator ['python', '-m', 'trainpipe.components.train_model'] registry.example/trainpipe:1"
         in proc.stdout
     )
+
+
+def test_every_component_ships_in_the_distribution():
+    """pyproject lists each component's package and its data: a component left out installs nowhere
+    but this checkout (an image, a wheel, a team's venv would lack it)."""
+    import tomllib
+
+    from tests.conftest import REPO
+    from trainpipe import COMPONENTS
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for name in COMPONENTS:
+        assert f"trainpipe.components.{name}" in setuptools["packages"], name
+        assert setuptools["package-data"][f"trainpipe.components.{name}"] == ["*.yaml", "*.md"], name
