@@ -28,7 +28,14 @@ from trainpipe.contract.io import atomic_write_json, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import EPOCH_METRICS_FILE, ERRORS_DIR, MODEL_FILE, MODEL_META, TELEMETRY_DIR
+from trainpipe.layout import (
+    EPOCH_METRICS_FILE,
+    ERRORS_DIR,
+    MODEL_FILE,
+    MODEL_META,
+    TELEMETRY_DIR,
+    TUNED_SETTINGS_FILE,
+)
 from trainpipe.profiles import metrics_port
 from trainpipe.tabular import find_dataset
 from trainpipe.tracking import PARENT_RUN_ENV
@@ -178,7 +185,7 @@ def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
         return config
     from trainpipe.contract.config import build
 
-    path = Path(config.tuned) / "best_settings.json"
+    path = Path(config.tuned) / TUNED_SETTINGS_FILE
     try:
         best = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -41,11 +41,10 @@ from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeE
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.tabular import find_dataset
 from trainpipe.tracking import PARENT_RUN_ENV
 
-#: train_model's per-epoch line on stderr (its loop prints it on rank 0).
-EPOCH_LINE = re.compile(r"^train_model: epoch (\d+)/\d+ step \d+ (.*)$")
 ROWS_FILE = "tuning_rows.parquet"
 
 
@@ -229,7 +228,7 @@ def parameter_count(model_dir: Path) -> int:
     import math
     import struct
 
-    path = model_dir / "model.safetensors"
+    path = model_dir / MODEL_FILE
     with open(path, "rb") as fh:
         (size,) = struct.unpack("<Q", fh.read(8))
         header = json.loads(fh.read(size))
@@ -297,7 +296,7 @@ class TrialRun:
             text=True,
             start_new_session=True,
         )
-        pruned = self._follow(trial, proc)
+        pruned = self._follow(trial, proc, out)
         stdout, _ = proc.communicate()
         if pruned:
             raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned}")
@@ -307,8 +306,9 @@ class TrialRun:
         trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
         return self.score(trial, out)
 
-    def _follow(self, trial: Any, proc: subprocess.Popen[str]) -> int:
-        """Relay the training's log; report each epoch's metric and stop the ranks when the pruner says so.
+    def _follow(self, trial: Any, proc: subprocess.Popen[str], out: Path) -> int:
+        """Relay the training's log; report each epoch's metric (from the epoch history train_model keeps in
+        its output, rewritten at every epoch's end) and stop the ranks when the pruner says so.
 
         Returns:
             The epoch the trial was pruned at, else 0.
@@ -316,24 +316,26 @@ class TrialRun:
         assert proc.stderr is not None
         metric = self.config.objectives[0].metric
         single = len(self.config.objectives) == 1
+        history, seen = out / EPOCH_METRICS_FILE, 0
         self._last_error = ""
         pruned = 0
         for line in proc.stderr:
             sys.stderr.write(line)
             if line.startswith("trainpipe train_model: error: "):
                 self._last_error = line.removeprefix("trainpipe train_model: error: ").strip()
-            m = EPOCH_LINE.match(line.strip())
-            if not (m and single) or pruned:
+            if not single or pruned or not history.is_file():
                 continue
-            figures = dict(zip(*[iter(m.group(2).split())] * 2, strict=False))
-            if metric not in figures:
-                continue
-            epoch = int(m.group(1))
-            trial.report(float(figures[metric]), epoch)
-            if trial.should_prune():
-                pruned = epoch
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)  # the ranks finish their step, checkpoint and exit
+            with contextlib.suppress(OSError, ValueError):
+                epochs = [json.loads(x) for x in history.read_text(encoding="utf-8").splitlines() if x.strip()]
+                for epoch, figures in enumerate(epochs[seen:], start=seen + 1):
+                    seen = epoch
+                    if isinstance(figures.get(metric), (int, float)):
+                        trial.report(float(figures[metric]), epoch)
+                        if trial.should_prune():
+                            pruned = epoch
+                            with contextlib.suppress(ProcessLookupError):
+                                os.killpg(proc.pid, signal.SIGTERM)  # the ranks finish their step, checkpoint, exit
+                            break
         return pruned
 
     def score(self, trial: Any, out: Path) -> list[float]:

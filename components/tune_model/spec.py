@@ -15,12 +15,13 @@ from pydantic import Field, model_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+from trainpipe.layout import TUNED_SETTINGS_FILE
 from trainpipe.scoring import LOWER_IS_BETTER
 from trainpipe.training.settings import TrainModelParams
 
 NAME = "tune_model"
 REPORT_FILE = "report.html"
-BEST_FILE = "best_settings.json"
+BEST_FILE = TUNED_SETTINGS_FILE
 #: train_model settings a trial does not take from ``train`` or the search space: the study's own.
 NOT_IN_TRAIN = ("tracking_uri", "experiment_name", "label_column", "node_rank", "rdzv_endpoint")
 #: ...nor searched: in ``train`` these two describe the final training's split, whose held-out rows

@@ -32,6 +32,10 @@ OPTIMIZATION_FILE = "optimization.json"
 OPTIMIZED_MODEL_DIR = "model"
 ONNX_FILE = "model.onnx"
 
+# tune_model's output folder (train_model's ``tuned`` input reads it)
+#: The best trial's train_model settings.
+TUNED_SETTINGS_FILE = "best_settings.json"
+
 __all__ = [
     "CHECKPOINT_DIR",
     "DECISION_FILE",
@@ -44,4 +48,5 @@ __all__ = [
     "OPTIMIZATION_FILE",
     "OPTIMIZED_MODEL_DIR",
     "TELEMETRY_DIR",
+    "TUNED_SETTINGS_FILE",
 ]
