@@ -129,7 +129,7 @@ def _tuning(p: dict[str, Any], data: dict[str, Any], tune: dict[str, Any]) -> li
     """tune_model's workers in a ``dsl.ParallelFor`` on one study, then the step that summarizes it."""
     # its structured settings (space, train, objectives) cross KFP as JSON text
     settings = {
-        k: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+        k: json.dumps(v) if isinstance(v, (dict, list)) else v
         for k, v in tune.items()
         if k != "workers" and v is not None
     }

@@ -24,7 +24,7 @@ from trainpipe.components.profile_training.spec import (
 from trainpipe.contract import errors
 from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
-from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_text
+from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TrainingProfileLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
@@ -328,7 +328,7 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     check_inputs(train_cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / ".train_config.json"
-    atomic_write_json(cfg_path, train_cfg.model_dump(mode="json"))
+    atomic_write_settings(cfg_path, train_cfg)
     code = launch.launch(train_cfg, cfg_path, rank_env(train_cfg), run_dir / ERRORS_DIR)
     if code != 0:
         reported = launch.permanent_error(run_dir / ERRORS_DIR)

@@ -24,7 +24,7 @@ from trainpipe.components.train_model.spec import (
 )
 from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
-from trainpipe.contract.io import atomic_write_json, file_digest
+from trainpipe.contract.io import atomic_write_settings, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
@@ -126,7 +126,7 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     config_path = out / f".train_config.node{launch.node_rank(config)}.json"
     if config.metrics_port is None:
         config = config.model_copy(update={"metrics_port": metrics_port(runtime.hardware_profile)})
-    atomic_write_json(config_path, config.model_dump(mode="json"))
+    atomic_write_settings(config_path, config)
     env = rank_env(config)
     env[telemetry.LABELS_ENV] = telemetry.training_labels(
         lineage.orchestrator.run_id

@@ -35,7 +35,7 @@ from trainpipe import pods
 from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
-from trainpipe.contract.io import atomic_write_json
+from trainpipe.contract.io import atomic_write_json, atomic_write_settings
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
@@ -236,7 +236,7 @@ def stage(config: TrainModelConfig, name: str) -> tuple[Path, TrainModelConfig]:
             else get_profile(cluster.profile).metrics_port,
         }
     )
-    atomic_write_json(workdir / "train.json", node.model_dump(mode="json", exclude={"cluster"}))
+    atomic_write_settings(workdir / "train.json", node, exclude={"cluster"})
     return workdir, node
 
 

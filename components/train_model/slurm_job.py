@@ -35,7 +35,7 @@ from trainpipe import slurm
 from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import NAME, SlurmJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
-from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import ENV as POLICY_ENV
 from trainpipe.contract.policy import to_env
@@ -74,6 +74,11 @@ def node_config(config: TrainModelConfig, workdir: Path) -> TrainModelConfig:
             "rdzv_endpoint": None,
         }
     )
+
+
+def stage(config: TrainModelConfig, workdir: Path) -> Path:
+    """Write the settings every node reads (``train.json``: the team's ``train_config`` in its own order and types)."""
+    return atomic_write_settings(workdir / CONFIG_FILE, node_config(config, workdir))
 
 
 def batch_job(config: TrainModelConfig, workdir: Path, name: str, orchestrator: str, run_id: str) -> slurm.BatchJob:
@@ -162,7 +167,7 @@ def submit(
     run_id = orch.run_id if orch and orch.run_id else ""
     name = config.slurm.job_name or job_name(run_id, config.output_dir)
     script = batch_job(config, workdir, name, orch.name if orch and run_id else "slurm", run_id).script()
-    atomic_write_json(workdir / CONFIG_FILE, node_config(config, workdir).model_dump(mode="json"))
+    stage(config, workdir)
     digest = hashlib.sha256((script + (workdir / CONFIG_FILE).read_text(encoding="utf-8")).encode()).hexdigest()
     env = _job_env(runtime, base_env)
     earlier = _reattachable(workdir, digest, env)

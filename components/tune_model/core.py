@@ -15,6 +15,7 @@ training run nested under it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from trainpipe.components.tune_model.spec import (
     TuneModelResult,
 )
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
-from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
@@ -211,7 +212,7 @@ def _suggest(trial: Any, name: str, p: Param) -> Any:
 
 def trial_settings(config: TuneModelConfig, params: dict[str, Any]) -> dict[str, Any]:
     """train_model's settings for a trial: ``train``, then the sampled parameters (train_config keys merged)."""
-    settings = json.loads(json.dumps(config.train))
+    settings = copy.deepcopy(config.train)
     train_config = dict(settings.get("train_config") or {})
     for name, value in params.items():
         if name.startswith("train_config."):
@@ -270,7 +271,7 @@ class TrialRun:
             "experiment_name": c.experiment_name,
             **({"tracking_uri": c.tracking_uri} if c.tracking_uri else {}),
         }
-        atomic_write_json(out.with_suffix(".json"), full)
+        atomic_write_settings(out.with_suffix(".json"), full)
         orch = self.lineage.orchestrator
         run_id = f"{orch.run_id if orch and orch.run_id else 'study'}:{c.study_name}:trial-{trial.number}"
         entry = [sys.executable, "-m", "trainpipe.components.train_model", "--config", str(out.with_suffix(".json"))]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
@@ -63,6 +63,13 @@ class Param(StrictModel):
             raise ValueError(f"{where}: a log scale needs low > 0")
         if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
             raise ValueError(f"{where}: int bounds must be whole numbers")
+
+    def candidates(self) -> list[Any]:
+        """The values that stand for this dimension when a space is checked: its choices, or its ends."""
+        if self.type == "categorical":
+            return list(self.choices or [])
+        ends = [self.low, self.high]
+        return [int(v) for v in ends] if self.type == "int" else ends  # type: ignore[arg-type]
 
 
 class Objective(StrictModel):
@@ -154,11 +161,56 @@ class TuneModelParams(StrictModel):
                 raise ValueError(f"train: {name!r} is not a train_model setting a trial can take")
             if name in self.space:
                 raise ValueError(f"train: {name!r} is also in space; set it in one of them")
+        self._check_trials_fit()
         if len(self.objectives) > 1 and self.pruner != "none":
             raise ValueError("pruner: Optuna prunes single-objective studies only; set none for several objectives")
         if len({o.metric for o in self.objectives}) != len(self.objectives):
             raise ValueError("objectives: each metric once")
         return self
+
+    def _check_trials_fit(self) -> None:
+        """Every value the space can give, with ``train``, is a training train_model accepts, its
+        ``train_config`` checked against the model the training function declares: a misspelled key
+        (``train_config.hiden``) or a choice of the wrong type fails here, before the first trial."""
+        from trainpipe.contract.config import build
+        from trainpipe.contract.errors import InputError
+        from trainpipe.training import config_types
+
+        function = self.train.get("train_function", TrainModelParams.model_fields["train_function"].default)
+        model = config_types.config_model(function) if isinstance(function, str) else None
+        accepted = config_types.accepted_keys(model) if model is not None else None
+        for name in self.space:
+            key = name.removeprefix("train_config.")
+            if name.startswith("train_config.") and accepted is not None and key not in accepted:
+                raise ValueError(
+                    f"space: {name!r} is not a key of {function}'s config {model.__name__} "  # type: ignore[union-attr]
+                    f"(it takes {', '.join(sorted(accepted)) or 'none'})"
+                )
+        first = {name: p.candidates()[0] for name, p in self.space.items()}
+        settings = {k: v for k, v in self.train.items() if k not in NOT_IN_TRAIN}
+        train_config = dict(settings.get("train_config") or {})
+        for dim, value in first.items():
+            if dim.startswith("train_config."):
+                train_config[dim.removeprefix("train_config.")] = value
+            else:
+                settings[dim] = value
+        for name, param in self.space.items():
+            for value in param.candidates():  # each value of each dimension, alone
+                try:
+                    if name.startswith("train_config."):
+                        if model is not None:
+                            key = name.removeprefix("train_config.")
+                            others = frozenset(model.model_fields) - {key}
+                            config_types.validate(model, {key: value}, ignore=others)
+                    else:
+                        TypeAdapter(TrainModelParams.model_fields[name].annotation).validate_python(value)
+                except (InputError, ValidationError) as exc:
+                    why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+                    raise ValueError(f"space.{name}: {value!r} does not fit: {why}") from None
+        try:  # then train with the space's first values: a whole training train_model takes
+            build(TrainModelParams, {**settings, "train_config": train_config}, where="train")
+        except InputError as exc:
+            raise ValueError(f"train: with the space's first values, a trial is not a training: {exc}") from None
 
 
 class TuneModelConfig(TuneModelParams):

@@ -68,12 +68,12 @@ def output_fields(model: type[BaseModel]) -> list[str]:
     return _role_fields(model, "output")
 
 
-def _is_plain_string(annotation: Any) -> bool:
+def is_plain_string(annotation: Any) -> bool:
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         non_none = [a for a in args if a is not type(None)]
-        return len(non_none) == 1 and _is_plain_string(non_none[0])
+        return len(non_none) == 1 and is_plain_string(non_none[0])
     return annotation in (str, Path) or origin is typing.Literal
 
 
@@ -83,22 +83,44 @@ def _optional(annotation: Any) -> bool:
     )
 
 
-def _parse_value(raw: str, annotation: Any) -> Any:
+def _structured(annotation: Any) -> bool:
+    """A setting whose value is a mapping, a list or a nested settings model (JSON text on a flag)."""
+    options = [a for a in typing.get_args(annotation) if a is not type(None)] if _optional(annotation) else [annotation]
+    for a in options:
+        origin = typing.get_origin(a) or a
+        if origin in (dict, list, tuple) or (isinstance(origin, type) and issubclass(origin, BaseModel)):
+            return True
+    return False
+
+
+def _parse_value(raw: str, annotation: Any, name: str = "", where: str = "config") -> Any:
+    """A flag's (or a rendered template's) text as the setting's value: JSON, as every face writes it.
+
+    Text settings stay text (a JSON-quoted one is unquoted). Anything else is read by the JSON parser,
+    so ``1e-05`` is a float and a mapping keeps its key order; a bare word that is not JSON (``bf16``,
+    ``True``) goes on as text for the spec to accept or refuse. A mapping or list that is not JSON is
+    refused here, in one line.
+
+    Raises:
+        InputError: a structured setting whose text is not JSON.
+    """
     if raw == "null" and _optional(annotation):  # an unset setting, as templating engines emit None with tojson
         return None
-    if _is_plain_string(annotation):
+    if is_plain_string(annotation):
         if len(raw) >= 2 and raw[0] == raw[-1] == '"':
             try:  # a JSON-quoted string, as templating engines emit with tojson
                 return json.loads(raw)
             except ValueError:
                 return raw
         return raw
-    import yaml
-
     try:
-        return yaml.safe_load(raw)
-    except Exception:
-        return raw
+        return json.loads(raw)
+    except ValueError:
+        if not _structured(annotation):
+            return raw
+    from trainpipe.contract.config import parse_json
+
+    return parse_json(raw, f"{where} field {name!r}")
 
 
 def parse_settings(model: type[M], settings: dict[str, Any], where: str) -> M:
@@ -109,11 +131,29 @@ def parse_settings(model: type[M], settings: dict[str, Any], where: str) -> M:
         InputError: one line naming every bad field.
     """
     data = {
-        k: _parse_value(v, model.model_fields[k].annotation) if isinstance(v, str) and k in model.model_fields else v
+        k: _parse_value(v, model.model_fields[k].annotation, k, where)
+        if isinstance(v, str) and k in model.model_fields
+        else v
         for k, v in settings.items()
         if v is not None and v != ""
     }
     return build(model, data, where=where)
+
+
+def read_settings(model: type[BaseModel], args: dict[str, Any], where: str) -> dict[str, Any]:
+    """The settings a command line gives (the parsed flags, ``config`` a file they override), each read as
+    its setting's type from the text every face writes (:func:`_parse_value`): not yet validated.
+
+    Raises:
+        InputError: the file cannot be read, or a structured flag is not JSON.
+    """
+    data: dict[str, Any] = {}
+    if args.get("config"):
+        data.update(load_file(args["config"]))
+    for fname, f in model.model_fields.items():
+        if fname in args:
+            data[fname] = _parse_value(args[fname], f.annotation, fname, where)
+    return data
 
 
 def metavar(annotation: Any) -> str:
@@ -248,13 +288,7 @@ def _run(
         audit_log = audit.log_path(policy.audit_log)
         if audit_log is None and policy.require_audit:
             raise InputError(f"audit_log: the policy requires an audit log; set {audit.ENV} or the policy's audit_log")
-        data: dict[str, Any] = {}
-        if ns.get("config"):
-            data.update(load_file(ns["config"]))
-        for fname, f in model.model_fields.items():
-            if fname in ns:
-                data[fname] = _parse_value(ns[fname], f.annotation)
-        config = build(model, data, where=name)
+        config = build(model, read_settings(model, ns, name), where=name)
         check_artifact_paths(model, config)
         sources = source_fields(model)
         upstream = [

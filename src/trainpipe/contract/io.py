@@ -79,6 +79,21 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def atomic_write_settings(path: str | os.PathLike[str], settings: Any, **dump: Any) -> Path:
+    """Settings another process reads back (a rank, a node, a trial) as JSON in their own key order, so a
+    team's ``train_config`` arrives as it was written: not sorted, big integers and exponents exact.
+
+    Args:
+        path: Where.
+        settings: A pydantic model (``dump`` goes to its ``model_dump_json``) or a plain mapping.
+    """
+    if hasattr(settings, "model_dump_json"):
+        text = settings.model_dump_json(indent=2, **dump)
+    else:
+        text = json.dumps(settings, indent=2, ensure_ascii=False)
+    return atomic_write_text(path, text + "\n")
+
+
 def atomic_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
     """Copy a file atomically: a reader of ``dest`` sees the old file or the whole new one."""
     dest = Path(dest)

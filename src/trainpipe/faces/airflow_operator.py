@@ -22,11 +22,22 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from trainpipe.contract.errors import is_retryable_exit
+from trainpipe.contract.errors import InputError, is_retryable_exit
 from trainpipe.faces.command import component_command, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
+
+
+def _templated(value: Any) -> bool:
+    """Whether a setting (or anything inside it) is a Jinja template, known only when the task renders it."""
+    if isinstance(value, str):
+        return "{{" in value
+    if isinstance(value, dict):
+        return any(_templated(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_templated(v) for v in value)
+    return False
 
 
 def outcome(component: str, code: int, last: str) -> Exception:
@@ -61,12 +72,13 @@ class TrainpipeOperator(BaseOperator):
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> None:
-        """The settings are the component's, so a DAG that passes one its spec lacks (or a value its type
-        refuses) fails to import, naming it, instead of failing when the task runs. A templated value is
-        checked when it is rendered, by the step itself.
+        """The settings are the component's, so a DAG that passes one its spec lacks, a value its type
+        refuses, settings that do not fit together, or a ``train_config`` its training function's typed
+        config refuses, fails to import, naming it, instead of failing when the task runs. A templated
+        value is checked when it is rendered, by the step itself.
 
         Raises:
-            TypeError: a setting the spec lacks, or a value of the wrong type.
+            TypeError: one line naming the setting and what was wrong.
         """
         if cls.config is None:
             return
@@ -77,13 +89,47 @@ class TrainpipeOperator(BaseOperator):
                 f"{cls.__name__}: {', '.join(map(repr, unknown))} is not a setting of {cls.component} "
                 f"(its settings: {', '.join(fields)})"
             )
+        hidden = {name for name, value in settings.items() if _templated(value)}
         for name, value in settings.items():
-            if isinstance(value, str) and "{{" in value:
+            if name in hidden:
                 continue
             try:
                 TypeAdapter(fields[name].annotation).validate_python(value)
             except ValidationError as exc:
                 raise TypeError(f"{cls.__name__}: setting {name!r}: {exc.errors()[0]['msg']}") from None
+        try:
+            cls._check_together(settings, hidden)
+        except InputError as exc:
+            raise TypeError(f"{cls.__name__}: {exc}") from None
+
+    @classmethod
+    def _check_together(cls, settings: dict[str, Any], hidden: set[str]) -> None:
+        """The rules across settings and a typed ``train_config``, as far as no template hides a value."""
+        from trainpipe.contract.entrypoint import is_plain_string
+
+        assert cls.config is not None
+        fields = cls.config.model_fields
+        config = settings.get("train_config")
+        default_function = fields["train_function"].default if "train_function" in fields else ""
+        function = settings.get("train_function", default_function)
+        if "train_config" in hidden and isinstance(config, dict) and not _templated(function):
+            from trainpipe.training import config_types
+
+            templated = frozenset(k for k, v in config.items() if _templated(v))
+            config_types.check(str(function), config, ignore=templated)
+        if any(not is_plain_string(fields[n].annotation) for n in hidden):
+            return  # a number or a mapping known only when rendered: the step checks them together
+        # text known only when rendered (a path, a name from params) stands in as its template, so the rules
+        # across settings still run where it fits its field; what the template renders is checked by the step
+        unset = [n for n, f in fields.items() if f.is_required() and n not in settings]
+        try:
+            cls.config.model_validate({**settings, **dict.fromkeys(unset, "{{ set when the task runs }}")})
+        except ValidationError as exc:
+            from trainpipe.contract.config import describe_errors
+
+            errors = [e for e in exc.errors() if not (e.get("loc") and e["loc"][0] in (*hidden, *unset))]
+            if errors:
+                raise InputError(describe_errors(errors, cls.component)) from None
 
     @classmethod
     def asset_extra(cls, result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any] | None:

@@ -144,9 +144,54 @@ class Face:
         function's body imports this face for :meth:`run`, the plain function: nothing is compiled there."""
         if os.environ.get("_KFP_RUNTIME") == "true":
             return self.function()
-        return dsl.component(
-            self.function(), base_image=image_for(self.name, accelerated=accelerated), install_kfp_package=False
+        return self.wrap(
+            dsl.component(
+                self.function(), base_image=image_for(self.name, accelerated=accelerated), install_kfp_package=False
+            )
         )
+
+    def wrap(self, comp: Any) -> Any:
+        """The KFP component, taking a JSON-text setting (a team's ``train_config``) as a pipeline passes any
+        dict: a constant one, or one holding pipeline parameters (:func:`surface.to_kfp_text`). A
+        training function's typed config is checked here, at compile time, as far as it is known."""
+        face, base = self, type(comp)
+
+        def __call__(component: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
+            late: dict[str, frozenset[str]] = {}
+            for p in face.settings:
+                if p.json_text and p.name in kwargs:
+                    kwargs[p.name], late[p.name] = surface.to_kfp_text(kwargs[p.name], p.name)
+            face.check_train_config(kwargs, late.get("train_config", frozenset()))
+            return base.__call__(component, *args, **kwargs)
+
+        comp.__class__ = type(base.__name__, (base,), {"__call__": __call__, "trainpipe_face": face})
+        return comp
+
+    def check_train_config(self, kwargs: dict[str, Any], late: frozenset[str]) -> None:
+        """A constant ``train_config`` against its training function's typed config (a key holding a
+        pipeline parameter by name only); raises TypeError, one line, as KFP's own check of a call does."""
+        import json
+
+        from trainpipe.contract.errors import InputError
+        from trainpipe.training import config_types
+
+        fields = self.params.model_fields
+        if "train_function" not in fields or not isinstance(kwargs.get("train_config"), str):
+            return
+        function = kwargs.get("train_function", fields["train_function"].default)
+        try:
+            config = json.loads(kwargs["train_config"])
+        except ValueError:
+            return  # text with a parameter written into it by hand: the step reads it when it runs
+        if not isinstance(function, str) or not isinstance(config, dict):
+            return
+        known = {k: v for k, v in config.items() if k not in late}
+        if "{{channel:" in json.dumps(known):
+            return
+        try:
+            config_types.check(function, known, where=f"{self.name} train_config", ignore=late)
+        except InputError as exc:
+            raise TypeError(str(exc)) from None
 
     # --- in the container -------------------------------------------------------------------------
 
@@ -177,4 +222,6 @@ def _docstring(face: Face) -> str:
 def accelerated(comp: Any) -> Any:
     """The same component in the image for an accelerator (the GPU image, where it serves it)."""
     func = comp.python_func
-    return dsl.component(func, base_image=image_for(func.__name__, accelerated=True), install_kfp_package=False)
+    made = dsl.component(func, base_image=image_for(func.__name__, accelerated=True), install_kfp_package=False)
+    face = getattr(comp, "trainpipe_face", None)
+    return face.wrap(made) if face is not None else made

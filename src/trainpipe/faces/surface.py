@@ -8,7 +8,10 @@ through :func:`kfp_params`; what KFP cannot carry as the spec says is mapped her
   empty value (:data:`UNSET`) on KFP, and the entrypoint treats an empty value as unset again;
 - an open mapping (``dict[str, Any]``, such as a team's ``train_config``) crosses as JSON text: KFP
   carries a dict as a protobuf Struct, whose numbers are all floats, so ``hidden: 24`` would reach
-  the team's function as ``24.0``. As text it arrives with the types it was given;
+  the team's function as ``24.0``. As text it arrives with the types it was given, in the order it
+  was written. A pipeline passes it as it would any dict (:func:`to_kfp_text`): a constant dict is
+  written as JSON at compile time; a pipeline parameter inside it becomes a typed slot in that text,
+  which KFP fills when the task runs and :func:`from_kfp` reads back as the parameter's type;
 - a closed choice (``Literal``) is its values' type, a nested settings model a dict.
 
 Imports pydantic only: the compiler and the KFP component bodies (inside the container) read it.
@@ -89,7 +92,7 @@ def kfp_value(value: Any, param: KfpParam) -> Any:
         value = to_jsonable_python(value)
     if param.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)  # a whole-number default of a float setting
-    return json.dumps(value, sort_keys=True) if param.json_text else value
+    return json.dumps(value) if param.json_text else value  # in the order written: a team's keys are not sorted
 
 
 def kfp_params(model: type[BaseModel], names: typing.Iterable[str] | None = None) -> list[KfpParam]:
@@ -109,13 +112,91 @@ def kfp_params(model: type[BaseModel], names: typing.Iterable[str] | None = None
     return out
 
 
+#: The key of a pipeline parameter's slot inside a JSON-text setting: ``{SLOT: "Float", "text": "..."}``.
+SLOT = "$kfp_parameter"
+#: The KFP parameter types a slot can carry, and how their text is read back.
+SLOT_TYPES = ("String", "Integer", "Float", "Boolean")
+
+
+def _is_channel(value: Any) -> bool:
+    return hasattr(value, "channel_type") and hasattr(value, "pattern")
+
+
+def to_kfp_text(value: Any, name: str) -> tuple[Any, frozenset[str]]:
+    """A JSON-text setting as a pipeline passes it (a dict or list, pipeline parameters inside allowed)
+    as the text KFP carries; text and a whole pipeline parameter go on as they are.
+
+    Returns:
+        The argument, and the top-level keys that hold a pipeline parameter (known when the task runs).
+
+    Raises:
+        TypeError: a pipeline parameter of a type JSON text cannot hold (one line: what to write instead).
+    """
+    if not isinstance(value, (dict, list)):
+        return value, frozenset()
+    late: set[str] = set()
+
+    def slot(v: Any, top: str | None) -> Any:
+        if _is_channel(v):
+            kind = str(v.channel_type)
+            if kind not in SLOT_TYPES:
+                raise TypeError(
+                    f"{name}: the pipeline parameter {v.name!r} is a {kind}; inside {name} a parameter must be a str, "
+                    f"int, float or bool (pass the whole {name} as a str parameter holding JSON instead)"
+                )
+            if top is not None:
+                late.add(top)
+            return {SLOT: kind, "text": str(v)}  # KFP puts the value's text in place of the placeholder
+        if isinstance(v, dict):
+            return {k: slot(x, k if top is None else top) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [slot(x, top) for x in v]
+        return v
+
+    return json.dumps(slot(value, None)), frozenset(late)
+
+
+def _read_slot(kind: str, text: str) -> Any:
+    if kind == "Integer":  # KFP carries an int parameter as a double: exact up to 2**53
+        number = float(text) if any(c in text for c in ".eE") else int(text)
+        return int(number)
+    if kind == "Float":
+        return float(text)
+    if kind == "Boolean":
+        return text.strip().lower() in ("true", "1")
+    return text
+
+
+def _filled(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {SLOT, "text"} and value[SLOT] in SLOT_TYPES:
+            return _read_slot(value[SLOT], str(value["text"]))
+        return {k: _filled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_filled(v) for v in value]
+    return value
+
+
+def from_kfp_text(text: str) -> str:
+    """JSON text KFP delivered, its pipeline parameters' slots read back as their types (text that is not
+    JSON goes on unchanged: the entrypoint names the setting and what is wrong)."""
+    if SLOT not in text:
+        return text
+    try:
+        return json.dumps(_filled(json.loads(text)))
+    except ValueError:
+        return text
+
+
 def from_kfp(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     """KFP arguments as the component's settings: an unset stand-in is None again where the spec's
     default is None (so the entrypoint leaves the setting out); JSON text stays text (the
-    entrypoint reads it as JSON, with the types it was written with)."""
+    entrypoint reads it as JSON, with the types it was written with), its pipeline parameters' slots
+    filled in."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         field = model.model_fields[name]
         unset = not field.is_required() and field.get_default(call_default_factory=True) is None
+        value = from_kfp_text(value) if isinstance(value, str) else value
         out[name] = None if unset and value == UNSET.get(type(value), object()) else value
     return out

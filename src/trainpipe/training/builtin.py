@@ -42,11 +42,12 @@ class BuiltinConfig(StrictModel):
         return self
 
 
-def parse(config: dict[str, Any], task: str) -> BuiltinConfig:
-    """The built-ins' settings from ``train_config``; a wrong one is a one-line InputError."""
+def parse(config: dict[str, Any] | BuiltinConfig, task: str) -> BuiltinConfig:
+    """The built-ins' settings from ``train_config`` (or as the function was given them), checked against
+    the task; a wrong one is a one-line InputError."""
     from trainpipe.contract.errors import InputError
 
-    cfg = build(BuiltinConfig, config, where="train_config")
+    cfg = config if isinstance(config, BuiltinConfig) else build(BuiltinConfig, config, where="train_config")
     if task == "classification" and cfg.loss not in ("auto", "cross_entropy"):
         raise InputError(
             f"train_config field 'loss': {cfg.loss} is a regression loss; classification uses cross_entropy"

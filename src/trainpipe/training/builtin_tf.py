@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainpipe.training.builtin import init_args, parse
+from trainpipe.training.builtin import BuiltinConfig, init_args, parse
 
 
 def build_keras(arch: str, args: dict[str, Any], mean: list[float], std: list[float]) -> Any:
@@ -62,7 +62,7 @@ def torch_state_dict(
     return state
 
 
-def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
+def tabular(ctx: Any, config: BuiltinConfig, arch: str) -> None:
     """Train the built-in net with Keras under the context's strategy."""
     import keras
 
@@ -116,11 +116,11 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
     ctx.save_model(model, builder=f"builtin:{arch}", init_args=args)  # in the torch layout: served as the torch net
 
 
-def mlp(ctx: Any, config: dict[str, Any]) -> None:
+def mlp(ctx: Any, config: BuiltinConfig) -> None:
     """``builtin:mlp`` with ``backend: tensorflow``: the Keras twin of the torch MLP."""
     tabular(ctx, config, "mlp")
 
 
-def cnn(ctx: Any, config: dict[str, Any]) -> None:
+def cnn(ctx: Any, config: BuiltinConfig) -> None:
     """``builtin:cnn`` with ``backend: tensorflow``: the Keras twin of the torch CNN."""
     tabular(ctx, config, "cnn")

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from trainpipe.serving import nets
-from trainpipe.training.builtin import init_args, parse
+from trainpipe.training.builtin import BuiltinConfig, init_args, parse
 
 
-def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
+def tabular(ctx: Any, config: BuiltinConfig, arch: str) -> None:
     """Train the built-in net on the snapshot (torch backends)."""
     task = ctx.settings.task
     cfg = parse(config, task)
@@ -51,11 +51,11 @@ def tabular(ctx: Any, config: dict[str, Any], arch: str) -> None:
     ctx.save_model(model, builder=f"builtin:{arch}", init_args=args)
 
 
-def mlp(ctx: Any, config: dict[str, Any]) -> None:
+def mlp(ctx: Any, config: BuiltinConfig) -> None:
     """``builtin:mlp``: an MLP on the rows (``hidden_units``), SGD with momentum."""
     tabular(ctx, config, "mlp")
 
 
-def cnn(ctx: Any, config: dict[str, Any]) -> None:
+def cnn(ctx: Any, config: BuiltinConfig) -> None:
     """``builtin:cnn``: rows as images (``image_shape``), two convolutions, a dense layer; SGD with momentum."""
     tabular(ctx, config, "cnn")

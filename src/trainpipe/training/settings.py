@@ -211,6 +211,7 @@ class TrainModelParams(StrictModel):
                 f"train_function: {self.train_function!r} is neither builtin:mlp, builtin:cnn nor "
                 "'package.module:function'"
             )
+        _check_train_config(self.train_function, self.train_config)
         if self.backend == "horovod" and self.horovod_binding == "tensorflow":
             raise ValueError(
                 "horovod_binding: tensorflow is not available: Horovod 0.28.1's TensorFlow ops do not build against "
@@ -224,6 +225,17 @@ class TrainModelParams(StrictModel):
                 "nnodes > 1"
             )
         return self
+
+
+def _check_train_config(function: str, train_config: dict[str, Any]) -> None:
+    """The config against the model the function declares (ValueError, one line, naming each key)."""
+    from trainpipe.contract.errors import InputError
+    from trainpipe.training import config_types
+
+    try:
+        config_types.check(function, train_config)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _is_entry_point(value: str) -> bool:

@@ -1,7 +1,8 @@
 """One rank of a training job: ``python -m trainpipe.training.worker CONFIG``.
 
 torchrun, horovodrun and trainpipe's TensorFlow launcher all start this. It makes the backend's
-context, imports the training function, calls ``function(ctx, train_config)`` and checks what the
+context, imports the training function, calls ``function(ctx, train_config)`` (``train_config`` as the
+pydantic model the function declares for it, if it does) and checks what the
 function left: at least one step, a saved model. A trainpipe error (bad data, a wrong function,
 an exception raised by the team's code) is written to ``<output_dir>/.errors/rank<N>.json`` for
 the launcher, which stops the group at once instead of restarting it: retrying cannot fix it.
@@ -89,11 +90,14 @@ def run(settings: TrainModelConfig) -> None:
             # TensorFlow's workers on one node are its ranks; torch and Horovod know their local rank
             local = ctx.local_rank if ctx.framework == "torch" or settings.nnodes > 1 else ctx.rank
             metrics = TrainingMetrics.serve(ctx, settings.metrics_port, local, settings.nproc_per_node)
+        from trainpipe.training.config_types import argument
+
         func = resolve_function(settings.train_function, ctx.framework)
         _seed(settings.seed, ctx.framework)
         spec = settings.train_function
+        config = argument(func, settings.train_config, spec)  # its typed config's instance, or the dict
         try:
-            func(ctx, dict(settings.train_config))
+            func(ctx, config)
         except TrainpipeError:
             raise
         except Exception as exc:
@@ -159,6 +163,13 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def read_settings(config_path: str | Path) -> TrainModelConfig:
+    """The settings the launcher wrote for this node's ranks (JSON: types and key order as written)."""
+    from trainpipe.training.settings import TrainModelConfig
+
+    return TrainModelConfig.model_validate_json(Path(config_path).read_text(encoding="utf-8"))
+
+
 def main(config_path: str) -> int:
     from trainpipe.training import control
     from trainpipe.training.launch import PIDS_ENV
@@ -166,9 +177,7 @@ def main(config_path: str) -> int:
     _die_with_parent()
     control.install(os.environ.get(PIDS_ENV))  # from here a preemption signal ends the step, not the rank
     # pydantic is imported after the signals are caught: a SIGTERM during start-up must not kill the rank
-    from trainpipe.training.settings import TrainModelConfig
-
-    settings = TrainModelConfig.model_validate_json(Path(config_path).read_text(encoding="utf-8"))
+    settings = read_settings(config_path)
     try:
         run(settings)
     except PeerFailure:
