@@ -342,7 +342,9 @@ def evaluate_model(
     metrics = scores["metrics"]
     champion = champion_scores(config, model, x_test, y_raw, runtime)
     lower = config.lower_better()
-    decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower)
+    decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower).model_copy(
+        update={"model_name": config.model_name, "alias": config.alias}
+    )
     result = EvaluateModelResult(
         task=model.task,
         metrics=metrics,
@@ -376,6 +378,7 @@ def evaluate_model(
             n_test=len(x_test),
             champion_version=champion.get("version") if champion else None,
             beats_champion=decision.beats_champion,
+            alias=config.alias,
         )
     )
     if config.fail_on_gate and not decision.passed:

@@ -139,6 +139,10 @@ class GateDecision(BaseModel):
     )
     compared_with_champion: bool = False
     beats_champion: bool = Field(False, description="passed, and decided against a current champion")
+    model_name: str | None = Field(None, description="the registered model whose serving alias was looked up")
+    alias: str | None = Field(
+        None, description="the serving alias whose version was compared: register_model moves this alias only"
+    )
 
 
 class EvaluateModelResult(ComponentResult):

@@ -41,6 +41,24 @@ def find_existing(client: Any, name: str, model_sha256: str, dataset_md5: str) -
     return None
 
 
+def check_same_alias(config: RegisterModelConfig, decision: dict[str, Any]) -> None:
+    """The gate compared the model with the version under one alias of one model: register_model moves that
+    alias of that model, or refuses (a pipeline that set ``alias`` on one step only would otherwise pass
+    the gate as "no champion yet" and leave the alias it meant where it was).
+
+    Raises:
+        InputError: the steps disagree on the model or the alias (one line naming both).
+    """
+    for name, theirs in (("model_name", decision.get("model_name")), ("alias", decision.get("alias"))):
+        mine = getattr(config, name)
+        if theirs is not None and theirs != mine:
+            raise InputError(
+                f"{name}: register_model would move {config.alias!r} of {config.model_name!r}, but evaluate_model "
+                f"compared the model with {decision.get('alias')!r} of {decision.get('model_name')!r}; give both "
+                f"steps the same {name}"
+            )
+
+
 def should_move_champion(decision: dict[str, Any], current: Any | None, version: str) -> tuple[bool, str]:
     """The serving alias moves only when the gate decided against its current holder, or nobody holds it."""
     if current is None:
@@ -139,6 +157,7 @@ def register_model(
         ServiceUnavailable: MLflow cannot be reached.
     """
     decision = read_json(Path(config.decision) / DECISION_FILE)
+    check_same_alias(config, decision)
     lineage = Lineage.of(lineage)
     policy = (runtime or Runtime()).policy
     if not decision.get("passed"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -81,3 +82,38 @@ def test_regression_metrics():
         and m["rmse"] == pytest.approx((4 / 3) ** 0.5)
         and m["r2"] == pytest.approx(-1.0)
     )
+
+
+@pytest.mark.parametrize(
+    ("decided", "given", "named"),
+    [
+        ({"model_name": "m", "alias": "champion"}, {"alias": "production"}, "'production' of 'm'"),
+        ({"model_name": "other", "alias": "champion"}, {}, "'champion' of 'other'"),
+    ],
+)
+def test_register_refuses_an_alias_or_model_the_gate_did_not_compare(tmp_path, decided, given, named):
+    """A pipeline that set ``alias: production`` on register_model alone: the gate compared with champion
+    (none yet) and passed; registering would leave production where it was. Refused, before MLflow is asked."""
+    from trainpipe.components.register_model.core import register_model
+    from trainpipe.components.register_model.spec import RegisterModelConfig
+    from trainpipe.contract.config import build
+    from trainpipe.contract.errors import InputError
+    from trainpipe.contract.lineage import Lineage
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "decision.json").write_text(json.dumps({"passed": True, **decided}))
+    config = build(
+        RegisterModelConfig,
+        {
+            "model": str(tmp_path / "m"),
+            "decision": str(tmp_path / "d"),
+            "output_dir": str(tmp_path / "o"),
+            "model_name": "m",
+            "tracking_uri": "http://127.0.0.1:9",
+            **given,
+        },
+    )
+    with pytest.raises(InputError) as exc:
+        register_model(config, Lineage())
+    text = str(exc.value)
+    assert "evaluate_model compared the model with" in text and named in text and "\n" not in text

@@ -96,6 +96,7 @@ class EvaluationLineage(Section):
     n_test: int
     champion_version: str | None = None
     beats_champion: bool | None = None
+    alias: str | None = None  # the serving alias whose version was compared (``champion_version``)
 
 
 class RegistrationLineage(Section):
