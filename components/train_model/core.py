@@ -38,7 +38,7 @@ from trainpipe.layout import (
 )
 from trainpipe.profiles import metrics_port
 from trainpipe.tabular import find_dataset
-from trainpipe.tracking import PARENT_RUN_ENV
+from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
 from trainpipe.training.preflight import check_inputs, rank_env
 
@@ -329,7 +329,7 @@ def _training_run(
     run = client.create_run(
         exp_id,
         tags={
-            "mlflow.runName": f"train-{(md5 or 'data')[:8]}",
+            "mlflow.runName": os.environ.get(RUN_NAME_ENV) or f"train-{(md5 or 'data')[:8]}",
             "trainpipe.component": NAME,
             "trainpipe.train_function": config.train_function,
             "trainpipe.dataset_md5": md5,

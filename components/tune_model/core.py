@@ -33,6 +33,7 @@ from trainpipe.components.tune_model.spec import (
     BEST_FILE,
     NAME,
     REPORT_FILE,
+    SCORED,
     Param,
     TrialSummary,
     TuneModelConfig,
@@ -44,9 +45,34 @@ from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.tabular import find_dataset
-from trainpipe.tracking import PARENT_RUN_ENV
+from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 
 ROWS_FILE = "tuning_rows.parquet"
+#: Recorded on a study when it is made: what it searches (a run that finds it made for another search
+#: refuses it) and the run that made it (the workers and retries of that run join it; another run resumes
+#: it only when told to).
+SEARCH_ATTR, OWNER_ATTR = "trainpipe.search", "trainpipe.run_id"
+#: A trial's user attribute: it trains the train section as given (trial 0, the baseline).
+BASELINE_ATTR = "baseline"
+
+
+def search_of(config: TuneModelConfig, lineage: Lineage) -> dict[str, str]:
+    """What a study searches, part by part: its space, training function, train section, objectives, data."""
+    from trainpipe.contract.io import dataset_digest
+
+    def digest(value: Any) -> str:
+        return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    train = dict(config.train)
+    snapshot = lineage.snapshot
+    return {
+        "space": digest({k: v.model_dump() for k, v in config.space.items()}),
+        "train_function": str(train.pop("train_function", "builtin:mlp")),
+        "train": digest(train),
+        "objectives": digest([o.model_dump() for o in config.objectives]),
+        "data": snapshot.md5 if snapshot and snapshot.md5 else dataset_digest(find_dataset(config.data, "data")),
+        "validation": digest([config.validation_fraction, config.seed, config.label_column, config.baseline]),
+    }
 
 
 def storage_url(config: TuneModelConfig) -> str:
@@ -89,8 +115,14 @@ def study_lock(url: str) -> Iterator[None]:
     yield  # another database: claims may overshoot n_trials by a worker or two
 
 
-def open_study(config: TuneModelConfig) -> Any:
-    """Create the study, or load the one the other workers share (its directions must match)."""
+def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, run_id: str = "") -> Any:
+    """Create the study, or load the one the other workers of this run share; another run's study only with
+    ``resume``, and never one made for another search.
+
+    Raises:
+        InputError: the study was made for another search, by another run (without ``resume``), or with
+            other directions.
+    """
     import warnings
 
     import optuna
@@ -122,6 +154,7 @@ def open_study(config: TuneModelConfig) -> Any:
 
             raise ServiceUnavailable(f"storage: cannot open {_redact(url)}: {first_line(exc)}") from None
         try:
+            made_before = config.study_name in optuna.get_all_study_names(storage)
             study = optuna.create_study(
                 storage=storage,
                 study_name=config.study_name,
@@ -132,12 +165,43 @@ def open_study(config: TuneModelConfig) -> Any:
             )
         except ValueError as exc:
             raise InputError(f"objectives: {exc}") from None
+        if search is not None:
+            _claim(study, config, search, run_id, made_before, url)
     if [d.name.lower() for d in study.directions] != directions:
         raise InputError(
             f"objectives: study {config.study_name!r} in {_redact(url)} was made with directions "
             f"{[d.name.lower() for d in study.directions]}, not {directions}"
         )
     return study
+
+
+def _claim(
+    study: Any, config: TuneModelConfig, search: dict[str, str], run_id: str, made_before: bool, url: str
+) -> None:
+    """A new study records its search and its run; a study made before must be this search, and this run's
+    (its workers, a retry) or resumed on purpose: a new run never silently returns an earlier study's result."""
+    if not made_before:
+        study.set_user_attr(SEARCH_ATTR, search)
+        study.set_user_attr(OWNER_ATTR, run_id)
+        return
+    made_for = study.user_attrs.get(SEARCH_ATTR)
+    if made_for is not None and made_for != search:
+        differs = [k for k in search if made_for.get(k) != search[k]]
+        raise InputError(
+            f"study_name: study {config.study_name!r} in {_redact(url)} was made for another search (its "
+            f"{', '.join(differs)} differ); give another study_name, or delete that study to start it again"
+        )
+    owner = study.user_attrs.get(OWNER_ATTR)
+    if config.resume or (run_id and owner == run_id):
+        return
+    from optuna.trial import TrialState
+
+    done = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
+    by = f"run {owner!r}" if owner else "another run"
+    raise InputError(
+        f"study_name: study {config.study_name!r} in {_redact(url)} was made by {by} and has {done} finished "
+        "trials; set resume: true to continue it, or give another study_name"
+    )
 
 
 def tuning_rows(config: TuneModelConfig, out: Path) -> Path:
@@ -256,6 +320,12 @@ class TrialRun:
 
     def __init__(self, config: TuneModelConfig, rows: Path, parent: str, lineage: Lineage, runtime: Runtime) -> None:
         self.config, self.rows, self.parent, self.lineage, self.runtime = config, rows, parent, lineage, runtime
+        self._bad: InputError | None = None
+
+    def run_id(self, number: int) -> str:
+        """The orchestrator run id a trial's training records (its MLflow run is found by it)."""
+        orch = self.lineage.orchestrator
+        return f"{orch.run_id if orch and orch.run_id else 'study'}:{self.config.study_name}:trial-{number}"
 
     def command(self, trial: Any, settings: dict[str, Any], out: Path) -> list[str]:
         from trainpipe.training.launch import GUARD
@@ -272,8 +342,7 @@ class TrialRun:
             **({"tracking_uri": c.tracking_uri} if c.tracking_uri else {}),
         }
         atomic_write_settings(out.with_suffix(".json"), full)
-        orch = self.lineage.orchestrator
-        run_id = f"{orch.run_id if orch and orch.run_id else 'study'}:{c.study_name}:trial-{trial.number}"
+        run_id = self.run_id(trial.number)
         entry = [sys.executable, "-m", "trainpipe.components.train_model", "--config", str(out.with_suffix(".json"))]
         return [sys.executable, "-c", GUARD, *entry, "--orchestrator", NAME, "--run-id", run_id]
 
@@ -283,12 +352,20 @@ class TrialRun:
         from trainpipe.training.launch import PARENT_ENV
 
         c = self.config
-        params = sample(trial, c.space)
+        baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
+        params = {} if baseline else sample(trial, c.space)
         settings = trial_settings(c, params)
         trial.set_user_attr("settings", settings)
+        if baseline:
+            trial.set_user_attr("params", baseline_params(c))
         out = Path(c.output_dir) / "trials" / f"trial-{trial.number:04d}"
         out.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, PARENT_ENV: str(os.getpid()), **({PARENT_RUN_ENV: self.parent} if self.parent else {})}
+        env = {
+            **os.environ,
+            PARENT_ENV: str(os.getpid()),
+            RUN_NAME_ENV: f"trial-{trial.number}" + (" (baseline)" if baseline else ""),
+            **({PARENT_RUN_ENV: self.parent} if self.parent else {}),
+        }
         proc = subprocess.Popen(
             self.command(trial, settings, out),
             env=env,
@@ -299,13 +376,17 @@ class TrialRun:
         )
         pruned = self._follow(trial, proc, out)
         stdout, _ = proc.communicate()
+        if self._bad is not None:
+            raise self._bad
         if pruned:
             raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned}")
         if proc.returncode != 0:
             raise TrialFailed(f"trial {trial.number}: train_model exited {proc.returncode}: {self._last_error}")
         result = json.loads(stdout.strip().splitlines()[-1])
         trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
-        return self.score(trial, out)
+        values = self.score(trial, out)
+        self.log_trial(trial, result.get("mlflow_run_id", ""), params, settings)
+        return values
 
     def _follow(self, trial: Any, proc: subprocess.Popen[str], out: Path) -> int:
         """Relay the training's log; report each epoch's metric (from the epoch history train_model keeps in
@@ -316,7 +397,7 @@ class TrialRun:
         """
         assert proc.stderr is not None
         metric = self.config.objectives[0].metric
-        single = len(self.config.objectives) == 1
+        pruning = len(self.config.objectives) == 1 and self.config.pruner != "none"
         history, seen = out / EPOCH_METRICS_FILE, 0
         self._last_error = ""
         pruned = 0
@@ -324,13 +405,19 @@ class TrialRun:
             sys.stderr.write(line)
             if line.startswith("trainpipe train_model: error: "):
                 self._last_error = line.removeprefix("trainpipe train_model: error: ").strip()
-            if not single or pruned or not history.is_file():
+            if pruned or self._bad is not None or not history.is_file():
                 continue
             with contextlib.suppress(OSError, ValueError):
                 epochs = [json.loads(x) for x in history.read_text(encoding="utf-8").splitlines() if x.strip()]
+                if epochs and not seen:
+                    self._bad = self.unreported(epochs[0], pruning)
+                    if self._bad is not None:  # the study cannot read what it was told to: stop now, say why
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, signal.SIGTERM)
+                        continue
                 for epoch, figures in enumerate(epochs[seen:], start=seen + 1):
                     seen = epoch
-                    if isinstance(figures.get(metric), (int, float)):
+                    if pruning and isinstance(figures.get(metric), (int, float)):
                         trial.report(float(figures[metric]), epoch)
                         if trial.should_prune():
                             pruned = epoch
@@ -339,8 +426,47 @@ class TrialRun:
                             break
         return pruned
 
+    def unreported(self, first_epoch: dict[str, Any], pruning: bool) -> InputError | None:
+        """At the first epoch's end: an objective the function must log (or the pruner's, when it prunes)
+        that it did not, as the study's one-line error; None when every one is there."""
+        c = self.config
+        needed = [o for i, o in enumerate(c.objectives) if not o.scored() or (i == 0 and pruning)]
+        missing = [o.metric for o in needed if not isinstance(first_epoch.get(o.metric), (int, float))]
+        if not missing:
+            return None
+        logged = sorted(k for k in first_epoch if k not in ("epoch", "step")) or ["nothing"]
+        function = c.train.get("train_function", "builtin:mlp")
+        scored = [m for m in missing if m in SCORED]
+        hint = (
+            f"; set pruner: none to score {', '.join(scored)} on the validation rows without pruning" if scored else ""
+        )
+        return InputError(
+            f"objectives: {function} logs {', '.join(logged)} each epoch, not {', '.join(map(repr, missing))}: "
+            f"name one of those as the metric (with its direction){hint}"
+        )
+
+    def log_trial(self, trial: Any, run_id: str, params: dict[str, Any], settings: dict[str, Any]) -> None:
+        """The trial's own MLflow run carries its number, what was sampled and its scores (never fails a trial)."""
+        if not run_id:
+            return
+        from trainpipe import tracking
+
+        try:
+            client = tracking.connect(self.config.tracking_uri)
+            metrics = trial.user_attrs.get("metrics", {})
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and value == value:
+                    client.log_metric(run_id, f"val_{key}", float(value))
+            client.set_tag(run_id, "trainpipe.trial", str(trial.number))
+            client.set_tag(run_id, "trainpipe.baseline", str(bool(trial.user_attrs.get(BASELINE_ATTR))).lower())
+            sampled = trial.user_attrs.get("params") or params
+            client.set_tag(run_id, "trainpipe.trial_params", json.dumps(sampled)[:5000])
+        except Exception as exc:  # noqa: BLE001 (the trial's training is logged already; this is its label)
+            print(f"{NAME}: warning: labelling trial {trial.number}'s run: {type(exc).__name__}", file=sys.stderr)
+
     def score(self, trial: Any, out: Path) -> list[float]:
-        """The trial's objectives: its model on the validation rows (its own split of the tuning rows)."""
+        """The trial's objectives: its model on the validation rows (its own split of the tuning rows), and
+        what the function logged (its last epoch's mean) for an objective that is not a validation metric."""
         from trainpipe.scoring import task_metrics
         from trainpipe.serving.package import load_artifact
         from trainpipe.splits import held_out_rows
@@ -349,6 +475,10 @@ class TrialRun:
         x, y, _ = held_out_rows(str(self.rows), model, self.config.label_column)
         metrics = task_metrics(model, x, y)
         metrics["parameters"] = float(parameter_count(out))
+        logged = _last_epoch(out)
+        for objective in self.config.objectives:
+            if not objective.scored() and isinstance(logged.get(objective.metric), (int, float)):
+                metrics[objective.metric] = float(logged[objective.metric])
         trial.set_user_attr("metrics", metrics)
         values = []
         for objective in self.config.objectives:
@@ -357,6 +487,32 @@ class TrialRun:
                 raise InputError(f"objectives: {objective.metric!r} is not a metric of this task (it has {have})")
             values.append(float(metrics[objective.metric]))
         return values
+
+
+def _last_epoch(out: Path) -> dict[str, Any]:
+    """The last epoch's line of a trial's training history (what its function logged), else empty."""
+    try:
+        lines = [x for x in (out / EPOCH_METRICS_FILE).read_text(encoding="utf-8").splitlines() if x.strip()]
+    except OSError:
+        return {}
+    return json.loads(lines[-1]) if lines else {}
+
+
+def baseline_params(config: TuneModelConfig) -> dict[str, Any]:
+    """What the baseline trial trains with, dimension by dimension: the train section's value, else the
+    setting's default (a train_config key the section leaves out: the function's own default)."""
+    from trainpipe.training.settings import TrainModelParams
+
+    train_config = config.train.get("train_config") or {}
+    out: dict[str, Any] = {}
+    for name in config.space:
+        if name.startswith("train_config."):
+            key = name.removeprefix("train_config.")
+            out[name] = train_config.get(key, "(the function's default)")
+        else:
+            field = TrainModelParams.model_fields[name]
+            out[name] = config.train.get(name, field.get_default(call_default_factory=True))
+    return out
 
 
 class TrialFailed(TrainpipeError):
@@ -372,7 +528,7 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
     ran = 0
     while True:
         with study_lock(url):
-            optuna.storages.fail_stale_trials(study)
+            fail_stale(study, config, run)
             trials = study.get_trials(deepcopy=False)
             finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
             waiting = sum(t.state == TrialState.WAITING for t in trials)
@@ -382,6 +538,8 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
                 return ran
             if waiting or finished + running < config.n_trials:
                 trial = study.ask()
+                if config.baseline and not any(t.user_attrs.get(BASELINE_ATTR) for t in trials):
+                    trial.set_user_attr(BASELINE_ATTR, True)  # the first trial of the study: train as given
         if trial is None:  # the other workers hold the last trials: wait for them (or for their heartbeat to stop)
             time.sleep(max(1.0, config.stale_after_s / 6))
             continue
@@ -395,6 +553,8 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
         except TrialFailed as exc:
             print(f"{NAME}: {exc}", file=sys.stderr, flush=True)
             study.tell(trial, state=TrialState.FAIL)
+            if trial.user_attrs.get(BASELINE_ATTR):  # the train section as given cannot train: no study can
+                raise InputError(f"train: the baseline trial (the train section as given) failed: {exc}") from None
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             raise
@@ -403,6 +563,38 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
         finally:
             beat.stop.set()
         print(f"{NAME}: trial {trial.number} {study.trials[trial.number].state.name.lower()}", file=sys.stderr)
+
+
+def fail_stale(study: Any, config: TuneModelConfig, run: TrialRun) -> None:
+    """Fail the trials whose worker died (no heartbeat for ``stale_after_s``), and end their trainings' MLflow
+    runs as FAILED: a dead worker's trial never stays RUNNING there."""
+    import optuna
+    from optuna.trial import TrialState
+
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    optuna.storages.fail_stale_trials(study)
+    failed = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in before]
+    if failed and run.parent:
+        close_runs(config, [run.run_id(n) for n in failed], "FAILED")
+
+
+def close_runs(config: TuneModelConfig, orchestrator_runs: list[str], status: str) -> None:
+    """End the still-running MLflow runs of these trials' trainings (never fails the study)."""
+    from trainpipe import tracking
+
+    try:
+        client = tracking.connect(config.tracking_uri)
+        exp = client.get_experiment_by_name(config.experiment_name)
+        for orch in orchestrator_runs:
+            found = client.search_runs(
+                [exp.experiment_id],
+                filter_string=f"tags.`trainpipe.orchestrator_run_id` = '{orch}' and attributes.status = 'RUNNING'",
+            )
+            for r in found:
+                client.set_terminated(r.info.run_id, status=status)
+                print(f"{NAME}: {orch}'s MLflow run {r.info.run_id} ended {status} (its worker died)", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001
+        print(f"{NAME}: warning: ending a dead trial's MLflow run: {type(exc).__name__}", file=sys.stderr)
 
 
 def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> TuneModelResult:
@@ -420,26 +612,44 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
         InputError: a search space or objective that does not fit the data or the study.
         ServiceUnavailable: the study's storage or MLflow cannot be reached.
     """
-    runtime = runtime or Runtime()
+    runtime = trusting_its_function(runtime or Runtime(), config)
     lineage = Lineage.of(lineage)
+    what = search_of(config, lineage)
     if config.study_name is None:
-        config = config.model_copy(update={"study_name": study_name_for(lineage)})
+        config = config.model_copy(update={"study_name": study_name_for(lineage, what)})
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    study = open_study(config)
+    orch = lineage.orchestrator
+    study = open_study(config, what, orch.run_id if orch and orch.run_id else "")
     parent = parent_run(study, config, runtime)
     rows = tuning_rows(config, out)
-    ran = search(study, config, TrialRun(config, rows, parent, lineage, runtime))
+    run = TrialRun(config, rows, parent, lineage, runtime)
+    ran = search(study, config, run)
     if not config.summarize:
         return summarize(study, config, ran, parent, lineage, out, write=False)
-    wait_for_running(study, config)
+    wait_for_running(study, config, run)
     return summarize(study, config, ran, parent, lineage, out, write=True)
 
 
-def study_name_for(lineage: Lineage) -> str:
-    """``trainpipe-<run id>``: the workers of one orchestrator run share a study, the next run starts its own."""
+def study_name_for(lineage: Lineage, search: dict[str, str]) -> str:
+    """``trainpipe-<run id>``: the workers of one orchestrator run share a study, the next run starts its own;
+    by hand ``trainpipe-<hash of the search>``: another search never lands in the same study."""
     run = lineage.orchestrator.run_id if lineage.orchestrator and lineage.orchestrator.run_id else ""
-    return f"trainpipe-{re.sub(r'[^A-Za-z0-9_.-]', '_', run)}"[:128] if run else "trainpipe"
+    if run:
+        return f"trainpipe-{re.sub(r'[^A-Za-z0-9_.-]', '_', run)}"[:128]
+    return "trainpipe-" + hashlib.sha256(json.dumps(search, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def trusting_its_function(runtime: Runtime, config: TuneModelConfig) -> Runtime:
+    """The study scores the models of the function it was told to train: their code's package is trusted
+    to rebuild them (beside what the platform and ``trusted_packages`` trust)."""
+    import dataclasses
+
+    function = str(config.train.get("train_function", "builtin:mlp"))
+    package = "" if function.startswith("builtin:") else function.partition(":")[0].split(".")[0]
+    if not package or runtime.trusts(package):
+        return runtime
+    return dataclasses.replace(runtime, trusted_code=(*runtime.trusted_code, package))
 
 
 def parent_run(study: Any, config: TuneModelConfig, runtime: Runtime) -> str:
@@ -509,9 +719,14 @@ def summarize(
     if complete:
         front = study.best_trials
         best = front[0] if len(objectives) == 1 else min(front, key=lambda t: t.number)
+        base = next((t for t in complete if t.user_attrs.get(BASELINE_ATTR)), None)
+        result.adopted = base is None or (best.number != base.number and beats(best, base, result.directions[0]))
+        if base is not None:
+            result.baseline_trial, result.baseline_values = base.number, list(base.values)
+        taken = best if result.adopted or base is None else base
         result.best_trial, result.best_values = best.number, list(best.values)
-        result.best_params = decode(config.space, best.params)
-        result.best_settings = {**best.user_attrs.get("settings", {})}
+        result.best_params = best.user_attrs.get("params") or decode(config.space, best.params)
+        result.best_settings = {**taken.user_attrs.get("settings", {})}
         for key in ("test_fraction", "seed"):  # the final training splits as the study did
             if key in config.train:
                 result.best_settings[key] = config.train[key]
@@ -534,6 +749,8 @@ def summarize(
                 best_trial=best.number,
                 best_values=list(best.values),
                 mlflow_parent_run_id=parent or None,
+                baseline_values=result.baseline_values or None,
+                adopted=result.adopted,
             )
         )
     elif write:
@@ -551,6 +768,12 @@ def summarize(
     return result
 
 
+def beats(trial: Any, baseline: Any, direction: str) -> bool:
+    """Whether a trial is strictly better than the baseline on the study's first objective."""
+    mine, theirs = trial.values[0], baseline.values[0]
+    return mine > theirs if direction == "maximize" else mine < theirs
+
+
 def _log_to_parent(config: TuneModelConfig, parent: str, result: TuneModelResult, out: Path) -> None:
     from trainpipe import tracking
 
@@ -560,6 +783,9 @@ def _log_to_parent(config: TuneModelConfig, parent: str, result: TuneModelResult
         client = tracking.connect(config.tracking_uri)
         for name, value in zip(result.objectives, result.best_values, strict=False):
             client.log_metric(parent, f"best_{name}", value)
+        for name, value in zip(result.objectives, result.baseline_values, strict=False):
+            client.log_metric(parent, f"baseline_{name}", value)
+        client.set_tag(parent, "trainpipe.adopted", str(result.adopted).lower())
         for key, value in (("complete", result.complete), ("pruned", result.pruned), ("failed", result.failed)):
             client.log_metric(parent, f"trials_{key}", value)
         client.set_tag(parent, "trainpipe.best_trial", str(result.best_trial))
@@ -571,14 +797,13 @@ def _log_to_parent(config: TuneModelConfig, parent: str, result: TuneModelResult
         raise tracking.classify(exc, "tracking_uri: logging the study's result", "failed") from None
 
 
-def wait_for_running(study: Any, config: TuneModelConfig) -> None:
+def wait_for_running(study: Any, config: TuneModelConfig, run: TrialRun) -> None:
     """The report step's fan-in: no trial is left running (a dead worker's trial is failed once stale)."""
-    import optuna
     from optuna.trial import TrialState
 
     while True:
         with study_lock(storage_url(config)):
-            optuna.storages.fail_stale_trials(study)
+            fail_stale(study, config, run)
             busy = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.RUNNING,)]
         if not busy:
             return

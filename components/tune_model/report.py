@@ -53,16 +53,24 @@ def write_report(study: Any, config: TuneModelConfig, result: TuneModelResult) -
             + "".join(
                 f"<td>{html.escape(str(c))}</td>"
                 for c in (
-                    t.number,
+                    f"{t.number} (baseline)" if t.user_attrs.get("baseline") else t.number,
                     t.state.name.lower(),
                     values,
-                    json.dumps(t.params, sort_keys=True),
+                    json.dumps(t.user_attrs.get("params") or t.params),
                     t.user_attrs.get("mlflow_run_id", ""),
                 )
             )
             + "</tr>"
         )
-    best = html.escape(json.dumps(result.best_params, sort_keys=True))
+    best = html.escape(json.dumps(result.best_params))
+    if result.baseline_trial is None:
+        taken = "its settings are the training's"
+    elif result.adopted:
+        taken = (
+            f"it beats the baseline (trial {result.baseline_trial}, the train section as given): its settings are taken"
+        )
+    else:
+        taken = f"it does not beat the baseline (trial {result.baseline_trial}): the train section as given is kept"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>tune_model: study {html.escape(result.study_name)}</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
@@ -70,7 +78,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}</style>
 </head><body>
 <h1>Study {html.escape(result.study_name)}</h1>
 <p>{html.escape(result.summary())}</p>
-<p>Best trial {result.best_trial}: {best}</p>
+<p>Best trial {result.best_trial}: {best}; {html.escape(taken)}</p>
 {"".join(parts)}
 <h2>Trials</h2>
 <table><tr><th>trial</th><th>state</th><th>{html.escape(", ".join(result.objectives))}</th>

@@ -16,7 +16,7 @@ from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
 from trainpipe.layout import TUNED_SETTINGS_FILE
-from trainpipe.scoring import LOWER_IS_BETTER
+from trainpipe.scoring import LOWER_IS_BETTER, TASK_METRICS
 from trainpipe.training.settings import TrainModelParams
 
 NAME = "tune_model"
@@ -29,6 +29,8 @@ NOT_IN_TRAIN = ("tracking_uri", "experiment_name", "label_column", "node_rank", 
 NOT_IN_SPACE = (*NOT_IN_TRAIN, "test_fraction", "seed")
 #: Objectives besides the validation metrics: the model's size.
 SIZE_OBJECTIVES = ("parameters",)
+#: What tune_model scores a trial on itself; any other objective is a value the training function logs.
+SCORED = (*dict.fromkeys(m for names in TASK_METRICS.values() for m in names), *SIZE_OBJECTIVES)
 
 
 class Param(StrictModel):
@@ -73,12 +75,34 @@ class Param(StrictModel):
 
 
 class Objective(StrictModel):
-    """What a trial is scored on: a metric on the validation rows, or the model's size."""
+    """What a trial is scored on: a metric of the task on the validation rows, the model's size, or a value
+    the training function logs (``ctx.log(val_loss=...)``: its last epoch's mean), which the pruner also
+    reads each epoch."""
 
-    metric: str = Field("accuracy", min_length=1, description="a validation metric, or parameters (the model's size)")
-    direction: Literal["maximize", "minimize"] | None = Field(
-        None, description="default: minimize for log_loss, mae, rmse and parameters, else maximize"
+    metric: str = Field(
+        "accuracy",
+        min_length=1,
+        description="a validation metric (accuracy, f1_macro, rmse, ...), parameters (the model's size), or a value "
+        "the training function logs each epoch (e.g. val_loss)",
     )
+    direction: Literal["maximize", "minimize"] | None = Field(
+        None,
+        description="default: minimize for log_loss, mae, rmse and parameters, maximize for the other validation "
+        "metrics; required for a value the function logs",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Objective:
+        if self.direction is None and not self.scored():
+            raise ValueError(
+                f"direction: {self.metric!r} is not a validation metric ({', '.join(SCORED)}), so trainpipe reads it "
+                "from what the training function logs: say whether to minimize or maximize it"
+            )
+        return self
+
+    def scored(self) -> bool:
+        """Whether tune_model computes it (on the validation rows, or from the weights), not the function."""
+        return self.metric in SCORED
 
     def resolved(self) -> str:
         if self.direction:
@@ -117,7 +141,18 @@ class TuneModelParams(StrictModel):
     study_name: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9_.-]{1,128}$",
-        description="default: trainpipe-<the orchestrator's run id> (the workers of one run share it), else trainpipe",
+        description="default: trainpipe-<the orchestrator's run id> (the workers of one run share it), by hand "
+        "trainpipe-<a hash of the search>; a study another run made is refused unless resume",
+    )
+    baseline: bool = Field(
+        True,
+        description="trial 0 trains the train section as given; the best trial's settings are taken only when they "
+        "beat it (false: every trial is sampled)",
+    )
+    resume: bool = Field(
+        False,
+        description="continue the study named study_name though another run made it (the same search only: another "
+        "space, function or data is refused)",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="the sampler's seed (worker i uses seed + i)")
     worker: int = Field(0, ge=0, le=1024, description="this worker's index among the parallel workers")
@@ -251,6 +286,12 @@ class TuneModelResult(ComponentResult):
         description="train_model settings of the best trial (train_model's tuned input takes them)",
     )
     pareto_front: list[TrialSummary] = Field(default_factory=list)
+    baseline_trial: int | None = Field(None, description="trial 0: the train section as given")
+    baseline_values: list[float] = Field(default_factory=list)
+    adopted: bool = Field(
+        False,
+        description="whether best_settings are the best trial's (it beat the baseline) or the train section's",
+    )
     mlflow_parent_run_id: str | None = None
     report_file: str | None = None
 
@@ -259,7 +300,10 @@ class TuneModelResult(ComponentResult):
             return f"study {self.study_name}: {self.ran_here} trials here, none complete yet"
         best = ", ".join(f"{o} {v:.4f}" for o, v in zip(self.objectives, self.best_values, strict=False))
         front = f", Pareto front of {len(self.pareto_front)}" if len(self.objectives) > 1 else ""
-        return (
-            f"study {self.study_name}: {self.complete} complete, {self.pruned} pruned, {self.failed} failed; "
-            f"best trial {self.best_trial}: {best}{front}"
-        )
+        counts = f"study {self.study_name}: {self.complete} complete, {self.pruned} pruned, {self.failed} failed"
+        if self.baseline_trial is None or not self.baseline_values:
+            return f"{counts}; best trial {self.best_trial}: {best}{front}"
+        base = f"{self.objectives[0]} {self.baseline_values[0]:.4f}"
+        if self.adopted:
+            return f"{counts}; best trial {self.best_trial}: {best}{front}, beats the baseline's {base}: taken"
+        return f"{counts}; no trial beat the baseline (the train section as given: {base}): the train section is kept"

@@ -10,6 +10,20 @@ from trainpipe.contract.errors import InputError
 
 #: Metrics where lower is better (the rest are higher-is-better).
 LOWER_IS_BETTER = frozenset({"log_loss", "mae", "rmse"})
+#: The metrics each task is scored on (:func:`task_metrics`), by name.
+TASK_METRICS = {
+    "classification": ("accuracy", "f1_macro", "precision_macro", "recall_macro", "roc_auc", "log_loss"),
+    "regression": ("mae", "rmse", "r2"),
+}
+
+
+def probabilities(proba: Any) -> Any:
+    """Class probabilities as float64 rows that sum to one: a model's softmax in float32 (or bf16) sums to
+    one only within its rounding, which scikit-learn's log loss warns about on every evaluation."""
+    import numpy as np
+
+    p = np.clip(np.asarray(proba, dtype=np.float64), 1e-15, None)
+    return p / p.sum(axis=1, keepdims=True)
 
 
 def classification_metrics(y: Any, proba: Any, n_classes: int) -> dict[str, Any]:
@@ -19,6 +33,7 @@ def classification_metrics(y: Any, proba: Any, n_classes: int) -> dict[str, Any]
     from sklearn import metrics as skm
 
     labels = list(range(n_classes))
+    proba = probabilities(proba)
     pred = proba.argmax(axis=1)
     p, r, f1, _ = skm.precision_recall_fscore_support(y, pred, average="macro", labels=labels, zero_division=0)
     pc, rc, fc, sc = skm.precision_recall_fscore_support(y, pred, average=None, labels=labels, zero_division=0)
@@ -40,7 +55,7 @@ def classification_metrics(y: Any, proba: Any, n_classes: int) -> dict[str, Any]
             "precision_macro": float(p),
             "recall_macro": float(r),
             "roc_auc": auc,
-            "log_loss": float(skm.log_loss(y, np.clip(proba, 1e-7, 1.0), labels=labels)),
+            "log_loss": float(skm.log_loss(y, proba, labels=labels)),
         },
         "per_class": [
             {"precision": float(a), "recall": float(b), "f1": float(c), "support": float(d)}

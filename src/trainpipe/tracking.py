@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: A run id: the training's MLflow run is nested under it (tune_model's study run sets it for its trials).
 PARENT_RUN_ENV = "TRAINPIPE_MLFLOW_PARENT_RUN"
+#: The name train_model gives its MLflow run (a study names each trial's run ``trial-<n>``).
+RUN_NAME_ENV = "TRAINPIPE_MLFLOW_RUN_NAME"
 
 
 def resolve_tracking_uri(uri: str | None, policy: Policy | None = None) -> str:

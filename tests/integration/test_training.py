@@ -398,7 +398,7 @@ def _nothing_written(out: Path) -> None:
             ["--train-function", "no_colon"],
             ["'no_colon' is neither builtin:mlp, builtin:cnn nor 'package.module:function'"],
         ),
-        (["--train-config", '{"hidden_units": [0]}'], ["train_config field", "hidden_units"]),
+        (["--train-config", '{"hidden_units": [0]}'], ["train_config.hidden_units", "every width"]),
         (
             ["--backend", "horovod", "--horovod-binding", "tensorflow"],
             ["horovod_binding", "do not build against TensorFlow 2.21"],

@@ -59,7 +59,7 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
     with fresh_postgres_db("trainpipe_tune") as db:
         storage = psycopg2_url(db)
         common = ["--storage", storage, "--n-trials", "8", "--seed", "7", "--tracking-uri", mlflow_server]
-        common += ["--experiment-name", "tune-pg", "--study-name", "digits"]
+        common += ["--experiment-name", "tune-pg", "--study-name", "digits", "--run-id", "pg-run"]  # one run's workers
         workers = [
             _worker(snapshot, tmp_path / f"w{i}", *common, "--summarize", "false", "--worker", str(i)) for i in (0, 1)
         ]
@@ -94,7 +94,9 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
     assert client.get_run(parent).data.metrics["best_accuracy"] == pytest.approx(report["best_values"][0])
     assert report["lineage"]["tuning"]["best_trial"] == report["best_trial"]
 
-    # the best settings, trained again on the same rows and split, score the best trial's metric
+    # the settings taken (the best trial's where it beat the baseline, trial 0), trained again on the same rows
+    # and split, score that trial's metric
+    assert report["baseline_trial"] == 0 and study.trials[0].user_attrs["baseline"]
     best = report["best_settings"]
     assert best["train_config"]["hidden_units"] in ([16], [48, 16]) and best["epochs"] == 3
     rows = tmp_path / "w0" / "tuning_rows.parquet"
@@ -125,7 +127,8 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
 
     model = load_artifact(tmp_path / "again", Runtime())
     x, y, _ = held_out_rows(str(rows), model, "label")
-    assert task_metrics(model, x, y)["accuracy"] == pytest.approx(report["best_values"][0], abs=1e-9)
+    taken = report["best_values"] if report["adopted"] else report["baseline_values"]
+    assert task_metrics(model, x, y)["accuracy"] == pytest.approx(taken[0], abs=1e-9)
 
     # the report a person opens: every figure drawn, no script error
     seen = render(tmp_path / "report" / "report.html", "document.querySelectorAll('.js-plotly-plot .main-svg').length")
@@ -153,15 +156,22 @@ def test_a_worker_killed_mid_trial_leaves_a_consistent_study_that_completes(tmp_
     trial_config = next(trial_dir.glob("trial-*.json"))
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(timeout=30)
-    survivor = _worker(snapshot, tmp_path / "survivor", *common)
+    survivor = _worker(snapshot, tmp_path / "survivor", *common, "--resume", "true")  # another run: on purpose
     result = _finish(survivor)
-    study = optuna.load_study(study_name="trainpipe", storage=storage)
+    study = optuna.load_study(study_name=result["study_name"], storage=storage)
     states = [t.state for t in study.trials]
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states, states
     assert states.count(TrialState.FAIL) == 1  # the dead worker's trial, failed once its heartbeat stopped
     assert result["complete"] + result["pruned"] == 4, result
     retried = [t for t in study.trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) is not None]
     assert len(retried) == 1, "the failed trial was not run again"
+    # its training's MLflow run ended FAILED, not RUNNING forever
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("trainpipe-tuning")
+    runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("mlflow.parentRunId")]
+    assert runs and not [r.info.run_name for r in runs if r.info.status == "RUNNING"], [r.info for r in runs]
     # no orphan: the dead worker's training died with it
     time.sleep(2)
     leftover = subprocess.run(["pgrep", "-f", str(trial_config)], capture_output=True, text=True).stdout.split()
@@ -228,3 +238,96 @@ def test_two_objectives_give_a_pareto_front_of_non_dominated_trials(tmp_path, sn
         assert not any(dominates(o["values"], t["values"]) for o in front), front
     assert all(isinstance(t["params"]["train_config.hidden_units"], list) for t in front)
     assert "Pareto front" in (tmp_path / "t" / "report.html").read_text()
+
+
+TEAM = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "fixtures")}  # no TRAINPIPE_TRUSTED_MODEL_CODE
+TYPED_TRAIN = {"train_function": "teampkg.typed:train", "epochs": 2, "nproc_per_node": 1}
+VAL_LOSS = json.dumps([{"metric": "val_loss", "direction": "minimize"}])
+
+
+def _tune(snapshot: Path, out: Path, space: dict, train: dict, *extra: str) -> subprocess.CompletedProcess:
+    return run_component(
+        "tune_model",
+        *(
+            "--data",
+            str(snapshot),
+            "--output-dir",
+            str(out),
+            "--space",
+            json.dumps(space),
+            "--train",
+            json.dumps(train),
+        ),
+        *("--tracking-uri", f"sqlite:///{out.parent / 'mlflow.db'}", "--seed", "3", *extra),
+        env=TEAM,
+    )
+
+
+def test_a_team_function_is_tuned_on_the_metric_it_logs_against_its_baseline(tmp_path, snapshot):
+    """A typed team function that logs val_loss (no accuracy): the study minimizes val_loss, prunes on it,
+    trusts the function it was told to train (no environment variable), starts with the train section as
+    given (trial 0) and takes the best trial's settings only because they beat it. A second run of the same
+    search into the same folder is refused, not answered with the first run's result; naming that study for
+    another search is refused too."""
+    import mlflow
+
+    space = {"train_config.learning_rate": {"type": "float", "low": 0.01, "high": 0.05, "log": True}}
+    train = {**TYPED_TRAIN, "train_config": {"learning_rate": 1e-7, "hidden": [16]}}  # a baseline that barely moves
+    proc = _tune(snapshot, tmp_path / "t", space, train, "--objectives", VAL_LOSS, "--n-trials", "3")
+    result = result_of(proc)
+    assert "beats the baseline's val_loss" in proc.stderr.strip().splitlines()[-1]
+    assert result["objectives"] == ["val_loss"] and result["directions"] == ["minimize"]
+    assert result["baseline_trial"] == 0 and result["adopted"], result
+    assert result["best_values"][0] < result["baseline_values"][0]
+    assert result["best_settings"]["train_config"]["learning_rate"] >= 0.01
+    tuning = result["lineage"]["tuning"]
+    assert tuning["adopted"] is True and tuning["baseline_values"] == result["baseline_values"]
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("trainpipe-tuning")
+    children = client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result['mlflow_parent_run_id']}'"
+    )
+    names = sorted(r.info.run_name for r in children)
+    assert names == ["trial-0 (baseline)", "trial-1", "trial-2"], names
+    for r in children:
+        assert r.info.status == "FINISHED" and "val_val_loss" in r.data.metrics and r.data.tags["trainpipe.trial"]
+
+    again = _tune(snapshot, tmp_path / "t", space, train, "--objectives", VAL_LOSS, "--n-trials", "3")
+    assert again.returncode == 2 and "set resume: true to continue it" in again.stderr.strip().splitlines()[-1]
+    other = {"train_config.learning_rate": {"type": "float", "low": 0.001, "high": 0.01}}
+    named = ["--study-name", result["study_name"], "--objectives", VAL_LOSS]
+    mixed = _tune(snapshot, tmp_path / "t", other, train, *named)
+    assert mixed.returncode == 2 and "was made for another search (its space differ)" in mixed.stderr, mixed.stderr[
+        -800:
+    ]
+
+
+def test_the_train_section_is_kept_when_no_trial_beats_it(tmp_path, snapshot):
+    space = {"train_config.learning_rate": {"type": "float", "low": 1e-7, "high": 2e-7}}
+    train = {**TYPED_TRAIN, "train_config": {"learning_rate": 0.03, "hidden": [16]}}
+    result = result_of(_tune(snapshot, tmp_path / "t", space, train, "--objectives", VAL_LOSS, "--n-trials", "2"))
+    assert result["adopted"] is False and result["baseline_values"][0] <= result["best_values"][0]
+    assert result["best_settings"]["train_config"] == train["train_config"]
+    report = (tmp_path / "t" / "report.html").read_text()
+    assert "the train section as given is kept" in report and "0 (baseline)" in report
+
+
+@pytest.mark.parametrize(
+    ("objectives", "pruner", "said"),
+    [
+        ('[{"metric": "accuracy"}]', "median", "logs val_loss each epoch, not 'accuracy'"),
+        ('[{"metric": "val_los", "direction": "minimize"}]', "none", "logs val_loss each epoch, not 'val_los'"),
+    ],
+)
+def test_a_metric_the_function_does_not_log_fails_the_study_at_the_first_epoch(
+    tmp_path, snapshot, objectives, pruner, said
+):
+    space = {"train_config.learning_rate": {"type": "float", "low": 0.01, "high": 0.05}}
+    train = {**TYPED_TRAIN, "epochs": 50, "train_config": {"learning_rate": 0.01}}
+    t0 = time.monotonic()
+    proc = _tune(snapshot, tmp_path / "t", space, train, "--objectives", objectives, "--pruner", pruner)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert said in last and "Traceback" not in proc.stderr, last
+    assert time.monotonic() - t0 < 60  # stopped at the first epoch's end, not after 50 epochs

@@ -148,6 +148,10 @@ class TuningLineage(Section):
     best_trial: int
     best_values: list[float]
     mlflow_parent_run_id: str | None = None
+    baseline_values: list[float] | None = Field(None, description="trial 0's: the train section as given")
+    adopted: bool | None = Field(
+        None, description="whether the training took the best trial's settings (they beat the baseline)"
+    )
 
 
 class CodeLineage(Section):
