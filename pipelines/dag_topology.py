@@ -209,14 +209,31 @@ def dataset_asset(dataset_name: str) -> Any:
     )
 
 
+def _made_at(event: Any) -> str:
+    """When an event's snapshot was made (its extra's ``made_at``, else the event's own timestamp), as
+    sortable text: Airflow hands a run its triggering events in no promised order."""
+    made = (getattr(event, "extra", None) or {}).get("made_at")
+    stamp = getattr(event, "timestamp", None)
+    return str(made or (stamp.isoformat() if hasattr(stamp, "isoformat") else stamp or ""))
+
+
+def newest_event(events: list[Any]) -> Any:
+    """The event of the newest snapshot among a run's triggering events (a backlog after a pause holds many)."""
+    return max(events, key=_made_at)
+
+
 def new_snapshot(triggering_asset_events: Any = None, **_: Any) -> str | bool:
-    """Gate condition of the retraining DAG: the newest triggering snapshot's directory
-    when its content hash is new (the snapshot committed new data), else False (skip)."""
+    """Gate condition of the retraining DAG: the newest triggering snapshot's directory when its content
+    hash is new (the snapshot committed new data) and the run that made it does not train it itself (the
+    training DAG does: two runs training one snapshot race to move the alias), else False (skip)."""
     events = [e for evs in (triggering_asset_events or {}).values() for e in evs]
     if not events:
         return False
-    extra = dict(events[-1].extra or {})
+    extra = dict(newest_event(events).extra or {})
     if not extra.get("changed") or not extra.get("snapshot_dir"):
+        return False
+    if extra.get("trained_by"):
+        print(f"trainpipe: not retraining: {extra['trained_by']} trains this snapshot itself", flush=True)
         return False
     return str(extra["snapshot_dir"])
 
@@ -311,12 +328,14 @@ class DagSettings:
         if section in params:
             for setting in self.params()[section]:
                 out.setdefault(setting, _param(f"{section}.{setting}"))
+        if "trusted_packages" in config.model_fields and self.config.trusted_code():
+            out["trusted_packages"] = [self.config.trusted_code()]  # it rebuilds the team's model from its code
         return out
 
     def _placement(
         self, operator_cls: type[TrainpipeOperator], task_id: str, kwargs: dict[str, Any]
     ) -> tuple[Any, Any]:
-        """The task's queue, its environment (the policy, the trusted model code) and, on Kubernetes,
+        """The task's queue, its environment (the policy) and, on Kubernetes,
         its resources and image."""
         kwargs.setdefault("queue", self.profile.train_queue if task_id == "train_model" else self.profile.queue)
         resources = image = None
@@ -330,8 +349,6 @@ class DagSettings:
             from trainpipe.contract.policy import ENV, to_env
 
             env[ENV] = to_env(self.config.policy)
-        if task_id in ("evaluate_model", "optimize_model") and self.config.trusted_code():
-            env["TRAINPIPE_TRUSTED_MODEL_CODE"] = self.config.trusted_code()  # they rebuild the team's model
         if env:
             key = "env_vars" if self.mode == "kubernetes" else "env"
             kwargs[key] = {**env, **kwargs.get(key, {})}

@@ -25,9 +25,10 @@ from trainpipe.components.register_model.kfp_component import register_model
 from trainpipe.components.snapshot_dataset.kfp_component import snapshot_dataset
 from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.tune_model.kfp_component import tune_model
+from trainpipe.components.tune_model.spec import TuneModelParams
 from trainpipe.components.validate_data.kfp_component import validate_data
 from trainpipe.faces.kfp_face import accelerated
-from trainpipe.faces.surface import REQUIRED
+from trainpipe.faces.surface import REQUIRED, kfp_params
 from trainpipe.images import RUN_AS
 from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
@@ -127,12 +128,9 @@ def pipeline_function(body: Callable[[dict[str, Any]], None], doc: str) -> Calla
 
 def _tuning(p: dict[str, Any], data: dict[str, Any], tune: dict[str, Any]) -> list[Any]:
     """tune_model's workers in a ``dsl.ParallelFor`` on one study, then the step that summarizes it."""
-    # its structured settings (space, train, objectives) cross KFP as JSON text
-    settings = {
-        k: json.dumps(v) if isinstance(v, (dict, list)) else v
-        for k, v in tune.items()
-        if k != "workers" and v is not None
-    }
+    # its structured settings (space, train, objectives) cross KFP as JSON text, the others as they are
+    text = {p.name for p in kfp_params(TuneModelParams) if p.json_text}
+    settings = {k: json.dumps(v) if k in text else v for k, v in tune.items() if k != "workers" and v is not None}
     with dsl.ParallelFor(items=list(range(tune["workers"])), name="tune-workers", parallelism=tune["workers"]) as i:
         worker = bind(tune_model, p, **data, **settings, worker=i, summarize=False)
     summary = bind(tune_model, p, **data, **settings, summarize=True).after(worker)
@@ -156,8 +154,8 @@ def build_pipeline(
         policy: A non-empty :class:`~trainpipe.contract.policy.Policy` goes onto every task as
             ``TRAINPIPE_POLICY`` (rules only: it holds no secret).
         pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
-        trusted_code: A team's package the steps that rebuild its model may import
-            (``TRAINPIPE_TRUSTED_MODEL_CODE`` on evaluate_model).
+        trusted_code: A team's package the steps that rebuild its model may import (their
+            ``trusted_packages`` setting).
         include: The optional steps to run (``profile_training``; without it, register_model
             records no training profile).
         optimize: optimize_model's settings: with them, it runs between the gate and register_model,
@@ -187,25 +185,26 @@ def build_pipeline(
         data = {"data": snap.outputs["snapshot"], "dataset_md5": snap.outputs["md5"], "run_id": run_id}
         # the data against the champion's own training data; the steps after it run when it says
         # so (retrain_on: always, or drift found, the champion too old, or none yet)
-        drifted = bind(detect_drift, p, **data)
+        trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
+        drifted = bind(detect_drift, p, **data, **trust)
         with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
-            tuning = _tuning(p, data, tune) if tune is not None else []
+            tuning = _tuning(p, {**data, **trust}, tune) if tune is not None else []
             tuned = {"tuned": tuning[-1].outputs["study"]} if tuning else {}
             trained = bind(train_op, p, **data, **tuned)
             model = trained.outputs["model"]
             profiled = bind(profile_training, p, model=model, run_id=run_id) if "profile_training" in include else None
-            evaluated = bind(evaluate_model, p, model=model, **data)
+            evaluated = bind(evaluate_model, p, model=model, **data, **trust)
             with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
                 extra = {"training_profile": profiled.outputs["training_profile"]} if profiled is not None else {}
                 optimized = None
                 if optimize is not None:  # compile-time settings; an unset one (None) is left to the face's default
                     settings = {k: v for k, v in optimize.items() if v is not None}
-                    optimized = bind(optimize_model, p, model=model, **data, **settings)
+                    optimized = bind(optimize_model, p, model=model, **data, **settings, **trust)
                     extra["optimized"] = optimized.outputs["optimized"]
                 decision = evaluated.outputs["decision"]
                 move = not require_approval  # a compiled constant: no run parameter can skip the approval
                 registered = bind(
-                    register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra
+                    register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra, **trust
                 )
                 _configure(registered, profile.default, profile, caching=False)
         later = [t for t in (*tuning, profiled, evaluated, optimized) if t is not None]
@@ -216,9 +215,6 @@ def build_pipeline(
             _configure(task_, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
         trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
-        if trusted_code:
-            for task_ in (t for t in (evaluated, drifted, optimized) if t is not None):  # they rebuild the team's model
-                task_.set_env_variable(name="TRAINPIPE_TRUSTED_MODEL_CODE", value=trusted_code)
         every = [validated, snap, drifted, trained, *later, registered]
         _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":

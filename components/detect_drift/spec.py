@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+from trainpipe.contract.runtime import TrustedPackages
 
 #: One column's figures, as the statistics engine computes them (stdlib only at import): the method, its
 #: figure (a p-value for a test, a distance for a distance), the threshold, the verdict.
@@ -84,6 +85,7 @@ class DetectDriftParams(StrictModel):
         description="drift: retrain on drift, an old champion or none; always: retrain whatever the figures (they are "
         "still measured and logged)",
     )
+    trusted_packages: TrustedPackages
 
     @field_validator("column_methods")
     @classmethod

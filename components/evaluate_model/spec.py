@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+from trainpipe.contract.runtime import TrustedPackages
 from trainpipe.registry import ALIAS_PATTERN, DEFAULT_ALIAS
 from trainpipe.scoring import LOWER_IS_BETTER
 
@@ -62,6 +63,7 @@ class EvaluateModelParams(StrictModel):
     lower_is_better: list[str] = Field(
         default_factory=list, description="which of your metrics are better when lower (an error, a cost)"
     )
+    trusted_packages: TrustedPackages
 
     @model_validator(mode="after")
     def _known(self) -> EvaluateModelParams:

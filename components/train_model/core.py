@@ -197,7 +197,11 @@ def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
 
 
 def _as_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) -> TrainModelResult:
-    """The training as a scheduler's job (Slurm; a Kubernetes TrainJob or PyTorchJob): this step waits."""
+    """The training as a scheduler's job (Slurm; a Kubernetes TrainJob or PyTorchJob): this step waits.
+    The training function is imported and checked here first: a typo fails in a second, not after queueing."""
+    from trainpipe.training.preflight import check_function
+
+    check_function(config)
     if config.slurm is not None:
         from trainpipe.components.train_model.slurm_job import run_slurm_job
 

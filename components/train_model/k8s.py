@@ -34,7 +34,7 @@ from typing import Any
 from trainpipe import pods
 from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
-from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.errors import Cancelled, InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import Policy
@@ -368,7 +368,9 @@ def submit_and_wait(manifest: dict[str, Any], poll_s: float, timeout_s: float, a
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             obj = read()
-            state = job_state(obj) if obj is not None else None
+            if obj is None:
+                raise Cancelled(f"cluster: {what} was deleted outside trainpipe (kubectl delete); not retried")
+            state = job_state(obj)
             if state == "Succeeded":
                 return
             if state == "Failed":

@@ -31,5 +31,8 @@ def adopt(result_file: Path, model_dir: Path, output_dir: str, lineage: Lineage,
     result = TrainModelResult.model_validate(payload)
     if node.training is None:
         raise TrainpipeError(f"{job}: node 0's result at {result_file} carries no training lineage")
-    result.lineage = lineage.with_(training=node.training.model_copy(update={"cluster_job": job}))
+    sections: dict = {"training": node.training.model_copy(update={"cluster_job": job})}
+    if node.orchestrator is not None and (lineage.orchestrator is None or lineage.orchestrator.name == "manual"):
+        sections["orchestrator"] = node.orchestrator  # submitted by hand: the scheduler ran it (slurm, its job id)
+    result.lineage = lineage.with_(**sections)
     return result

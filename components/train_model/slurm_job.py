@@ -34,7 +34,7 @@ from typing import Any
 from trainpipe import slurm
 from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import NAME, SlurmJob, TrainModelConfig, TrainModelResult
-from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
+from trainpipe.contract.errors import Cancelled, InputError, Preempted, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import ENV as POLICY_ENV
@@ -104,6 +104,7 @@ def batch_job(config: TrainModelConfig, workdir: Path, name: str, orchestrator: 
     body = [
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f"export MASTER_ADDR MASTER_PORT={job.rdzv_port} TRAINPIPE_JOB_ID={name}-$SLURM_JOB_ID",
+        f"export TRAINPIPE_HARDWARE_PROFILE={shlex.quote(profile.name)}  # the lineage records the profile used",
         'echo "trainpipe: job $SLURM_JOB_ID, attempt $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST"',
         f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c {shlex.quote(node)} {shlex.quote(python)} "
         f"{shlex.quote(str(workdir))}",
@@ -201,8 +202,13 @@ def failure(job: slurm.Job, log: Path) -> TrainpipeError:
         return Preempted(
             f"slurm: job {job.job_id} ended {job.state} (exit {job.exit_code}); a retry resumes from its checkpoint"
         )
+    if job.state == "OUT_OF_MEMORY":
+        return InputError(
+            f"slurm: job {job.job_id} ran out of memory (the profile's memory_limit is its --mem): give the profile "
+            f"more memory or train with a smaller batch (log {log})"
+        )
     if job.state == "CANCELLED":
-        return TrainpipeError(f"slurm: job {job.job_id} was cancelled (log {log})")
+        return Cancelled(f"slurm: job {job.job_id} was cancelled outside trainpipe (scancel); not retried (log {log})")
     what = f"{job.state}, exit {job.exit_code}" + (f", signal {job.exit_signal}" if job.exit_signal else "")
     return TrainpipeError(f"slurm: job {job.job_id} ended {what}: {line or f'see {log}'}")
 

@@ -735,7 +735,7 @@ def summarize(
                 number=t.number,
                 state=t.state.name,
                 values=list(t.values),
-                params=decode(config.space, t.params),
+                params=t.user_attrs.get("params") or decode(config.space, t.params),
                 mlflow_run_id=t.user_attrs.get("mlflow_run_id"),
             )
             for t in sorted(front, key=lambda t: t.number)

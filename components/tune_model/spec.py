@@ -15,6 +15,7 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
+from trainpipe.contract.runtime import TrustedPackages
 from trainpipe.layout import TUNED_SETTINGS_FILE
 from trainpipe.scoring import LOWER_IS_BETTER, TASK_METRICS
 from trainpipe.training.settings import TrainModelParams
@@ -172,6 +173,7 @@ class TuneModelParams(StrictModel):
     label_column: str = Field("label", min_length=1)
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
     experiment_name: str = Field("trainpipe-tuning", min_length=1)
+    trusted_packages: TrustedPackages
 
     @model_validator(mode="after")
     def _check(self) -> TuneModelParams:

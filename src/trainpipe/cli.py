@@ -53,6 +53,8 @@ CONFIG_ENV = "TRAINPIPE_CONFIG"
 #: Where a config is looked for when none is named: the current folder, then the demo's.
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
 STEP_LINE = re.compile(r"trainpipe ((?:" + "|".join(COMPONENTS) + r")(?::| \S+:).*)")
+#: A step's failure as the engine log repeats it: the step's own line, a retried attempt's refusal.
+FAILURE_LINE = re.compile(r"^\S+: (error: |internal error|an earlier attempt of this task failed for good)")
 
 
 def default_config(config: Path | None, required: bool = True) -> Path | None:
@@ -87,7 +89,8 @@ def _tail(path: Path, stop: threading.Event, show: typing.Callable[[str], None])
                 text = (
                     re.sub(r"\s+\[airflow\.task\.operators\..*$", "", m.group(0)) if m else ""
                 )  # Airflow's logger suffix
-                if text and text not in seen:  # an engine may repeat a step's line in its own report
+                # a failure is shown once, by the run's summary (the step's line, a retry's "failed for good")
+                if text and text not in seen and not FAILURE_LINE.search(text):
                     seen.add(text)
                     show("  " + text[:400])
                 continue
@@ -161,8 +164,6 @@ def run(
         if engine not in ("kfp-local", "airflow-local"):
             raise InputError(f"engine: {engine!r} is not kfp-local or airflow-local")
         _apply_policy(cfg)
-        if cfg.trusted_code():  # evaluate_model rebuilds the team's model from its code
-            os.environ.setdefault("TRAINPIPE_TRUSTED_MODEL_CODE", cfg.trusted_code())
         started = time.time()
         typer.echo(f"trainpipe: running the reference pipeline with engine {engine} ({path})", err=True)
         code, log, failed = run_engine(engine, path.resolve(), Path(cfg.workspace))

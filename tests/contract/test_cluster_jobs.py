@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -374,3 +375,24 @@ def test_job_pods_carry_the_whole_profile_and_the_policy(tmp_path):
             "valueFrom": {"secretKeyRef": {"name": "mlflow-credentials", "key": "password"}},
         } in env
         assert {"name": "TRAINPIPE_POLICY", "value": '{"require_encryption":true}'} in env
+
+
+class DeletedMidway(StandInAPI):
+    """Someone runs ``kubectl delete`` on the job while the step waits for it."""
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self.polls += 1
+        if self.polls >= 2:
+            self.jobs.pop(name, None)
+        return super().get_namespaced_custom_object(group, version, namespace, plural, name)
+
+
+def test_a_job_deleted_from_outside_ends_the_step_with_its_own_code_at_once(tmp_path):
+    """It used to be waited for until the step's timeout (a day), then read as an internal error."""
+    from trainpipe.contract.errors import Cancelled
+
+    cfg = _cluster_cfg(tmp_path, job_name="trainpipe-train-t9")
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled, match=r"TrainJob kubeflow/trainpipe-train-t9 was deleted outside trainpipe") as exc:
+        k8s.run_cluster_job(cfg, Lineage(), Runtime(), api=DeletedMidway("Complete", polls_to_finish=10**9))
+    assert exc.value.exit_code == 8 and time.monotonic() - t0 < 5

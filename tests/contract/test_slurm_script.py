@@ -13,7 +13,7 @@ import yaml
 from trainpipe import slurm
 from trainpipe.components.train_model import slurm_job
 from trainpipe.components.train_model.spec import SlurmJob, TrainModelConfig
-from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
+from trainpipe.contract.errors import Cancelled, InputError, Preempted, TrainpipeError
 from trainpipe.training import launch
 
 pytestmark = pytest.mark.contract
@@ -128,10 +128,16 @@ def test_how_a_job_that_did_not_complete_ends_the_step(tmp_path):
     assert isinstance(slurm_job.failure(slurm.Job("7", "FAILED", exit_code=75), log), Preempted)
     for state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED"):
         assert isinstance(slurm_job.failure(slurm.Job("7", state), log), Preempted)
-    cancelled = slurm_job.failure(slurm.Job("7", "CANCELLED"), log)
-    assert type(cancelled) is TrainpipeError and "cancelled" in str(cancelled)
+    cancelled = slurm_job.failure(slurm.Job("7", "CANCELLED"), log)  # scancel from outside: its own code, 8
+    assert (
+        isinstance(cancelled, Cancelled)
+        and cancelled.exit_code == 8
+        and "cancelled outside trainpipe" in str(cancelled)
+    )
     oom = slurm_job.failure(slurm.Job("7", "OUT_OF_MEMORY", exit_code=0, exit_signal=9), log)
-    assert type(oom) is TrainpipeError and "OUT_OF_MEMORY" in str(oom)
+    assert isinstance(oom, InputError) and "ran out of memory" in str(oom)
+    crashed = slurm_job.failure(slurm.Job("7", "FAILED", exit_code=1), log)  # a bug: the only ending that is 1
+    assert type(crashed) is TrainpipeError and crashed.exit_code == 1
 
 
 def test_a_scontrol_record_is_read_into_its_state_exit_code_and_restarts():

@@ -180,7 +180,8 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
         prog=f"python -m trainpipe.components.{name}",
         description=doc,
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 data failed its suite, 4 gate not passed, "
-        "6 the audit log failed verification, 7 a model failed signature verification, "
+        "6 the audit log failed verification, 7 a model failed signature verification, 8 its job was cancelled or "
+        "deleted outside trainpipe, "
         "75 service unavailable or preempted after a checkpoint (retry), 77 not permitted.",
     )
     parser.add_argument("--config", help="YAML or JSON file of settings; flags override it")
@@ -302,6 +303,7 @@ def _run(
         outs = [getattr(config, f) for f in output_fields(model) if getattr(config, f)]
         for out in outs:
             artifacts.begin_output(out)
+        runtime = runtime.trusting(getattr(config, "trusted_packages", None) or ())  # the step's own setting
         result = core(config, record, runtime)
         if name not in result.lineage.steps:
             result.lineage = result.lineage.with_(steps=[*result.lineage.steps, name])

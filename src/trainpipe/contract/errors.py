@@ -13,6 +13,7 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 | 6         | the audit log failed verification         | no      |
 | 7         | a model failed signature verification (changed after signing, another key, or unsigned where required) |
 no |
+| 8         | the step's job was cancelled or deleted outside trainpipe (scancel, kubectl delete) | no |
 | 75        | a service is unreachable, or the step was preempted (SIGTERM, SIGUSR1) after writing a checkpoint
 (EX_TEMPFAIL) | yes |
 | 77        | not permitted: credentials or rights (EX_NOPERM) | no |
@@ -27,6 +28,7 @@ EXIT_VALIDATION_FAILED = 3
 EXIT_GATE_FAILED = 4
 EXIT_AUDIT_TAMPERED = 6
 EXIT_SIGNATURE_INVALID = 7
+EXIT_CANCELLED = 8
 EXIT_TRANSIENT = 75
 EXIT_NOT_PERMITTED = 77
 
@@ -75,6 +77,13 @@ class SignatureInvalid(TrainpipeError):
     is unsigned where the platform requires a signature. Permanent: a rerun reads the same bytes."""
 
     exit_code = EXIT_SIGNATURE_INVALID
+
+
+class Cancelled(TrainpipeError):
+    """The job the step submitted was cancelled or deleted by someone else (``scancel``, ``kubectl delete``):
+    permanent, a person stopped it; a retry would submit it again against their decision."""
+
+    exit_code = EXIT_CANCELLED
 
 
 class Preempted(TrainpipeError):

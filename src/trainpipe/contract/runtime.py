@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
 
 from trainpipe.contract.policy import Policy, load_policy
 
@@ -14,6 +17,22 @@ from trainpipe.contract.policy import Policy, load_policy
 PROFILE_ENV = "TRAINPIPE_HARDWARE_PROFILE"
 #: Team packages whose model code steps may import to rebuild a model (comma-separated).
 TRUSTED_CODE_ENV = "TRAINPIPE_TRUSTED_MODEL_CODE"
+
+
+#: What a trusted package is named by: a top-level package or module (``teampkg``, ``acme.models``).
+PACKAGE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+
+#: The ``trusted_packages`` setting of every step that rebuilds a team's model from its code (each spec
+#: declares it with this type): the packages it may import, beside what the platform trusts.
+TrustedPackages = Annotated[
+    list[Annotated[str, StringConstraints(pattern=PACKAGE_PATTERN)]],
+    Field(
+        default_factory=list,
+        description="team packages whose model code this step may import to rebuild a model (a pipeline sets the "
+        "package of its train_function; the platform's TRAINPIPE_TRUSTED_MODEL_CODE is trusted too)",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,13 @@ class Runtime:
         """
         trusted = tuple(m.strip() for m in os.environ.get(TRUSTED_CODE_ENV, "").split(",") if m.strip())
         return cls(policy=load_policy(), hardware_profile=os.environ.get(PROFILE_ENV) or "local", trusted_code=trusted)
+
+    def trusting(self, packages: tuple[str, ...] | list[str]) -> Runtime:
+        """The same runtime, also trusting ``packages`` (a step's ``trusted_packages`` setting)."""
+        import dataclasses
+
+        more = tuple(p for p in packages if not self.trusts(p))
+        return dataclasses.replace(self, trusted_code=(*self.trusted_code, *more)) if more else self
 
     def trusts(self, module: str) -> bool:
         """Whether a model may be rebuilt by importing ``module`` (it, or a package it is in, is trusted)."""

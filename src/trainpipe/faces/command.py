@@ -63,10 +63,15 @@ def note_failure(name: str, code: int, line: str) -> None:
 
 def stream(cmd: list[str], env: dict[str, str], emit: Any, on_start: Any = None, **popen: Any) -> tuple[int, str, str]:
     """Run ``cmd``, handing each stderr line to ``emit`` as it comes (stdout is read on a thread, so
-    a large result cannot block the step). Returns ``(exit code, stdout, last stderr line)``."""
+    a large result cannot block the step); it gets SIGTERM if this process dies (:mod:`~trainpipe.contract.lifeline`).
+    Returns ``(exit code, stdout, last stderr line)``."""
     import threading
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen)
+    from trainpipe.contract.lifeline import PARENT_ENV, guarded
+
+    # the step dies with whoever runs it (a killed Airflow task, a KFP body): SIGTERM, so it checkpoints
+    env = {**env, PARENT_ENV: str(os.getpid())}
+    proc = subprocess.Popen(guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen)
     if on_start is not None:
         on_start(proc)
     chunks: list[str] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -52,8 +53,11 @@ def load_artifact(model_dir: str | Path, runtime: Any, field: str = "model") -> 
     try:
         return loader.load(model_dir, trusted=runtime.trusts)
     except loader.ModelError as exc:
+        named = re.search(r"\('([A-Za-z_][\w.]*):", str(exc))
+        package = named.group(1).split(".")[0] if named else "<its package>"
         hint = (
-            f"; a platform that trusts it lists its module in {TRUSTED_CODE_ENV}"
+            f"; set this step's trusted_packages: [{package}] (a pipeline sets its train_function's package), or the "
+            f"platform lists it in {TRUSTED_CODE_ENV}"
             if "not trusted here" in str(exc)
             else ""
         )

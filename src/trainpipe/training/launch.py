@@ -40,7 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainpipe.contract import lifeline
 from trainpipe.contract.errors import EXIT_TRANSIENT, RETRYABLE_EXIT_CODES, InputError
+from trainpipe.contract.lifeline import PARENT_ENV
 from trainpipe.training.backends import BACKENDS
 from trainpipe.training.control import PREEMPT_SIGNALS
 
@@ -270,18 +272,10 @@ LAUNCHERS: dict[str, Callable[[Any, Path, dict[str, str]], Plan]] = {
 }
 
 
-#: Set for each process the launcher starts: the process checks it is still this parent's child
-#: once it has asked to die with it (the parent may have died in between).
-PARENT_ENV = "TRAINPIPE_PARENT_PID"
-
-#: ``python -c GUARD cmd...``: die with the launcher, then become ``cmd`` (torchrun, horovodrun:
-#: launchers that are not trainpipe's worker, which sets the same thing itself).
-GUARD = (
-    "import ctypes, os, sys\n"
-    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, 9)\n"
-    f"if os.getppid() != int(os.environ.pop('{PARENT_ENV}', os.getppid())): os._exit(1)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])\n"
-)
+#: ``python -c GUARD cmd...``: die with the launcher (SIGKILL), then become ``cmd`` (torchrun, horovodrun:
+#: launchers that are not trainpipe's worker, which sets the same thing itself). Each process the launcher
+#: starts gets :data:`PARENT_ENV`: it checks it is still this parent's child once it asked to die with it.
+GUARD = lifeline.guard(signal.SIGKILL)
 
 
 def _dies_with_launcher(cmd: list[str]) -> list[str]:

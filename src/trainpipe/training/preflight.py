@@ -56,6 +56,21 @@ def check_inputs(config: TrainModelConfig) -> None:
     find_dataset(config.data, "data")
 
 
+def check_function(config: TrainModelConfig) -> None:
+    """The training function imported here and its settings checked, as a rank will (before a job is queued
+    where this process does not train itself).
+
+    Raises:
+        InputError: it cannot be imported, cannot be called as ``f(ctx, config)``, or its config is wrong.
+    """
+    from trainpipe.training.functions import resolve_function
+
+    if config.train_function.startswith("builtin:"):
+        builtin.parse(config.train_config, config.task)
+    else:
+        resolve_function(config.train_function, BACKENDS[config.backend].framework)
+
+
 def cuda_device_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
