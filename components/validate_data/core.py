@@ -162,12 +162,22 @@ def _explain(
 
 
 def _first_per_column(failed: list[ExpectationOutcome]) -> list[str]:
-    """One reason per column: a column that is not numeric also fails its range check; the reason
-    that names a row and value says why."""
+    """One reason per column, every failed expectation named: a column that is not numeric also fails its
+    range check; the reason that names a row and value says why, the others are listed beside it."""
     by_column: dict[Any, list[ExpectationOutcome]] = {}
     for o in failed:
         by_column.setdefault(o.kwargs.get("column", id(o)), []).append(o)
-    return [next((o for o in group if o.reason), group[0]).describe() for group in by_column.values()]
+    lines = []
+    for group in by_column.values():
+        main = next((o for o in group if o.reason), group[0])
+        others = [o.type for o in group if o is not main]
+        lines.append(main.describe() + (f" (also failed: {', '.join(others)})" if others else ""))
+    return lines
+
+
+def _number(value: Any) -> Any:
+    """A NumPy scalar as the Python number it holds: a message says 1, not np.int64(1)."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
 def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
@@ -177,7 +187,8 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
         exc = r.get("exception_info") or {}
         message = exc.get("exception_message") if exc.get("raised_exception") else None
         res = r.get("result") or {}
-        values, rows = res.get("partial_unexpected_list") or [], res.get("partial_unexpected_index_list") or []
+        values = [_number(v) for v in res.get("partial_unexpected_list") or []]
+        rows = [_number(v) for v in res.get("partial_unexpected_index_list") or []]
         example = None
         if values:
             example = (
@@ -186,7 +197,7 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
                 else (f"row {rows[0]} is empty" if rows else None)
             )
         elif not r["success"] and res.get("observed_value") is not None:
-            example = f"observed {res['observed_value']!r}"
+            example = f"observed {_number(res['observed_value'])!r}"
         out.append(
             ExpectationOutcome(
                 type=cfg["type"],

@@ -32,6 +32,20 @@ def _is_parquet_dir(folder: Path) -> bool:
     return bool(files) and all(f.suffix.lower() in PARQUET_SUFFIXES for f in files)
 
 
+#: The first bytes of the compressed formats a data file is often shipped in.
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"(\xb5/\xfd": "zstd", b"PK\x03\x04": "zip"}
+
+
+def compression(path: Path) -> str | None:
+    """The compression a file's first bytes say it is in (gzip, bzip2, xz, zstd, zip), else None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return None
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def find_dataset(path: str | os.PathLike[str], field_name: str = "data") -> Path:
     """Resolve a dataset input to one CSV/Parquet file or one directory of Parquet files.
 
@@ -46,6 +60,12 @@ def find_dataset(path: str | os.PathLike[str], field_name: str = "data") -> Path
     if not p.exists():
         raise InputError(f"{field_name}: {str(p)!r} does not exist")
     if p.is_file():
+        packed = compression(p)
+        if packed and p.suffix.lower() != ".parquet":
+            raise InputError(
+                f"{field_name}: {str(p)!r} is a {packed}-compressed file; trainpipe reads plain .csv and .parquet "
+                "files: decompress it first"
+            )
         if p.suffix.lower() not in SUPPORTED_SUFFIXES:
             raise InputError(f"{field_name}: {str(p)!r} is not a .csv or .parquet file")
         return p

@@ -257,6 +257,12 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
         "outlets = tm.dag.get_task('snapshot_dataset').outlets\n"
         "print([o.uri for o in outlets])\n"
         "print(sorted(m.dag.task_dict))\n"
+        # the event the training DAG's snapshot emits says its own run trains that snapshot
+        "task = tm.dag.get_task('snapshot_dataset')\n"
+        "events = {o: type('E', (), {'extra': None})() for o in task.outlets}\n"
+        "result = {'md5': 'm', 'rev': 'r', 'path': 'p', 'remote_url': 'u', 'committed': True}\n"
+        "task.emit_assets({'task': task, 'dag': tm.dag, 'run_id': 'manual__1', 'outlet_events': events}, result)\n"
+        "print(next(iter(events.values())).extra['trained_by'])\n"
     )
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     proc = subprocess.run(
@@ -264,8 +270,9 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
-    assert "trainpipe://datasets/dataset" in lines[-3] and lines[-2] == "['trainpipe://datasets/dataset']"
-    assert "new_snapshot" in lines[-1] and "register_model" in lines[-1] and "validate_data" not in lines[-1]
+    assert "trainpipe://datasets/dataset" in lines[-4] and lines[-3] == "['trainpipe://datasets/dataset']"
+    assert "new_snapshot" in lines[-2] and "register_model" in lines[-2] and "validate_data" not in lines[-2]
+    assert lines[-1] == "run manual__1 of trainpipe_training", lines[-1]  # the retraining DAG leaves it to that run
 
 
 TUNED_DAG = """

@@ -148,6 +148,8 @@ def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_ser
     assert len(failed) == 1 and failed[0].startswith(
         "trainpipe run: step validate_data failed (exit 3): suite 'trainpipe_default' failed"
     ), shown
+    said = [line for line in shown if "suite 'trainpipe_default' failed" in line]
+    assert said == failed, shown  # the failure reads once: not the step's line, then a retry's, then the summary
     column = "pixel_0_3" if corruption == "na_in_a_feature" else "label"
     assert f"column={column}" in failed[0] and ("row 5" in failed[0] if column == "pixel_0_3" else True), failed[
         0

@@ -119,3 +119,37 @@ def test_slurms_warning_sigusr1_stops_horovod_ranks_with_a_checkpoint_and_the_re
     r = result_of(run_component("train_model", *args(digits_csv, out, mlflow_server, "--backend", "horovod"), env=TEAM))
     assert r["resumed_from_step"] > STEPS_PER_EPOCH
     assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def mlp_whole(tmp_path_factory, digits_csv, mlflow_server):
+    out = tmp_path_factory.mktemp("mlp-whole") / "m"
+    result_of(run_component("train_model", *mlp_args(digits_csv, out, mlflow_server)))
+    return out
+
+
+def mlp_args(data: Path, out: Path, server: str) -> list[str]:
+    return ["--data", str(data), "--output-dir", str(out), "--tracking-uri", server, "--epochs", "2"]
+    # 2 epochs of 1437 training rows at batch 64: 22 steps a epoch, 44 in all (2 gloo ranks)
+
+
+@pytest.mark.parametrize("step", [1, 22, 43], ids=["first", "epoch-end", "last"])
+def test_a_preemption_at_any_step_the_last_included_resumes_to_the_uninterrupted_run(
+    tmp_path, mlp_whole, digits_csv, mlflow_server, step
+):
+    """The platform's SIGTERM taken by every rank before global step ``step`` (the fault's own path, at the
+    same step everywhere): exit 75, and the retry ends as an uninterrupted run does. At the last step the
+    retry resumed past every batch and then failed to find the epoch history (seen on an H100)."""
+    out = tmp_path / "m"
+    stopped = run_component(
+        "train_model", *mlp_args(digits_csv, out, mlflow_server), env={"TRAINPIPE_FAULT": f"preempt:{step}"}
+    )
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert "preempted by SIGTERM at step " in last, last
+    at = int(last.split("at step ")[1].split(":")[0])  # the next control point (an epoch end, or ~1 s on)
+    assert step < at <= 2 * STEPS_PER_EPOCH and (step != 43 or at == 44), last
+    again = result_of(run_component("train_model", *mlp_args(digits_csv, out, mlflow_server)))
+    assert again["resumed_from_step"] == at and again["global_steps"] == 2 * STEPS_PER_EPOCH
+    assert sha256(out / "model.safetensors") == sha256(mlp_whole / "model.safetensors")
+    assert (out / "metrics.jsonl").read_text() == (mlp_whole / "metrics.jsonl").read_text()

@@ -137,8 +137,18 @@ class TrainpipeOperator(BaseOperator):
         return None
 
     def emit_assets(self, context: Any, result: dict[str, Any]) -> None:
+        """Each outlet's event, its extra saying when it was made and, where this run trains what it made
+        (a train_model task downstream), which run: a DAG scheduled on the asset leaves that one to it."""
+        import datetime
+
         extra = self.asset_extra(result, self.settings)
         if extra is not None:
+            extra["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            task = context.get("task")
+            later = task.get_flat_relatives(upstream=False) if task is not None else []
+            if any(t.task_id == "train_model" for t in later):
+                dag = context.get("dag")
+                extra["trained_by"] = f"run {context.get('run_id')} of {getattr(dag, 'dag_id', 'its DAG')}"
             for asset in self.outlets or []:
                 context["outlet_events"][asset].extra = extra
 

@@ -46,6 +46,11 @@ def _on_signal(signum: int, _frame: object) -> None:
         _received.append(signal.Signals(signum).name)
 
 
+def request(signum: int) -> None:
+    """As if the platform's signal had arrived (fault injection: the same path a caught signal takes)."""
+    _on_signal(signum, None)
+
+
 def received() -> str | None:
     """The preemption signal this process caught, if any."""
     return _received[0] if _received else None

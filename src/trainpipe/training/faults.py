@@ -25,7 +25,8 @@ class Fault:
     ``kill:RANK:STEP`` SIGKILLs rank RANK before global step STEP, once the checkpoints it has
     started are written (so the step a retry resumes from does not depend on the machine's load);
     ``kill_checkpoint:STEP`` SIGKILLs rank 0 half way through writing checkpoint STEP (its data
-    written, its metadata not).
+    written, its metadata not); ``preempt:STEP`` has every rank take a SIGTERM before global step STEP
+    (as the launcher's forwarding would, but at the same step on every machine): any step, the last included.
     """
 
     kind: str = ""
@@ -41,11 +42,18 @@ class Fault:
         try:
             if parts[0] == "kill" and len(parts) == 3:
                 return cls("kill", int(parts[1]), int(parts[2]))
-            if parts[0] == "kill_checkpoint" and len(parts) == 2:
-                return cls("kill_checkpoint", 0, int(parts[1]))
+            if parts[0] in ("kill_checkpoint", "preempt") and len(parts) == 2:
+                return cls(parts[0], 0, int(parts[1]))
         except ValueError:
             pass
-        raise InputError(f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP or kill_checkpoint:STEP")
+        raise InputError(f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP, kill_checkpoint:STEP or preempt:STEP")
+
+    def maybe_preempt(self, step: int) -> None:
+        """Take a SIGTERM now, on this rank, when the fault names this step."""
+        if self.kind == "preempt" and self.step == step:
+            from trainpipe.training import control
+
+            control.request(signal.SIGTERM)
 
     def maybe_kill(self, kind: str, rank: int, step: int, before: Callable[[], None] | None = None) -> None:
         """SIGKILL this process when the fault names this moment (after ``before``)."""

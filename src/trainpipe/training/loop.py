@@ -156,11 +156,13 @@ class Loop:
                 if batch is None:
                     break
                 self.fault.maybe_kill("kill", self.rank, self.global_step, before=self.wait_for_checkpoints)
+                self.fault.maybe_preempt(self.global_step)
                 step_before = self.global_step
                 self.timer.mark("ready")
                 yield batch
                 self.timer.mark("back")
                 self.after_batch(step_before)
+        self.write_history()  # a retry that resumed at the last step ends no epoch: its history is the checkpoint's
         self.wait_for_checkpoints()
         self.timer.drain(wait=True)
         self.progress.finish()
@@ -232,11 +234,16 @@ class Loop:
         ckpt.save(self.global_step, trainer)
         return True
 
-    def end_epoch(self) -> None:
-        line = self.metrics.end_epoch(self.epoch, self.global_step)
+    def write_history(self) -> None:
+        """The epochs' lines so far (``metrics.jsonl``), written by the chief."""
         if self.is_chief:
             history = "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.metrics.history)
             atomic_write_text(self.out / EPOCH_METRICS_FILE, history)
+
+    def end_epoch(self) -> None:
+        line = self.metrics.end_epoch(self.epoch, self.global_step)
+        self.write_history()
+        if self.is_chief:
             shown = " ".join(f"{k} {v:.4f}" for k, v in line.items() if k not in ("epoch", "step"))
             head = f"train_model: epoch {self.epoch + 1}/{self.settings.epochs} step {self.global_step}"
             print(f"{head} {shown}".rstrip(), file=sys.stderr, flush=True)

@@ -187,9 +187,8 @@ class DDPStrategy(TorchStrategy):
             dist.init_process_group(
                 backend, store=_attempt_store(rank, timeout), rank=rank, world_size=world, timeout=timeout
             )
-        else:  # launched by hand as one process
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-            backend = "gloo"
+        else:  # one process (by hand, or nproc_per_node 1): the same choice as any world size, nccl on cuda
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         # host numbers and the checkpoint writer each get a gloo group of their own: two threads
         # must never issue collectives on one group, and host numbers never wait for a GPU
         self._host_group = dist.new_group(backend="gloo", timeout=timeout)
