@@ -20,6 +20,7 @@ from bench.families import (
     parse,
     signing,
     slurm,
+    step_cost,
     team,
     telemetry,
     training,
@@ -28,6 +29,7 @@ from bench.families import (
 
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "training": training.run,
+    "step_cost": step_cost.run,
     "checkpoint": checkpoint.run,
     "team": team.run,
     "telemetry": telemetry.run,

@@ -501,14 +501,20 @@ def _last_epoch(out: Path) -> dict[str, Any]:
 def baseline_params(config: TuneModelConfig) -> dict[str, Any]:
     """What the baseline trial trains with, dimension by dimension: the train section's value, else the
     setting's default (a train_config key the section leaves out: the function's own default)."""
+    from trainpipe.training.config_types import config_model
     from trainpipe.training.settings import TrainModelParams
 
     train_config = config.train.get("train_config") or {}
+    model = config_model(str(config.train.get("train_function", "builtin:mlp")))
     out: dict[str, Any] = {}
     for name in config.space:
         if name.startswith("train_config."):
             key = name.removeprefix("train_config.")
-            out[name] = train_config.get(key, "(the function's default)")
+            field = model.model_fields.get(key) if model is not None else None
+            default = (
+                field.get_default(call_default_factory=True) if field is not None and not field.is_required() else None
+            )
+            out[name] = train_config.get(key, default if field is not None else "(the function's default)")
         else:
             field = TrainModelParams.model_fields[name]
             out[name] = config.train.get(name, field.get_default(call_default_factory=True))

@@ -116,6 +116,9 @@ def test_a_warned_job_checkpoints_requeues_and_ends_as_an_uninterrupted_run_regi
     assert "attempt 2" in text and "train_model: resuming from ckpt-" in text, text[-2000:]
     assert result["resumed_from_step"] > 0 and result["lineage"]["training"]["cluster_job"] == f"slurm/{job_id}"
     assert (out / "model.safetensors").is_file()
+    # submitted by hand, run by Slurm on the cpu profile: the lineage says so (it said manual and local)
+    assert result["lineage"]["orchestrator"] == {"name": "slurm", "run_id": f"slurm-{job_id}"}, result["lineage"]
+    assert result["lineage"]["training"]["hardware_profile"] == "cpu"
 
     plain = result_of(run_component("train_model", *common, "--output-dir", str(tmp_path / "plain")))
     assert result["model_sha256"] == plain["model_sha256"], "the requeued job did not end as an uninterrupted run"
@@ -160,7 +163,10 @@ def test_a_warned_job_checkpoints_requeues_and_ends_as_an_uninterrupted_run_regi
     assert version.tags["lineage.training.cluster_job"] == f"slurm/{job_id}", version.tags
 
 
-def test_a_job_that_fails_on_bad_input_is_exit_2_with_the_ranks_line(tmp_path, slurm, snapshot):
+TEAM = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "fixtures")}
+
+
+def test_a_job_whose_function_raises_is_exit_2_with_the_ranks_line(tmp_path, slurm, snapshot):
     proc = run_component(
         "train_model",
         "--data",
@@ -173,16 +179,62 @@ def test_a_job_that_fails_on_bad_input_is_exit_2_with_the_ranks_line(tmp_path, s
         "1",
         "--epochs",
         "1",
-        "--train-config",
-        '{"hidden_units": [0]}',
+        "--train-function",
+        "teampkg.bad:raises",
         "--slurm",
         json.dumps(SLURM),
+        env=TEAM,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("trainpipe train_model: error: ") and "hidden_units" in last, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+    assert last.startswith("trainpipe train_model: error: ") and "the team's code broke" in last, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and (tmp_path / "m" / "slurm" / "job.json").exists()  # it ran there
     assert not (tmp_path / "m" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--train-config", '{"hiden_units": [8]}'], "train_config.hiden_units'?: unknown key"),
+        (["--train-function", "teampkg.typed:train", "--train-config", '{"learning_rate": "0.1"}'], "valid number"),
+        (["--train-function", "teampkg.bad:wrong_signature"], "trainpipe calls it as f\\(ctx, config\\)"),
+    ],
+)
+def test_a_typo_fails_in_a_second_before_anything_is_queued(tmp_path, slurm, snapshot, given, said):
+    import re
+
+    t0 = time.monotonic()
+    proc = run_component(
+        "train_model",
+        "--data",
+        str(snapshot),
+        "--output-dir",
+        str(tmp_path / "m"),
+        *given,
+        "--slurm",
+        json.dumps(SLURM),
+        env=TEAM,
+    )
+    assert proc.returncode == 2 and re.search(said, proc.stderr.strip().splitlines()[-1]), proc.stderr[-2000:]
+    assert not (tmp_path / "m" / "slurm" / "job.json").exists() and time.monotonic() - t0 < 30
+
+
+def test_a_job_cancelled_from_outside_ends_the_step_with_exit_8(tmp_path, slurm, snapshot):
+    out = tmp_path / "m"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainpipe.components.train_model", "--data", str(snapshot), "--output-dir", str(out)]
+        + ["--epochs", "200", "--nproc-per-node", "1", "--tracking-uri", f"sqlite:///{tmp_path / 'ml.db'}"]
+        + ["--slurm", json.dumps(SLURM)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for((out / "slurm", "slurm-*.out"), "epoch 1/")
+    job_id = json.loads((out / "slurm" / "job.json").read_text())["job_id"]
+    subprocess.run(["scancel", job_id], check=True)  # an operator, not trainpipe
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 8, stderr[-2000:]
+    assert f"slurm: job {job_id} was cancelled outside trainpipe" in stderr.strip().splitlines()[-1]
 
 
 def test_refused_settings_fail_before_anything_is_submitted(tmp_path, slurm, snapshot):

@@ -220,3 +220,53 @@ def test_control_points_agree_on_what_one_rank_knows_and_schedule_alike():
     assert ranks[0].due(20) and not ranks[0].due(19)
     quiet = Control(world_size=1).agree(0, time_due=False, all_reduce_sum=lambda local: local)
     assert quiet.preempt is None and not quiet.time_due
+
+
+# --- the table of the work between batches --------------------------------------------------------
+
+import itertools  # noqa: E402
+
+from trainpipe.training.control import Decision  # noqa: E402
+from trainpipe.training.loop import BatchEnd, Due, due_after, due_now  # noqa: E402
+
+ENDS = [BatchEnd(*flags) for flags in itertools.product([False, True], repeat=4) if not (flags[2] and not flags[1])]
+AGREED = [None, Decision(None, False), Decision(None, True), Decision("SIGTERM", False), Decision("SIGUSR1", True)]
+
+
+def test_a_plain_batch_is_followed_by_nothing():
+    plain = BatchEnd(stepped=True, ends_epoch=False, last=False, control_point=False)
+    assert due_now(plain) == Due() and due_after(plain, None, steps_due=False) == Due()
+
+
+@pytest.mark.parametrize("end", ENDS, ids=str)
+def test_an_epoch_end_is_a_control_point_and_only_a_control_point_agrees(end):
+    now = due_now(end)
+    assert now.end_epoch == end.ends_epoch
+    assert now.agree == (end.ends_epoch or end.control_point)
+
+
+#: every batch end with every answer the ranks can give there (they meet only at a control point)
+MEETINGS = [(e, a, s) for e, a, s in itertools.product(ENDS, AGREED, [False, True]) if a is None or due_now(e).agree]
+
+
+@pytest.mark.parametrize(("end", "agreed", "steps_due"), MEETINGS, ids=str)
+def test_each_reason_to_checkpoint_checkpoints_and_only_a_preemption_stops(end, agreed, steps_due):
+    due = due_after(end, agreed, steps_due)
+    reasons = [
+        end.last,
+        agreed is not None and agreed.preempt is not None,
+        agreed is not None and agreed.time_due,
+        end.stepped and steps_due,
+    ]
+    assert due.checkpoint == any(reasons)
+    assert due.stop == (agreed.preempt if agreed is not None else None)
+    assert not due.stop or due.checkpoint, "a stop always comes after this step's checkpoint"
+    assert due.mid_epoch == (due.checkpoint and not end.ends_epoch)  # the partial sums travel with it
+    assert (due.end_epoch, due.agree) == (due_now(end).end_epoch, due_now(end).agree)
+
+
+def test_the_last_batch_checkpoints_even_when_nothing_else_asks():
+    last = BatchEnd(stepped=False, ends_epoch=True, last=True, control_point=False)
+    assert due_after(last, Decision(None, False), steps_due=False) == Due(True, True, True, False, None)
+    stopped = due_after(last, Decision("SIGTERM", False), steps_due=False)
+    assert stopped.checkpoint and stopped.stop == "SIGTERM"  # a preemption at the last step: saved, then stop

@@ -303,6 +303,25 @@ def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
     return None
 
 
+def _silence_stdio() -> None:
+    """Point stdout and stderr at /dev/null: a write to the dead parent's pipe would fail (EPIPE) in the
+    middle of stopping the ranks, and the relays would stop reading them; the checkpoint must still be written."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def reported(errors_dir: Path, kind: str) -> bool:
+    """Whether a rank reported an error of this kind (``Preempted``: the ranks agreed to stop)."""
+    for path in errors_dir.glob("rank*.json") if errors_dir.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text(encoding="utf-8")).get("type") == kind:
+                return True
+    return False
+
+
 def _stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
     """SIGTERM each process's group, SIGKILL what is left after ``grace`` seconds (at once with
     ``grace=0``); returns only when every process has exited (the process itself is killed too,
@@ -339,8 +358,11 @@ class _Preemption:
         self.signum: int | None = None
         self.deadline = 0.0
         self._signalled: set[int] = set()
+        self._parent = os.getppid()
 
     def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]]) -> None:
+        if os.getppid() != self._parent:  # the task that started this step died: nobody reads its output now
+            _silence_stdio()
         if self.signum is None:
             self.signum, self.deadline = signum, time.monotonic() + self.plan.preempt_wait_s
             print(
@@ -354,6 +376,12 @@ class _Preemption:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(p.pid, signal.SIGTERM)
         self.forward()
+
+    def agreed(self) -> None:
+        """The ranks agreed to stop on a signal they received and this launcher did not (Slurm signals every
+        process of the step; a fault): the same as one it received, without a restart."""
+        if self.signum is None:
+            self.signum, self.deadline = signal.SIGTERM, time.monotonic() + self.plan.preempt_wait_s
 
     def forward(self) -> None:
         """Signal every registered rank not signalled yet."""
@@ -468,6 +496,8 @@ def _attempts(
             relay.follow(p)
         while True:
             codes = [p.poll() for p in procs]
+            if preemption.signum is None and reported(errors_dir, "Preempted"):
+                preemption.agreed()
             if preemption.signum is not None:
                 preemption.forward()
                 if preemption.over(codes):

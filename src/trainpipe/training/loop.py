@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,57 @@ from trainpipe.training.timing import StepTimer
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.training.settings import TrainModelConfig
+
+
+@dataclass(frozen=True)
+class BatchEnd:
+    """Where a batch left the run: what the table of the work between batches reads."""
+
+    stepped: bool  # the function took an optimizer step in it
+    ends_epoch: bool  # it was its epoch's last batch (or max_steps is reached)
+    last: bool  # it was the run's last batch
+    control_point: bool  # the schedule puts a control point after it (about once a second)
+
+
+@dataclass(frozen=True)
+class Due:
+    """The work between two batches, in the order the loop does it."""
+
+    end_epoch: bool = False  # reduce the epoch's metrics over the ranks, write metrics.jsonl
+    agree: bool = False  # a control point: the ranks agree on a stop and on the checkpoint clock (a collective)
+    checkpoint: bool = False  # write this step's checkpoint, every rank together
+    mid_epoch: bool = False  # ... carrying the epoch's partial sums (a resume reproduces the metrics)
+    stop: str | None = None  # then stop with exit 75: the signal the ranks agreed on
+
+
+def due_now(end: BatchEnd) -> Due:
+    """What a batch's end asks for before the ranks agree (it needs no collective).
+
+    | the batch                     | end the epoch | agree |
+    |-------------------------------|---------------|-------|
+    | its epoch's last (or the run's)| yes          | yes   |
+    | a control point's             | no            | yes   |
+    | any other                     | no            | no    |
+    """
+    return Due(end_epoch=end.ends_epoch, agree=end.ends_epoch or end.control_point)
+
+
+def due_after(end: BatchEnd, agreed: Decision | None, steps_due: bool) -> Due:
+    """The checkpoint and the stop, once the ranks agreed (``agreed`` is None where they did not meet).
+
+    | after the batch                                         | checkpoint | stop            |
+    |---------------------------------------------------------|------------|-----------------|
+    | the run's last                                          | yes        | if agreed       |
+    | the ranks agreed to stop (a preemption signal)          | yes        | its signal      |
+    | the ranks agreed the checkpoint interval passed         | yes        | no              |
+    | a step the step count makes due (checkpoint_every_steps)| yes        | no              |
+    | any other                                               | no         | no              |
+    """
+    stop = agreed.preempt if agreed is not None else None
+    timed = agreed is not None and agreed.time_due
+    save = end.last or stop is not None or timed or (end.stepped and steps_due)
+    first = due_now(end)
+    return Due(first.end_epoch, first.agree, save, save and not end.ends_epoch, stop)
 
 
 class Loop:
@@ -132,6 +184,7 @@ class Loop:
         if per_epoch < 1:
             raise InputError(f"batch_size: {s.batch_size} is larger than the rows the training data gives each epoch")
         self.steps_per_epoch = per_epoch
+        self._local_batch, self._last_epoch = s.batch_size // self.world_size, s.epochs - 1
         self.progress = Progress(
             "train_model",
             self.planned_batches(),
@@ -168,14 +221,11 @@ class Loop:
         self.progress.finish()
 
     def after_batch(self, step_before: int) -> None:
-        """A batch's bookkeeping; at an epoch end, a control point or a due step, more."""
+        """A batch's record, then the work between batches that :func:`due_now` and :func:`due_after` decide."""
         self.batches_done += 1
-        s, stepped = self.settings, self.global_step > step_before
-        ends_epoch = self.batches_done % self.steps_per_epoch == 0 or self.done()
-        last = self.done() or (ends_epoch and self.epoch == s.epochs - 1)
+        stepped = self.global_step > step_before
         self.progress.update(self.batches_done)
-        local_batch = s.batch_size // self.world_size
-        self.timer.finish_batch(self.epoch, self.global_step, local_batch)
+        self.timer.finish_batch(self.epoch, self.global_step, self._local_batch)
         # after the record: the profiler's own work at a window's edge goes to the next batch,
         # outside the window it traced, whose steps it would otherwise lengthen
         self.on_batch_end()
@@ -183,28 +233,35 @@ class Loop:
         if stepped and not self._prepared and ckpt is not None:
             ckpt.io.prepare()  # the staging buffers, once the optimizer's state exists
             self._prepared = True
-        if ends_epoch:
-            self.end_epoch()
-        decision = self.agree() if ends_epoch or self.control.due(self.batches_done) else None
-        due = (
-            last
-            or (decision is not None and decision.time_due)
-            or (stepped and ckpt is not None and ckpt.steps_due(self.global_step))
+        ends_epoch = self.batches_done % self.steps_per_epoch == 0 or self.done()
+        control_point = self.control.due(self.batches_done)
+        if not (ends_epoch or control_point or (stepped and ckpt is not None and ckpt.every_steps)):
+            return  # the common batch: due_now says nothing is due, and it allocates nothing to say so
+        end = BatchEnd(
+            stepped, ends_epoch, self.done() or (ends_epoch and self.epoch == self._last_epoch), control_point
         )
-        saved = self.save_checkpoint(mid_epoch=not ends_epoch) if due or (decision and decision.preempt) else False
-        if ends_epoch or saved or decision is not None:
+        now = due_now(end)
+        if now.end_epoch:
+            self.end_epoch()
+        agreed = self.agree() if now.agree else None
+        due = due_after(end, agreed, stepped and ckpt is not None and ckpt.steps_due(self.global_step))
+        saved = self.save_checkpoint(mid_epoch=due.mid_epoch) if due.checkpoint else False
+        if now.end_epoch or saved or agreed is not None:
             self.timer.extend_last()  # what the loop did after the batch (metrics, agreement, staging) is the batch's
-        if decision is not None:
-            self.act(decision)
+        if due.stop is not None:
+            self.stop(due.stop)
 
     def agree(self) -> Decision:
         ckpt = self.checkpoints
         return self.control.agree(self.batches_done, ckpt is not None and ckpt.time_due(), self.all_reduce_sum)
 
     def act(self, decision: Decision) -> None:
-        """Stop when the ranks agreed the platform asked to, once the checkpoint of this step is written."""
-        if decision.preempt is None:
-            return
+        """Stop when the ranks agreed the platform asked to (before the first batch)."""
+        if decision.preempt is not None:
+            self.stop(decision.preempt)
+
+    def stop(self, signal_name: str) -> None:
+        """Stop on the signal the ranks agreed on, once the checkpoint of this step is written."""
         self.wait_for_checkpoints()
         self.barrier()  # no rank leaves before the chief has renamed the checkpoint into place
         ckpt = self.checkpoints
@@ -214,7 +271,7 @@ class Loop:
             kept = "nothing was trained yet, so a retry starts over"
         else:
             kept = f"a retry resumes from {checkpoint_name(ckpt.last_step)}"
-        raise Preempted(f"preempted by {decision.preempt} at step {self.global_step}: {kept}")
+        raise Preempted(f"preempted by {signal_name} at step {self.global_step}: {kept}")
 
     def save_checkpoint(self, mid_epoch: bool) -> bool:
         """Checkpoint this step (every rank at once); False when it is the one already written."""

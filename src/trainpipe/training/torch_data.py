@@ -135,9 +135,9 @@ class TorchPlacement:
 
     def gather(self, arrays: list[Any], rows: Any) -> Iterator[list[Any]]:
         index = torch.from_numpy(rows)
-        if not self.cuda:
+        if not self.cuda:  # index_select: the plain gather, without advanced indexing's general path
             for r in index:
-                yield [a[r] for a in arrays]
+                yield [a.index_select(0, r) for a in arrays]
         elif self.where == "device":
             on_device = index.pin_memory().to(self.device, non_blocking=True)  # the epoch's order, once
             for r in on_device:
