@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser monitoring slurm demo demo-smb test test-fast test-lowest test-lowest-torch lint audit format bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring slurm demo demo-smb test test-cuda test-fast test-lowest test-lowest-torch lint audit format bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -142,6 +142,11 @@ test-lowest-torch: $(LOWEST_STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The CUDA tier, where a GPU is visible (make test skips it elsewhere; see ../shared/gpu/README.md for
+# running it on a GPU machine that has torch but not trainpipe).
+test-cuda: $(STAMP)
+	$(PY) -m pytest tests/cuda -m cuda
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "unit or contract"

@@ -46,11 +46,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return atomic_write_chunks(path, (data,))
 
 
-def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes]) -> Path:
+def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], durable: bool = True) -> Path:
     """Write the concatenated ``chunks`` to ``path`` atomically (temp file, fsync, rename).
 
     A process killed part way leaves at most a hidden ``.<name>.*.tmp`` beside the
-    destination, never a partial file under the destination's name.
+    destination, never a partial file under the destination's name. ``durable=False`` leaves out
+    the fsyncs (a reader still sees the old file or the whole new one; a machine that crashes
+    may lose it): for a file rewritten often whose content something durable also holds.
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -60,18 +62,20 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes]) -
             for chunk in chunks:
                 fh.write(chunk)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(dest.parent)
+    if durable:
+        fsync_dir(dest.parent)
     return dest
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = True) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (``durable``: see :func:`atomic_write_chunks`)."""
+    return atomic_write_chunks(path, (text.encode("utf-8"),), durable=durable)
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:

@@ -76,19 +76,13 @@ class StepTimer:
         self._at = {"start": self._prev_end}
 
     def finish_batch(self, epoch: int, step: int, samples: int) -> None:
-        """Marks ``done`` and records the batch."""
-        self.mark("done")
+        """Marks ``done`` and records the batch (one dict: the phases, then where the batch was)."""
         at = self._at
-        self.records.append(
-            {
-                "epoch": epoch,
-                "step": step,
-                "samples": samples,
-                **step_record(at, self.framework),
-                "t": at["done"] - self.t0,
-            }
-        )
-        self._prev_end = at["done"]
+        done = at["done"] = time.perf_counter()
+        rec = step_record(at, self.framework)
+        rec["epoch"], rec["step"], rec["samples"], rec["t"] = epoch, step, samples, done - self.t0
+        self.records.append(rec)
+        self._prev_end = done
 
     def extend_last(self) -> None:
         """What the loop did after the last batch (an epoch's end: metrics, a checkpoint) belongs to it."""

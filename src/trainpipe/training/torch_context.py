@@ -37,10 +37,17 @@ class TorchValues(HostValues):
         return value.detach() if isinstance(value, torch.Tensor) else float(value)
 
     def fold(self, values: list[Any]) -> Any:
-        """The sum where the values live: a device tensor stays on the device (no synchronization)."""
-        tensors = [v.reshape(()).double() for v in values if isinstance(v, torch.Tensor)]
+        """The sum where the values live: a device tensor stays on the device (no synchronization). Scalars
+        of one dtype (a loss, every step) are stacked and summed in float64 in three operations, not two
+        per value."""
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
         rest = float(sum(v for v in values if not isinstance(v, torch.Tensor)))
-        return torch.stack(tensors).sum() + rest if tensors else rest
+        if not tensors:
+            return rest
+        first = tensors[0]
+        if all(t.dim() == 0 and t.dtype == first.dtype and t.device == first.device for t in tensors):
+            return torch.stack(tensors).sum(dtype=torch.float64) + rest
+        return torch.stack([v.reshape(()).double() for v in tensors]).sum() + rest
 
 
 def resolve_device(settings: TrainModelConfig, local_rank: int) -> torch.device:
