@@ -197,13 +197,25 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
     step = summary["step_time_ms"]["mean"]
     b = summary["breakdown_ms"]
     data_share = b.get("data", 0.0) / step if step else 0.0
-    if data_share > 0.2:
+    r0 = ranks[0]
+    on_gpu = str(r0.get("device", "")).startswith("cuda")
+    rows_on = r0.get("rows_on")
+    busy = [v for v in (summary.get("gpu_utilization_pct") or {}).values() if v is not None]
+    host_bound = on_gpu and step < 10 and ((rows_on == "device" and data_share > 0.2) or (busy and min(busy) < 80))
+    if host_bound:
+        gpu = f", the GPU busy {min(busy):.0f}% of the time" if busy else ""
+        out.append(
+            f"The step ({step:.2f} ms{gpu}) is bound by the host, not the GPU: Python and kernel launches set its pace "
+            f"({'the rows are already on the device, so ' if rows_on == 'device' else ''}background data workers "
+            "will not help). A larger batch (and learning rate), fewer Python calls per step (log fewer values, fuse "
+            "small ops), torch.compile or CUDA graphs do."
+        )
+    elif data_share > 0.2 and rows_on != "device":
         out.append(
             f"Data loading takes {data_share:.0%} of each step: load batches in background workers "
             "(DataLoader num_workers > 0, persistent_workers), pin host memory (pin_memory=True) and prefetch onto the "
             "device."
         )
-    r0 = ranks[0]
     cpus, local = int(r0.get("usable_cpus") or 0), int(r0.get("local_world") or summary["world_size"])
     if cpus and summary["threads_per_rank"] * local > cpus:
         out.append(
@@ -211,8 +223,7 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
             "leave OMP_NUM_THREADS unset (trainpipe then gives each rank usable_cpus // ranks) or run fewer ranks."
         )
     per_rank_batch = int(r0["steps"][0]["samples"]) if r0.get("steps") else 0
-    on_gpu = str(r0.get("device", "")).startswith("cuda")
-    if (on_gpu and step < 10) or (not on_gpu and step < 2):
+    if not host_bound and ((on_gpu and step < 10) or (not on_gpu and step < 2)):
         out.append(
             f"Steps take {step:.2f} ms with {per_rank_batch} samples per rank: fixed per-step costs (Python, kernel "
             "launches, "

@@ -91,3 +91,28 @@ def test_the_retraining_dag_leaves_a_snapshot_to_the_run_that_trains_it(capsys):
     mine = _event("/snap/9", "2026-11-25T11:00:00+00:00", trained_by="run manual__1 of trainpipe_training")
     assert new_snapshot({"asset": [mine]}) is False
     assert "not retraining: run manual__1 of trainpipe_training trains this snapshot itself" in capsys.readouterr().out
+
+
+def _summary(step_ms: float, data_ms: float, busy: float | None) -> dict:
+    return {
+        "step_time_ms": {"mean": step_ms},
+        "breakdown_ms": {"data": data_ms, "other": 0.0},
+        "world_size": 1,
+        "threads_per_rank": 1,
+        "rank_skew": 1.0,
+        "gpu_utilization_pct": {"0": busy} if busy is not None else None,
+        "mfu": 0.2,
+    }
+
+
+def test_profile_advice_fits_a_host_bound_gpu_step_with_its_rows_on_the_device():
+    """The H100's narrow shape: 2 ms steps, the rows on the device, a quarter of the step gathering them. It was
+    told to load batches in DataLoader workers; the step is bound by the host."""
+    from trainpipe.components.profile_training.core import recommend
+
+    rank = {"device": "cuda:0", "rows_on": "device", "usable_cpus": 16, "local_world": 1, "steps": [{"samples": 4096}]}
+    advice = " ".join(recommend(_summary(2.02, 0.46, 71.0), [rank]))
+    assert "bound by the host" in advice and "CUDA graphs" in advice and "num_workers" not in advice
+    # the same share of data time on the host, where batches are copied ahead: background workers do help
+    cpu_rank = {**rank, "device": "cpu", "rows_on": "host"}
+    assert "num_workers" in " ".join(recommend(_summary(20.0, 5.0, None), [cpu_rank]))
