@@ -452,15 +452,25 @@ class TrialRun:
         from trainpipe import tracking
 
         try:
+            from mlflow.entities import Metric, RunTag
+
             client = tracking.connect(self.config.tracking_uri)
+            now = int(time.time() * 1000)
             metrics = trial.user_attrs.get("metrics", {})
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and value == value:
-                    client.log_metric(run_id, f"val_{key}", float(value))
-            client.set_tag(run_id, "trainpipe.trial", str(trial.number))
-            client.set_tag(run_id, "trainpipe.baseline", str(bool(trial.user_attrs.get(BASELINE_ATTR))).lower())
             sampled = trial.user_attrs.get("params") or params
-            client.set_tag(run_id, "trainpipe.trial_params", json.dumps(sampled)[:5000])
+            client.log_batch(  # one request: a study pays it once a trial
+                run_id,
+                metrics=[
+                    Metric(f"val_{k}", float(v), now, 0)
+                    for k, v in metrics.items()
+                    if isinstance(v, (int, float)) and v == v
+                ],
+                tags=[
+                    RunTag("trainpipe.trial", str(trial.number)),
+                    RunTag("trainpipe.baseline", str(bool(trial.user_attrs.get(BASELINE_ATTR))).lower()),
+                    RunTag("trainpipe.trial_params", json.dumps(sampled)[:5000]),
+                ],
+            )
         except Exception as exc:  # noqa: BLE001 (the trial's training is logged already; this is its label)
             print(f"{NAME}: warning: labelling trial {trial.number}'s run: {type(exc).__name__}", file=sys.stderr)
 
