@@ -15,7 +15,6 @@ training run nested under it.
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from trainpipe.components.tune_model.spec import (
     TrialSummary,
     TuneModelConfig,
     TuneModelResult,
+    with_params,
 )
 from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
@@ -276,16 +276,7 @@ def _suggest(trial: Any, name: str, p: Param) -> Any:
 
 def trial_settings(config: TuneModelConfig, params: dict[str, Any]) -> dict[str, Any]:
     """train_model's settings for a trial: ``train``, then the sampled parameters (train_config keys merged)."""
-    settings = copy.deepcopy(config.train)
-    train_config = dict(settings.get("train_config") or {})
-    for name, value in params.items():
-        if name.startswith("train_config."):
-            train_config[name.removeprefix("train_config.")] = value
-        else:
-            settings[name] = value
-    if train_config:
-        settings["train_config"] = train_config
-    return settings
+    return with_params(config.train, params)
 
 
 def parameter_count(model_dir: Path) -> int:

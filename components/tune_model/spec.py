@@ -34,6 +34,23 @@ SIZE_OBJECTIVES = ("parameters",)
 SCORED = (*dict.fromkeys(m for names in TASK_METRICS.values() for m in names), *SIZE_OBJECTIVES)
 
 
+def with_params(train: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """train_model's settings: ``train``, then the parameters over it (``train_config.<key>`` merged into its
+    ``train_config``). A copy: ``train`` is left as it was."""
+    import copy
+
+    settings = copy.deepcopy(train)
+    train_config = dict(settings.get("train_config") or {})
+    for name, value in params.items():
+        if name.startswith("train_config."):
+            train_config[name.removeprefix("train_config.")] = value
+        else:
+            settings[name] = value
+    if train_config:
+        settings["train_config"] = train_config
+    return settings
+
+
 class Param(StrictModel):
     """One dimension of the search space."""
 
@@ -224,13 +241,8 @@ class TuneModelParams(StrictModel):
                     f"(it takes {', '.join(sorted(accepted)) or 'none'})"
                 )
         first = {name: p.candidates()[0] for name, p in self.space.items()}
-        settings = {k: v for k, v in self.train.items() if k not in NOT_IN_TRAIN}
-        train_config = dict(settings.get("train_config") or {})
-        for dim, value in first.items():
-            if dim.startswith("train_config."):
-                train_config[dim.removeprefix("train_config.")] = value
-            else:
-                settings[dim] = value
+        settings = with_params({k: v for k, v in self.train.items() if k not in NOT_IN_TRAIN}, first)
+        train_config = settings.get("train_config") or {}
         for name, param in self.space.items():
             for value in param.candidates():  # each value of each dimension, alone
                 try:
