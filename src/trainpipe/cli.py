@@ -54,7 +54,9 @@ CONFIG_ENV = "TRAINPIPE_CONFIG"
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
 STEP_LINE = re.compile(r"trainpipe ((?:" + "|".join(COMPONENTS) + r")(?::| \S+:).*)")
 #: A step's failure as the engine log repeats it: the step's own line, a retried attempt's refusal.
-FAILURE_LINE = re.compile(r"^\S+: (error: |internal error|an earlier attempt of this task failed for good)")
+FAILURE_LINE = re.compile(
+    r"^(?:trainpipe )?\S+: (error: |internal error|an earlier attempt of this task failed for good)"
+)
 
 
 def default_config(config: Path | None, required: bool = True) -> Path | None:

@@ -40,6 +40,27 @@ def _templated(value: Any) -> bool:
     return False
 
 
+def emit_assets(
+    operator_cls: Any, settings: dict[str, Any], outlets: Any, context: Any, result: dict[str, Any]
+) -> None:
+    """Each outlet's event (either mode's face), its extra (the component's ``asset_extra``) saying when it
+    was made and, where this run trains what it made (a train_model task downstream), which run: a DAG
+    scheduled on the asset leaves that snapshot to it."""
+    import datetime
+
+    extra = operator_cls.asset_extra(result, settings)
+    if extra is None:
+        return
+    extra["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    task = context.get("task")
+    later = task.get_flat_relatives(upstream=False) if task is not None else []
+    if any(t.task_id == "train_model" for t in later):
+        dag = context.get("dag")
+        extra["trained_by"] = f"run {context.get('run_id')} of {getattr(dag, 'dag_id', 'its DAG')}"
+    for asset in outlets or []:
+        context["outlet_events"][asset].extra = extra
+
+
 def outcome(component: str, code: int, last: str) -> Exception:
     """The Airflow exception for a failed step: retried only when the exit code is transient."""
     last = last or f"exit {code}"
@@ -137,20 +158,7 @@ class TrainpipeOperator(BaseOperator):
         return None
 
     def emit_assets(self, context: Any, result: dict[str, Any]) -> None:
-        """Each outlet's event, its extra saying when it was made and, where this run trains what it made
-        (a train_model task downstream), which run: a DAG scheduled on the asset leaves that one to it."""
-        import datetime
-
-        extra = self.asset_extra(result, self.settings)
-        if extra is not None:
-            extra["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-            task = context.get("task")
-            later = task.get_flat_relatives(upstream=False) if task is not None else []
-            if any(t.task_id == "train_model" for t in later):
-                dag = context.get("dag")
-                extra["trained_by"] = f"run {context.get('run_id')} of {getattr(dag, 'dag_id', 'its DAG')}"
-            for asset in self.outlets or []:
-                context["outlet_events"][asset].extra = extra
+        emit_assets(type(self), self.settings, self.outlets, context, result)
 
     def command(self, context: Any) -> list[str]:
         """The command this task runs: the component's entrypoint with the task's settings."""

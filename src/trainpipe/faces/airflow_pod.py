@@ -51,10 +51,9 @@ class TrainpipePodOperator(KubernetesPodOperator):
     def execute(self, context: Any) -> Any:
         result = super().execute(context)
         if self.operator_cls is not None and isinstance(result, dict):
-            extra = self.operator_cls.asset_extra(result, self.settings)
-            if extra is not None:
-                for asset in self.outlets or []:
-                    context["outlet_events"][asset].extra = extra
+            from trainpipe.faces.airflow_operator import emit_assets
+
+            emit_assets(self.operator_cls, self.settings, self.outlets, context, result)
         return result
 
 
