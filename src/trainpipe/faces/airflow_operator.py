@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainpipe.contract.errors import InputError, is_retryable_exit
+from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
@@ -38,27 +39,6 @@ def _templated(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_templated(v) for v in value)
     return False
-
-
-def emit_assets(
-    operator_cls: Any, settings: dict[str, Any], outlets: Any, context: Any, result: dict[str, Any]
-) -> None:
-    """Each outlet's event (either mode's face), its extra (the component's ``asset_extra``) saying when it
-    was made and, where this run trains what it made (a train_model task downstream), which run: a DAG
-    scheduled on the asset leaves that snapshot to it."""
-    import datetime
-
-    extra = operator_cls.asset_extra(result, settings)
-    if extra is None:
-        return
-    extra["made_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    task = context.get("task")
-    later = task.get_flat_relatives(upstream=False) if task is not None else []
-    if any(t.task_id == "train_model" for t in later):
-        dag = context.get("dag")
-        extra["trained_by"] = f"run {context.get('run_id')} of {getattr(dag, 'dag_id', 'its DAG')}"
-    for asset in outlets or []:
-        context["outlet_events"][asset].extra = extra
 
 
 def outcome(component: str, code: int, last: str) -> Exception:

@@ -18,6 +18,7 @@ from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes.client import models as k8s
 
 from trainpipe import pods
+from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command
 
 
@@ -51,8 +52,6 @@ class TrainpipePodOperator(KubernetesPodOperator):
     def execute(self, context: Any) -> Any:
         result = super().execute(context)
         if self.operator_cls is not None and isinstance(result, dict):
-            from trainpipe.faces.airflow_operator import emit_assets
-
             emit_assets(self.operator_cls, self.settings, self.outlets, context, result)
         return result
 
