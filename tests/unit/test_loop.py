@@ -270,3 +270,26 @@ def test_the_last_batch_checkpoints_even_when_nothing_else_asks():
     assert due_after(last, Decision(None, False), steps_due=False) == Due(True, True, True, False, None)
     stopped = due_after(last, Decision("SIGTERM", False), steps_due=False)
     assert stopped.checkpoint and stopped.stop == "SIGTERM"  # a preemption at the last step: saved, then stop
+
+
+def test_metrics_jsonl_holds_each_epoch_as_it_ends_and_a_resumed_run_replaces_what_an_attempt_left(settings):
+    """Epoch ends append their line (a study reads the file while the run trains); the first write of a
+    resumed process replaces the file, so lines a failed attempt wrote past its checkpoint, or half a line,
+    are gone and the file is the uninterrupted run's."""
+    s = settings(epochs=4, checkpoint_every_steps=3)
+    jsonl = Path(s.output_dir) / "metrics.jsonl"
+    lines_seen = []
+    whole, ctx, _ = train(
+        s, on_batch=lambda c: lines_seen.append(len(jsonl.read_text().splitlines()) if jsonl.exists() else 0)
+    )
+    assert lines_seen == [i // 5 for i in range(20)]  # 5 batches an epoch: each epoch's line as it ends
+    text = jsonl.read_text()
+    assert [json.loads(x) for x in text.splitlines()] == ctx.metrics.history and len(ctx.metrics.history) == 4
+
+    again = settings(epochs=4, checkpoint_every_steps=3, output_dir=str(Path(s.output_dir).parent / "again"))
+    train(again, stop_after=12)  # died in the third epoch, its checkpoint at step 12
+    left = Path(again.output_dir) / "metrics.jsonl"
+    with left.open("a") as fh:  # what a failed attempt may leave past its checkpoint
+        fh.write('{"epoch": 7, "step": 99, "loss": 0.0}\n{"epoch": 8, "st')
+    _, ctx2, _ = train(again)
+    assert ctx2.resumed_from == 12 and left.read_text() == text
