@@ -8,6 +8,7 @@ distribution: a float or int range (``log`` for a log scale, ``step``), or categ
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
@@ -37,8 +38,6 @@ SCORED = (*dict.fromkeys(m for names in TASK_METRICS.values() for m in names), *
 def with_params(train: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """train_model's settings: ``train``, then the parameters over it (``train_config.<key>`` merged into its
     ``train_config``). A copy: ``train`` is left as it was."""
-    import copy
-
     settings = copy.deepcopy(train)
     train_config = dict(settings.get("train_config") or {})
     for name, value in params.items():
@@ -242,7 +241,6 @@ class TuneModelParams(StrictModel):
                 )
         first = {name: p.candidates()[0] for name, p in self.space.items()}
         settings = with_params({k: v for k, v in self.train.items() if k not in NOT_IN_TRAIN}, first)
-        train_config = settings.get("train_config") or {}
         for name, param in self.space.items():
             for value in param.candidates():  # each value of each dimension, alone
                 try:
@@ -257,7 +255,7 @@ class TuneModelParams(StrictModel):
                     why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
                     raise ValueError(f"space.{name}: {value!r} does not fit: {why}") from None
         try:  # then train with the space's first values: a whole training train_model takes
-            build(TrainModelParams, {**settings, "train_config": train_config}, where="train")
+            build(TrainModelParams, {**settings, "train_config": settings.get("train_config") or {}}, where="train")
         except InputError as exc:
             raise ValueError(f"train: with the space's first values, a trial is not a training: {exc}") from None
 

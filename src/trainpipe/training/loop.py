@@ -124,8 +124,8 @@ class Loop:
         self.control = Control(world_size)  # the worker installed the preemption signals' handlers
         self.progress: Any = None
         self._prepared = False
-        #: (the history list, its lines in metrics.jsonl) since this process last wrote it
-        self._history_written: tuple[list[dict[str, Any]], int] | None = None
+        #: The history's lines this process wrote to metrics.jsonl; None until its first write, which replaces the file.
+        self._lines_written: int | None = None
 
     # --- resuming -------------------------------------------------------------------------------
 
@@ -152,6 +152,7 @@ class Loop:
             self.batches_done = int(trainer["batches_done"])
             self.metrics.carried = {k: list(v) for k, v in trainer.get("carried", {}).items()}
             self.metrics.history = list(trainer.get("history", []))
+            self._lines_written = None  # the file is rewritten from the checkpoint's history
         # every rank must resume from the same step: a rank that read another folder would diverge
         s1, s2 = self.all_reduce_sum([float(self.global_step), float(self.global_step) ** 2])
         if s1 * s1 != self.world_size * s2:
@@ -303,18 +304,19 @@ class Loop:
         file mid-append may see a last line without its newline; tune_model reads it again on the next line."""
         if not self.is_chief:
             return
-        history = self.metrics.history
         path = self.out / EPOCH_METRICS_FILE
-        written = self._history_written
-        if not (written is not None and written[0] is history and written[1] <= len(history) and path.is_file()):
-            atomic_write_text(path, "".join(json.dumps(h, sort_keys=True) + "\n" for h in history), durable=False)
-        elif written[1] < len(history):
+        done = self._lines_written if path.is_file() else None
+        history = self.metrics.history
+        text = "".join(json.dumps(h, sort_keys=True) + "\n" for h in history[done or 0 :])
+        if done is None:
+            atomic_write_text(path, text, durable=False)
+        elif text:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
-                os.write(fd, "".join(json.dumps(h, sort_keys=True) + "\n" for h in history[written[1] :]).encode())
+                os.write(fd, text.encode("utf-8"))
             finally:
                 os.close(fd)
-        self._history_written = (history, len(history))
+        self._lines_written = len(history)
 
     def end_epoch(self) -> None:
         line = self.metrics.end_epoch(self.epoch, self.global_step)
