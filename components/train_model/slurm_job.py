@@ -39,6 +39,7 @@ from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atom
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import ENV as POLICY_ENV
 from trainpipe.contract.policy import to_env
+from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.profiles import get_profile
 from trainpipe.tabular import find_dataset
@@ -46,7 +47,6 @@ from trainpipe.tabular import find_dataset
 #: Set by the Airflow face after its deferral: collect this job (ended by now), never submit another.
 ATTACH_ENV = "TRAINPIPE_SLURM_JOB_ID"
 JOB_FILE, SCRIPT_FILE, CONFIG_FILE = "job.json", "train.sbatch", "train.json"
-_ERROR_LINE = re.compile(rf"trainpipe {NAME}: error: (.*)$")
 _SBATCH_ARG = re.compile(r"^--[a-z][a-z-]*(=\S+)?$")
 
 
@@ -95,10 +95,12 @@ def batch_job(config: TrainModelConfig, workdir: Path, name: str, orchestrator: 
     node = (
         'exec "$0" -m trainpipe.components.train_model --config "$1/train.json"'
         ' --output-dir "$1/node$SLURM_NODEID" --result "$1/node$SLURM_NODEID.result.json"'
+        ' --error-record "$1/node$SLURM_NODEID.error.json"'
         f" --orchestrator {shlex.quote(orchestrator)} --run-id {shlex.quote(run_id)}"
         if run_id
         else 'exec "$0" -m trainpipe.components.train_model --config "$1/train.json"'
         ' --output-dir "$1/node$SLURM_NODEID" --result "$1/node$SLURM_NODEID.result.json"'
+        ' --error-record "$1/node$SLURM_NODEID.error.json"'
         ' --orchestrator slurm --run-id "slurm-$SLURM_JOB_ID"'
     )
     body = [
@@ -187,15 +189,9 @@ def submit(
 
 
 def failure(job: slurm.Job, log: Path) -> TrainpipeError:
-    """The error of a job that did not complete: a rank's one line where the job's log has one."""
-    line = ""
-    try:
-        for text in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            m = _ERROR_LINE.search(text)
-            if m:
-                line = m.group(1)
-    except OSError:
-        pass
+    """The error of a job that did not complete: a node's one line, from the error record its entrypoint wrote."""
+    records = [ErrorRecord.read(p) for p in sorted(log.parent.glob("node*.error.json"))]
+    line = next((r.message for r in records if r is not None), "")
     if job.state == "FAILED" and job.exit_code == 2:
         return InputError(line or f"slurm: job {job.job_id} failed on bad input (log {log})")
     if job.state == "FAILED" and job.exit_code == 75 or job.state in slurm.TRANSIENT_ENDS:

@@ -39,12 +39,14 @@ from trainpipe.components.tune_model.spec import (
     TuneModelResult,
     with_params,
 )
-from trainpipe.contract.errors import InputError, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.errors import EXIT_TRANSIENT, InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
+from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.tabular import find_dataset
+from trainpipe.telemetry import TRY_ENV
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 
 ROWS_FILE = "tuning_rows.parquet"
@@ -306,12 +308,18 @@ class _Heartbeat(threading.Thread):
             self.stop.wait(self.every)
 
 
+def error_record_path(out: Path) -> Path:
+    """Where a trial's train_model writes its error record when it fails: beside its output folder."""
+    return out.with_suffix(".error.json")
+
+
 class TrialRun:
     """One trial: its training as a subprocess, its curve reported for pruning, its score on the validation rows."""
 
     def __init__(self, config: TuneModelConfig, rows: Path, parent: str, lineage: Lineage, runtime: Runtime) -> None:
         self.config, self.rows, self.parent, self.lineage, self.runtime = config, rows, parent, lineage, runtime
         self._bad: InputError | None = None
+        self._reported = 0
 
     def run_id(self, number: int) -> str:
         """The orchestrator run id a trial's training records (its MLflow run is found by it)."""
@@ -335,7 +343,8 @@ class TrialRun:
         atomic_write_settings(out.with_suffix(".json"), full)
         run_id = self.run_id(trial.number)
         entry = [sys.executable, "-m", "trainpipe.components.train_model", "--config", str(out.with_suffix(".json"))]
-        return [sys.executable, "-c", GUARD, *entry, "--orchestrator", NAME, "--run-id", run_id]
+        record = ["--error-record", str(error_record_path(out))]
+        return [sys.executable, "-c", GUARD, *entry, "--orchestrator", NAME, "--run-id", run_id, *record]
 
     def __call__(self, trial: Any) -> list[float]:
         import optuna
@@ -357,22 +366,32 @@ class TrialRun:
             RUN_NAME_ENV: f"trial-{trial.number}" + (" (baseline)" if baseline else ""),
             **({PARENT_RUN_ENV: self.parent} if self.parent else {}),
         }
-        proc = subprocess.Popen(
-            self.command(trial, settings, out),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        pruned = self._follow(trial, proc, out)
-        stdout, _ = proc.communicate()
-        if self._bad is not None:
-            raise self._bad
-        if pruned:
-            raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned}")
-        if proc.returncode != 0:
-            raise TrialFailed(f"trial {trial.number}: train_model exited {proc.returncode}: {self._last_error}")
+        self._reported = 0  # the epochs reported to the pruner, across attempts
+        for attempt in (1, 2):
+            error_record_path(out).unlink(missing_ok=True)
+            proc = subprocess.Popen(
+                self.command(trial, settings, out),
+                env={**env, TRY_ENV: str(attempt)},  # a retry, as an orchestrator's: its figures and faults say so
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            pruned = self._follow(trial, proc, out)
+            stdout, _ = proc.communicate()
+            if self._bad is not None:
+                raise self._bad
+            if pruned:
+                raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned}")
+            if proc.returncode == 0:
+                break
+            # what train_model said, from its error record (never its log); none when it was killed
+            record = ErrorRecord.read(error_record_path(out))
+            why = record.message if record else "it wrote no error record (killed, or ended before it began)"
+            if proc.returncode == EXIT_TRANSIENT and attempt == 1:  # a service answered late, or a preemption
+                print(f"{NAME}: trial {trial.number}: train_model exited 75 ({why}): trying it again", file=sys.stderr)
+                continue  # its checkpoints, where it wrote any, resume it
+            raise TrialFailed(f"trial {trial.number}: train_model exited {proc.returncode}: {why}")
         result = json.loads(stdout.strip().splitlines()[-1])
         trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
         values = self.score(trial, out)
@@ -381,7 +400,7 @@ class TrialRun:
 
     def _follow(self, trial: Any, proc: subprocess.Popen[str], out: Path) -> int:
         """Relay the training's log; report each epoch's metric (from the epoch history train_model keeps in
-        its output, rewritten at every epoch's end) and stop the ranks when the pruner says so.
+        its output, a line appended at every epoch's end) and stop the ranks when the pruner says so.
 
         Returns:
             The epoch the trial was pruned at, else 0.
@@ -390,12 +409,9 @@ class TrialRun:
         metric = self.config.objectives[0].metric
         pruning = len(self.config.objectives) == 1 and self.config.pruner != "none"
         history, seen = out / EPOCH_METRICS_FILE, 0
-        self._last_error = ""
         pruned = 0
         for line in proc.stderr:
             sys.stderr.write(line)
-            if line.startswith("trainpipe train_model: error: "):
-                self._last_error = line.removeprefix("trainpipe train_model: error: ").strip()
             if pruned or self._bad is not None or not history.is_file():
                 continue
             with contextlib.suppress(OSError, ValueError):
@@ -408,7 +424,8 @@ class TrialRun:
                         continue
                 for epoch, figures in enumerate(epochs[seen:], start=seen + 1):
                     seen = epoch
-                    if pruning and isinstance(figures.get(metric), (int, float)):
+                    if pruning and epoch > self._reported and isinstance(figures.get(metric), (int, float)):
+                        self._reported = epoch
                         trial.report(float(figures[metric]), epoch)
                         if trial.should_prune():
                             pruned = epoch

@@ -335,3 +335,25 @@ def test_a_metric_the_function_does_not_log_fails_the_study_at_the_first_epoch(
     last = proc.stderr.strip().splitlines()[-1]
     assert said in last and "Traceback" not in proc.stderr, last
     assert time.monotonic() - t0 < 60  # stopped at the first epoch's end, not after 50 epochs
+
+
+def test_a_trial_preempted_once_is_run_again_and_counts_once(tmp_path, snapshot):
+    """Every trial's training is preempted at step 3 on its first attempt (exit 75, as a service answering late
+    or a node being drained ends it): tune_model reads why from the trial's error record, runs the trial once
+    more (its try number 2, so the fault is not injected again), and the study has exactly its trials, none failed."""
+    space = {"train_config.learning_rate": {"type": "float", "low": 0.01, "high": 0.05}}
+    train = {**TYPED_TRAIN, "train_config": {"learning_rate": 0.02, "hidden": [16]}}
+    proc = run_component(
+        "tune_model",
+        *("--data", str(snapshot), "--output-dir", str(tmp_path / "t"), "--space", json.dumps(space)),
+        *("--train", json.dumps(train), "--objectives", VAL_LOSS, "--n-trials", "2", "--seed", "3"),
+        *("--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"),
+        env={**TEAM, "TRAINPIPE_FAULT": "preempt:3"},
+    )
+    result = result_of(proc)
+    assert (result["complete"], result["failed"], result["pruned"]) == (2, 0, 0), result
+    again = [line for line in proc.stderr.splitlines() if "trying it again" in line]
+    assert len(again) == 2 and all("train_model exited 75 (" in line for line in again), again
+    assert not any("wrote no error record" in line for line in again), again  # why came from the record
+    records = sorted(p.name for p in (tmp_path / "t" / "trials").glob("*.error.json"))
+    assert records == [], records  # the second attempt, which succeeded, wrote none

@@ -31,7 +31,7 @@ from trainpipe.contract.config import M, build, load_file
 from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
-from trainpipe.contract.result import ComponentResult
+from trainpipe.contract.result import ComponentResult, ErrorRecord
 from trainpipe.contract.runtime import Runtime
 
 INPUT = {"role": "input"}
@@ -186,6 +186,11 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
     )
     parser.add_argument("--config", help="YAML or JSON file of settings; flags override it")
     parser.add_argument("--result", help="where to write the result JSON (default: stdout only)")
+    parser.add_argument(
+        "--error-record",
+        help="where to write the error record JSON (component, exit_code, message) when the step fails; a runner "
+        "reads it instead of the log",
+    )
     parser.add_argument("--run-id", help="orchestrator run id, recorded in the lineage")
     parser.add_argument("--orchestrator", help="orchestrator name (kfp, airflow, manual), recorded in the lineage")
     group = parser.add_argument_group("settings")
@@ -230,9 +235,12 @@ def run(
     prefix = f"trainpipe {name}"
     t0 = time.perf_counter()
     with _stdout_to_stderr() as result_out:
-        code, payload, result = _run(name, model, core, ns, prefix)
+        code, payload, result, message = _run(name, model, core, ns, prefix)
         _push(name, code, time.perf_counter() - t0, ns, payload, result)
         if code != EXIT_OK:
+            if ns.get("error_record"):
+                record = ErrorRecord(component=name, exit_code=code, message=message)
+                atomic_write_json(ns["error_record"], record.model_dump())
             return code
         print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {result.summary()}", file=sys.stderr)
         result_out.write(json.dumps(payload, sort_keys=True, default=str) + "\n")
@@ -277,7 +285,8 @@ def _stdout_to_stderr() -> Iterator[typing.TextIO]:
 
 def _run(
     name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str
-) -> tuple[int, dict[str, Any], Any]:
+) -> tuple[int, dict[str, Any], Any, str]:
+    """Returns ``(exit code, result payload, result, the failure's one line or "")``."""
     payload: dict[str, Any] = {}
     config: Any = None
     audit_log: Path | None = None
@@ -322,10 +331,10 @@ def _run(
                 _audit(audit_log, name, model, config, ns, payload, None, exc)
             except TrainpipeError as audit_exc:
                 print(f"{prefix}: error: {audit_exc}", file=sys.stderr)
-        return exc.exit_code, payload, None
+        return exc.exit_code, payload, None, str(exc)
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
-        return 130, payload, None
+        return 130, payload, None, "interrupted"
     except Exception:
         import traceback
 
@@ -343,8 +352,8 @@ def _run(
                     None,
                     TrainpipeError(f"internal error: {sys.exc_info()[0].__name__}"),
                 )
-        return EXIT_INTERNAL, payload, None
-    return EXIT_OK, payload, result
+        return EXIT_INTERNAL, payload, None, f"internal error: {sys.exc_info()[0].__name__} (a bug in trainpipe)"
+    return EXIT_OK, payload, result, ""
 
 
 def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:

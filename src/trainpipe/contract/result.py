@@ -4,6 +4,7 @@ moved). Stdlib and pydantic only."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -34,3 +35,23 @@ class ComponentResult(BaseModel):
     def audit_events(self) -> list[dict[str, Any]]:
         """Audit records besides the execution itself (a gate decision, an alias change)."""
         return []
+
+
+class ErrorRecord(BaseModel):
+    """What a failed step writes where ``--error-record`` says: the record its runner reads (a KFP body, an
+    Airflow task, a tune_model trial, ``trainpipe run``) instead of parsing the step's log."""
+
+    component: str = Field(description="the step that failed")
+    exit_code: int = Field(description="its documented exit code (trainpipe.contract.errors)")
+    message: str = Field(description="the one line it printed after 'error: ', without the prefix")
+
+    @classmethod
+    def read(cls, path: str | Path) -> ErrorRecord | None:
+        """The record at ``path``; None when the step wrote none (it was killed, or never started)."""
+        try:
+            return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def line(self) -> str:
+        return f"trainpipe {self.component}: error: {self.message}"

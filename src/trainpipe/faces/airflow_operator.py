@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -24,7 +25,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainpipe.contract.errors import InputError, is_retryable_exit
 from trainpipe.faces.assets import emit_assets
-from trainpipe.faces.command import component_command, note_failure, stream
+from trainpipe.faces.command import component_command, failure_message, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
@@ -145,7 +146,6 @@ class TrainpipeOperator(BaseOperator):
         return component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
 
     def execute(self, context: Any) -> Any:
-        cmd = self.command(context)
         ti = context.get("ti")
         env = dict(
             os.environ,
@@ -154,22 +154,25 @@ class TrainpipeOperator(BaseOperator):
             TRAINPIPE_RUN_ID=str(context["run_id"]),
             TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1),
         )  # the Pushgateway's retries figure
-        try:
-            code, out, last = stream(
-                cmd,
-                env,
-                lambda line: self.log.info("%s", line.rstrip("\n")),
-                on_start=self._started,
-                start_new_session=True,
-            )  # its own process group: on_kill ends all of it
-        finally:
-            self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
+        with tempfile.TemporaryDirectory(prefix="trainpipe-") as tmp:
+            error_record = os.path.join(tmp, "error.json")
+            try:
+                code, out = stream(
+                    [*self.command(context), "--error-record", error_record],
+                    env,
+                    lambda line: self.log.info("%s", line.rstrip("\n")),
+                    on_start=self._started,
+                    start_new_session=True,
+                )  # its own process group: on_kill ends all of it
+            finally:
+                self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
+            message = failure_message(self.component, code, error_record) if code != 0 else ""
         if code == 0:
             result = json.loads(out.strip().splitlines()[-1])
             self.emit_assets(context, result)
             return result
-        note_failure(self.component, code, last)
-        raise outcome(self.component, code, last)
+        note_failure(self.component, code, message)
+        raise outcome(self.component, code, message)
 
     def _started(self, proc: subprocess.Popen[str]) -> None:
         self._proc = proc
@@ -266,7 +269,7 @@ class PromoteOperator(TrainpipeOperator):
         cmd = [
             sys.executable,
             "-m",
-            "trainpipe.cli",
+            "trainpipe.app.cli",
             "promote",
             str(s["model_uri"]),
             "--reason",

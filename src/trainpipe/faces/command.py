@@ -34,14 +34,17 @@ def component_command(
     orchestrator: str,
     run_id: str = "",
     result_path: str | None = None,
+    error_record: str | None = None,
     python: str = sys.executable,
 ) -> list[str]:
-    """The full entrypoint command for one component run."""
+    """The full entrypoint command for one component run (``error_record``: where a failure is described)."""
     cmd = [python, "-m", f"trainpipe.components.{name}", "--orchestrator", orchestrator]
     if run_id:
         cmd += ["--run-id", run_id]
     if result_path:
         cmd += ["--result", result_path]
+    if error_record:
+        cmd += ["--error-record", error_record]
     return cmd + settings_to_flags(settings)
 
 
@@ -49,22 +52,33 @@ def component_command(
 FAILURE_FILE_ENV = "TRAINPIPE_FAILURE_FILE"
 
 
-def note_failure(name: str, code: int, line: str) -> None:
+def failure_message(name: str, code: int, error_record: str) -> str:
+    """A failed step's one line: the message of the error record its entrypoint wrote, or, where it wrote none
+    (a signal, the kernel's OOM killer, a crash before it began), what the exit status says."""
+    from trainpipe.contract.result import ErrorRecord
+
+    record = ErrorRecord.read(error_record)
+    if record is not None:
+        return record.message
+    if code < 0:
+        return f"{name} was killed by signal {-code} before it could describe its failure"
+    return f"{name} exited {code} without an error record (it ended before it began, or was killed)"
+
+
+def note_failure(name: str, code: int, message: str) -> None:
     """Tell ``trainpipe run`` (when it runs this step) which step failed, how, with what code."""
     target = os.environ.get(FAILURE_FILE_ENV)
-    prefix = f"trainpipe {name}: error: "
-    line = line[len(prefix) :] if line.startswith(prefix) else line
     if target:
         tmp = f"{target}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"component": name, "exit_code": code, "message": line}, fh)
+            json.dump({"component": name, "exit_code": code, "message": message}, fh)
         os.replace(tmp, target)
 
 
-def stream(cmd: list[str], env: dict[str, str], emit: Any, on_start: Any = None, **popen: Any) -> tuple[int, str, str]:
+def stream(cmd: list[str], env: dict[str, str], emit: Any, on_start: Any = None, **popen: Any) -> tuple[int, str]:
     """Run ``cmd``, handing each stderr line to ``emit`` as it comes (stdout is read on a thread, so
     a large result cannot block the step); it gets SIGTERM if this process dies (:mod:`~trainpipe.contract.lifeline`).
-    Returns ``(exit code, stdout, last stderr line)``."""
+    Returns ``(exit code, stdout)``; a failure's line is in the step's error record, not here."""
     import threading
 
     from trainpipe.contract.lifeline import PARENT_ENV, guarded
@@ -77,11 +91,8 @@ def stream(cmd: list[str], env: dict[str, str], emit: Any, on_start: Any = None,
     chunks: list[str] = []
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)  # type: ignore[union-attr]
     reader.start()
-    last = ""
     for text in proc.stderr:  # type: ignore[union-attr]
         emit(text)
-        if text.strip():
-            last = text.strip()
     code = proc.wait()
     reader.join()
-    return code, "".join(chunks), last
+    return code, "".join(chunks)

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from typing import Any
 
 #: Left in a task's output by an attempt that failed for good; a retried attempt (KFP's retry policy
@@ -27,7 +28,7 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         The component's result JSON.
     """
     from trainpipe.contract.errors import is_retryable_exit
-    from trainpipe.faces.command import component_command, note_failure, stream
+    from trainpipe.faces.command import component_command, failure_message, note_failure, stream
 
     record = os.path.join(output, FAILED_RECORD) if output else None
     if record and os.path.isfile(record):
@@ -41,15 +42,18 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         )
         note_failure(name, int(previous["exit_code"]), line)
         sys.exit(int(previous["exit_code"]))
-    cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id)
-    env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
-    code, out, last = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+    with tempfile.TemporaryDirectory(prefix="trainpipe-") as tmp:
+        error_record = os.path.join(tmp, "error.json")
+        cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id, error_record=error_record)
+        env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
+        code, out = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()))
+        message = failure_message(name, code, error_record) if code != 0 else ""
     if code != 0:
-        note_failure(name, code, last)
+        note_failure(name, code, message)
         if record and not is_retryable_exit(code):
             from trainpipe.contract.io import atomic_write_json
 
-            atomic_write_json(record, {"exit_code": code, "message": last.removeprefix(f"trainpipe {name}: error: ")})
+            atomic_write_json(record, {"exit_code": code, "message": message})
         sys.exit(code)
     return json.loads(out.strip().splitlines()[-1])
 

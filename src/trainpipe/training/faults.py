@@ -1,4 +1,5 @@
-"""Fault injection for tests (``TRAINPIPE_FAULT``), honoured on a run's first attempt only."""
+"""Fault injection for tests (``TRAINPIPE_FAULT``), honoured on a run's first attempt only: not in a restart of
+the worker group, nor in a retry of the task (its try number, ``TRAINPIPE_TRY_NUMBER``, above 1)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainpipe.contract.errors import InputError
+from trainpipe.telemetry import TRY_ENV
 
 FAULT_ENV = "TRAINPIPE_FAULT"
 
@@ -36,7 +38,7 @@ class Fault:
     @classmethod
     def from_env(cls) -> Fault:
         raw = os.environ.get(FAULT_ENV, "")
-        if not raw or attempt() > 0:
+        if not raw or attempt() > 0 or int(os.environ.get(TRY_ENV) or 1) > 1:
             return cls()
         parts = raw.split(":")
         try:
