@@ -11,7 +11,7 @@ WHEELHOUSE ?= $(HOME)/.cache/trainpipe/wheels
 HOROVOD_WHEEL := $(WHEELHOUSE)/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
 HOROVOD_STAMP := $(VENV)/.installed-horovod
 
-.PHONY: all install dev horovod browser monitoring slurm demo demo-smb test test-cuda test-fast test-lowest test-lowest-torch lint audit format bench compile golden component training-function lock images push clean
+.PHONY: all install dev horovod browser monitoring slurm demo demo-smb test test-cuda test-fast test-lowest test-lowest-torch lint docs audit format bench compile golden component training-function lock images push clean
 
 all: test
 
@@ -83,12 +83,20 @@ test: $(STAMP) $(HOROVOD_STAMP) browser monitoring slurm
 bench: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# Static checks, offline: ruff (lint and format, configured in pyproject.toml) and hadolint on the
-# Dockerfiles. CI runs it. `make format` applies ruff's fixes and format.
+# Static checks, offline: ruff (lint and format, configured in pyproject.toml), import-linter's layer
+# contracts ([tool.importlinter]) on the package as pip installs it (the folders pyproject's package-dir
+# maps into one namespace form one tree only there), the components' settings tables against their specs,
+# and hadolint on the Dockerfile. CI runs it. `make format` applies ruff's fixes and format.
+LINT_SITE ?= build/lint-site
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	for f in images/*/Dockerfile; do $(VENV)/bin/hadolint $$f || exit 1; done
+	rm -rf $(LINT_SITE) build/lib  # setuptools' build/lib would keep a removed module in the wheel
+	$(PIP) install --quiet --no-deps --no-build-isolation --target $(LINT_SITE) . > $(LINT_SITE).log 2>&1 || { cat $(LINT_SITE).log; exit 1; }
+	PYTHONPATH=$(LINT_SITE) $(VENV)/bin/lint-imports --no-cache pyproject.toml
+	$(PY) scripts/settings_tables.py --check
+	$(VENV)/bin/hadolint images/Dockerfile
 
 # pip-audit of every pinned requirement (the test venv's constraints and the image locks) against
 # PyPI's advisory database; exceptions need a written reason in images/audit-exceptions.txt. It needs
@@ -138,6 +146,11 @@ $(LOWEST_STAMP): pyproject.toml images/constraints.txt
 test-lowest-torch: $(LOWEST_STAMP)
 	$(LOWEST_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('$(LOWEST_TORCH)'), torch.__version__"
 	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TORCH_TESTS) -k "not horovod and not tensorflow"
+
+# Each component README's settings, inputs, outputs and result tables, generated from its spec.py
+# (`make lint` fails when one differs).
+docs: $(STAMP)
+	$(PY) scripts/settings_tables.py
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
@@ -204,7 +217,8 @@ images: $(STAMP)
 	@test -n "$(ENGINE)" || { echo "make images: no docker or buildah on this machine" >&2; exit 2; }
 	for kind in data cpu gpu; do \
 		ref=$$($(PY) -c "from trainpipe.images import reference; print(reference('$$kind'))"); \
-		$(ENGINE) build -f images/$$kind/Dockerfile --build-arg REVISION=$(REVISION) --build-arg IMAGE_REF=$$ref -t $$ref . || exit 1; \
+		$(ENGINE) build -f images/Dockerfile --build-arg KIND=$$kind --build-arg REVISION=$(REVISION) --build-arg IMAGE_REF=$$ref \
+			-t $$ref . || exit 1; \
 	done
 
 push: images

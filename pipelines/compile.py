@@ -80,15 +80,14 @@ def export_components(directory: str | os.PathLike[str], in_tree: bool = False) 
     ``<directory>/<name>/component.yaml`` (the copies versioned in this repository);
     otherwise ``<directory>/<name>.yaml``.
     """
-    import importlib
-
     from kfp import compiler
 
     from trainpipe import COMPONENTS
+    from trainpipe.pipelines import training_pipeline  # it imports every component's KFP face
 
     written = []
     for name in COMPONENTS:
-        face = getattr(importlib.import_module(f"trainpipe.components.{name}.kfp_component"), name)
+        face = getattr(training_pipeline, name)
         out = Path(directory) / name / "component.yaml" if in_tree else Path(directory) / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
         compiler.Compiler().compile(face, package_path=str(out))

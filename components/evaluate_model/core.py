@@ -273,11 +273,11 @@ def score(model: Any, x: Any, y_raw: Any, config: EvaluateModelConfig) -> dict[s
 
 
 def _team_metric(name: str, ref: str, y_true: Any, y_pred: Any) -> float:
-    import importlib
+    from trainpipe.contract.imports import import_module
 
     module, _, func = ref.partition(":")
     try:
-        fn = getattr(importlib.import_module(module), func)
+        fn = getattr(import_module(module), func)
     except (ImportError, AttributeError) as exc:
         raise InputError(f"metric_functions: {name}: cannot import {ref!r}: {exc}") from None
     try:

@@ -2,13 +2,13 @@
 one place, so that the writer and its readers cannot disagree. A name only its own component reads
 stays in that component's spec.
 
-The model's two files are named by the loader that every registered model carries (it travels
+The model's files are named by the loader that every registered model carries (it travels
 without trainpipe, so it defines them and everything else takes them from it).
 """
 
 from __future__ import annotations
 
-from trainpipe.serving.loader import MODEL_FILE, MODEL_META
+from trainpipe.serving.loader import MODEL_FILE, MODEL_META, ONNX_FILE
 
 #: In every finished output folder: the step's result and lineage (a folder without it is not done).
 MARKER = "trainpipe.json"
@@ -30,7 +30,6 @@ DECISION_FILE = "decision.json"
 OPTIMIZATION_FILE = "optimization.json"
 #: The accepted variant, ready to register (``model.onnx`` and ``model.json``).
 OPTIMIZED_MODEL_DIR = "model"
-ONNX_FILE = "model.onnx"
 
 # tune_model's output folder (train_model's ``tuned`` input reads it)
 #: The best trial's train_model settings.

@@ -22,7 +22,7 @@ HEAVY = ("torch", "tensorflow", "horovod", "great_expectations", "dvc", "mlflow"
         "import trainpipe",
         "import trainpipe.pipelines.training_pipeline",
         "LOAD:dags/training_dag.py",
-        "import trainpipe.cli",
+        "import trainpipe.app.cli",
         # the train_model launcher and the cluster-job builder start ranks; they load no framework
         "import trainpipe.components.train_model.core, trainpipe.components.train_model.k8s",
     ],
@@ -167,12 +167,15 @@ def test_compiled_yaml_holds_no_local_paths_or_secrets(compiled):
 def test_cli_compile(tmp_path):
     out = tmp_path / "p.yaml"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(out)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "trainpipe.app.cli", "compile", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load_all(out.read_text())
     bad = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "compile", "--profile", "tpu", "-o", str(out)],
+        [sys.executable, "-m", "trainpipe.app.cli", "compile", "--profile", "tpu", "-o", str(out)],
         capture_output=True,
         text=True,
         check=False,

@@ -39,7 +39,7 @@ def _env() -> dict:
 def test_compiled_pipeline_matches_the_golden_file_and_the_spec(tmp_path, profile):
     out = tmp_path / f"pipeline-{profile}.yaml"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "compile", "--profile", profile, "-o", str(out)],
+        [sys.executable, "-m", "trainpipe.app.cli", "compile", "--profile", profile, "-o", str(out)],
         capture_output=True,
         text=True,
         env=_env(),
@@ -95,7 +95,7 @@ def test_component_specs_are_up_to_date_and_load_without_trainpipe(tmp_path):
     from kfp.components import load_component_from_file
 
     proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "components", "export", str(tmp_path)],
+        [sys.executable, "-m", "trainpipe.app.cli", "components", "export", str(tmp_path)],
         capture_output=True,
         text=True,
         env=_env(),
@@ -143,7 +143,7 @@ def test_profile_settings_reach_the_platform_spec_and_secrets_stay_names(tmp_pat
     )
     out = tmp_path / "p.yaml"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "compile", "--profile", str(profile), "-o", str(out)],
+        [sys.executable, "-m", "trainpipe.app.cli", "compile", "--profile", str(profile), "-o", str(out)],
         capture_output=True,
         text=True,
         env=_env(),

@@ -21,7 +21,7 @@ def _cli(*args, env=None):
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", *args],
+        [sys.executable, "-m", "trainpipe.app.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},

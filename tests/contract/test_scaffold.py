@@ -50,7 +50,7 @@ def test_make_component_scaffolds_a_working_component():
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
         assert "3 passed" in run.stdout
         again = subprocess.run(
-            [sys.executable, "-m", "trainpipe.cli", "scaffold", name],
+            [sys.executable, "-m", "trainpipe.app.cli", "scaffold", name],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -65,7 +65,7 @@ def test_make_component_scaffolds_a_working_component():
 
 def test_a_bad_name_is_refused_in_one_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "scaffold", "Bad-Name"],
+        [sys.executable, "-m", "trainpipe.app.cli", "scaffold", "Bad-Name"],
         cwd=REPO,
         capture_output=True,
         text=True,

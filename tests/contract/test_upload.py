@@ -126,7 +126,7 @@ def kfp_api():
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", *args],
+        [sys.executable, "-m", "trainpipe.app.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -85,7 +85,7 @@ def _run_engine(config: Path, engine: str) -> dict[str, dict]:
     env = {**os.environ, **TEAM, "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine],
+        [sys.executable, "-m", "trainpipe.app.cli", "run", "--config", str(config), "--engine", engine],
         capture_output=True,
         text=True,
         env=env,

@@ -102,7 +102,7 @@ def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits
     # every command takes the config `trainpipe run` took (./pipeline.yaml here): no --tracking-uri needed
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     lineage = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "lineage", "models:/e2e-digits@champion"],
+        [sys.executable, "-m", "trainpipe.app.cli", "lineage", "models:/e2e-digits@champion"],
         cwd=config.parent,
         capture_output=True,
         text=True,

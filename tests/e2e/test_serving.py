@@ -65,7 +65,7 @@ def registered(tmp_path_factory, diabetes_csv, digits_csv, mlflow_server):
         )
     )
     run = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config)],
+        [sys.executable, "-m", "trainpipe.app.cli", "run", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=900,

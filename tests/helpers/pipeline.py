@@ -12,7 +12,7 @@ from pathlib import Path
 def run_pipeline(config: Path, engine: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", engine],
+        [sys.executable, "-m", "trainpipe.app.cli", "run", "--config", str(config), "--engine", engine],
         capture_output=True,
         text=True,
         env=env,

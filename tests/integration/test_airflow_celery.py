@@ -263,7 +263,7 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
                 ("reject", v3, "airflow: no answer before the approval timed out"),
             ], decisions
             verify = subprocess.run(
-                [sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(audit_log)],
+                [sys.executable, "-m", "trainpipe.app.cli", "audit", "verify", str(audit_log)],
                 capture_output=True,
                 text=True,
                 check=False,

@@ -102,7 +102,7 @@ def _register(root: Path, model: str, decision: str, out: str, env: dict, *extra
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", *args],
+        [sys.executable, "-m", "trainpipe.app.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,4 +1,4 @@
-"""Each image's locked requirements install into a fresh virtualenv here exactly as its Dockerfile
+"""Each image's locked requirements install into a fresh virtualenv here exactly as images/Dockerfile
 installs them (hashes required, no dependency resolution, trainpipe without build isolation), `pip
 check` is clean, and every component that image serves answers ``--help``; the data image's
 environment also runs its two components for real, without any ML framework installed.
@@ -33,7 +33,7 @@ def _sh(*cmd: str, cwd: Path | None = None, timeout: int = 1200) -> str:
 
 
 def _image_env(kind: str, tmp_path: Path) -> Path:
-    """/opt/trainpipe of the image, built here the way its Dockerfile builds it."""
+    """/opt/trainpipe of the image, built here the way images/Dockerfile builds it."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -54,7 +54,7 @@ def _image_env(kind: str, tmp_path: Path) -> Path:
         "-r",
         str(REPO / "images" / kind / "requirements.lock"),
     )
-    if kind == "cpu":  # the Dockerfile builds Horovod from its sdist (C++17 fix); here `make horovod` did
+    if kind == "cpu":  # images/Dockerfile builds Horovod from its sdist (C++17 fix); here `make horovod` did
         wheels = sorted(WHEELHOUSE.glob("horovod-0.28.1-*.whl"))
         assert wheels, f"no Horovod wheel in {WHEELHOUSE}: run make horovod"
         _sh(str(py), "-m", "pip", "install", "--quiet", "--no-deps", str(wheels[-1]))
@@ -124,7 +124,7 @@ def test_locked_environment_installs_and_serves_its_components(kind, tmp_path, t
         assert {"torch", "tensorflow", "horovod", "mlflow", "great-expectations", "dvc", "kfp"} <= names
         # `trainpipe run --engine airflow-local` reads the DAG files the installed package ships, not a checkout's
         folder = Path(
-            _sh(py, "-c", "from trainpipe.runner import dags_folder; print(dags_folder())", cwd=tmp_path).strip()
+            _sh(py, "-c", "from trainpipe.app.runner import dags_folder; print(dags_folder())", cwd=tmp_path).strip()
         )
         assert folder.is_relative_to(venv) and {"training_dag.py", "retrain_dag.py"} <= {
             p.name for p in folder.iterdir()

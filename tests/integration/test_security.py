@@ -243,7 +243,7 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
         )
     )
     run = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "run", "--config", str(config), "--engine", "airflow-local"],
+        [sys.executable, "-m", "trainpipe.app.cli", "run", "--config", str(config), "--engine", "airflow-local"],
         capture_output=True,
         env=env,
         timeout=900,
@@ -282,7 +282,7 @@ def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_cs
     snap = next(r for r in records if r["component"] == "snapshot_dataset")
     assert snap["inputs"]["data"]["marker_sha256"] and snap["outputs"]["output_dir"]["marker_sha256"]
     compiled = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "compile", "-o", str(tmp_path / "pipeline.yaml")],
+        [sys.executable, "-m", "trainpipe.app.cli", "compile", "-o", str(tmp_path / "pipeline.yaml")],
         capture_output=True,
         env=env,
         check=True,

@@ -219,7 +219,7 @@ def _run_pipeline(monitoring, tmp_path, data, tracking) -> None:
         [
             sys.executable,
             "-m",
-            "trainpipe.cli",
+            "trainpipe.app.cli",
             "run",
             "--config",
             str(tmp_path / "pipeline.yaml"),

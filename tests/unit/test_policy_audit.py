@@ -141,12 +141,12 @@ def test_audit_appends_from_many_processes_interleave_cleanly(tmp_path):
 def test_audit_verify_command_exit_codes(tmp_path):
     log = _chain(tmp_path, 3)
     ok = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(log)], capture_output=True, text=True
+        [sys.executable, "-m", "trainpipe.app.cli", "audit", "verify", str(log)], capture_output=True, text=True
     )
     assert ok.returncode == 0 and "intact, 3 records" in ok.stdout
     log.write_text(log.read_text().replace('"c1"', '"cX"'))
     bad = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "audit", "verify", str(log)], capture_output=True, text=True
+        [sys.executable, "-m", "trainpipe.app.cli", "audit", "verify", str(log)], capture_output=True, text=True
     )
     assert bad.returncode == 6 and bad.stderr.count("\n") == 1 and "seq 1) was edited" in bad.stderr
 
@@ -198,14 +198,13 @@ def test_fuzzed_config_files_load_or_fail_in_one_line(tmp_path, blob):
             assert isinstance(data, dict)
 
 
-def test_the_readme_policy_example_is_a_valid_policy():
+def test_the_documented_policy_example_is_a_valid_policy():
     import re
     from pathlib import Path
 
     import yaml
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Reliability and security", 1)[1]
+    section = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
     block = re.search(r"```yaml\n(.*?)```", section, flags=re.S).group(1)
     policy = build(Policy, yaml.safe_load(block), where="policy")
     assert policy.require_encryption and policy.allowed_regions == ["me-central-1"] and policy.sse == "aws:kms"

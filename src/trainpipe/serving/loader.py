@@ -19,6 +19,8 @@ from typing import Any
 
 MODEL_FILE = "model.safetensors"
 MODEL_META = "model.json"
+#: An optimized model's graph, beside its ``model.json`` (the ONNX pyfunc reads it).
+ONNX_FILE = "model.onnx"
 FORMAT = "trainpipe-model/2"
 
 
@@ -64,7 +66,7 @@ def resolve_builder(builder: str, trusted: Callable[[str], bool]) -> Callable[..
     if not trusted(module_name):
         raise ModelError(f"the artifact names code to build it ({builder!r}), which is not trusted here")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = importlib.import_module(module_name)  # noqa: TID251 (travels without trainpipe; trusted only)
     except ImportError as exc:
         raise ModelError(f"cannot import {module_name!r} for {builder!r}: {exc}") from None
     for part in qualname.split("."):

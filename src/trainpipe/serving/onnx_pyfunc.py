@@ -18,14 +18,15 @@ from mlflow.pyfunc import PythonModel
 class TrainpipeOnnxModel(PythonModel):
     def load_context(self, context):
         import onnxruntime as ort
+        from trainpipe_pyfunc.loader import MODEL_META, ONNX_FILE
 
         folder = Path(context.artifacts["model"])
-        self.meta = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+        self.meta = json.loads((folder / MODEL_META).read_text(encoding="utf-8"))
         if self.meta.get("format") != "trainpipe-onnx/1":
-            raise ValueError(f"{folder / 'model.json'} is not a trainpipe-onnx/1 model description")
+            raise ValueError(f"{folder / MODEL_META} is not a trainpipe-onnx/1 model description")
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(folder / ONNX_FILE), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.contract.errors import InputError
-from trainpipe.layout import ONNX_FILE
 from trainpipe.serving import loader
 
 HERE = Path(__file__).resolve().parent
@@ -167,7 +166,7 @@ def log_onnx_model(run_id: str, model_dir: str | Path) -> str:
     return _log_pyfunc(
         run_id,
         model_dir,
-        (ONNX_FILE, loader.MODEL_META),
+        (loader.ONNX_FILE, loader.MODEL_META),
         ONNX_PYFUNC_FILE,
         {},
         list(meta["requirements"]),

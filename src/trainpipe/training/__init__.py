@@ -44,7 +44,7 @@ _WHERE = {
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        import importlib
+        from trainpipe.contract.imports import import_module
 
-        return getattr(importlib.import_module(_WHERE[name]), name)
+        return getattr(import_module(_WHERE[name]), name)
     raise AttributeError(name)

@@ -7,9 +7,10 @@ the existing ones) a plan in :data:`trainpipe.training.launch.LAUNCHERS`.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from trainpipe.contract.imports import import_module
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Backend:
     def strategy_class(self) -> Any:
         """The strategy class (imports its framework)."""
         module, _, cls = self.strategy.partition(":")
-        return getattr(importlib.import_module(module), cls)
+        return getattr(import_module(module), cls)
 
 
 _TORCH = "pip install 'trainpipe[torch]'"

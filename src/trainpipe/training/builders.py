@@ -3,10 +3,10 @@ TensorFlow contexts share it)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.imports import import_module
 
 NETS_MODULE = "trainpipe.serving.nets"
 BUILTIN_NETS = ("mlp", "cnn")
@@ -50,7 +50,7 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
             "(or cnn) or your own package"
         )
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError):

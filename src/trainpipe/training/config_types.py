@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.imports import import_module
 
 #: The parameter a function's config is passed as (else its second positional parameter).
 CONFIG_PARAM = "config"
@@ -84,7 +85,7 @@ def model_of_function(func: Callable[..., Any]) -> type[BaseModel] | None:
 
 def _import(module: str, spec: str) -> Any:
     try:
-        return importlib.import_module(module)
+        return import_module(module)
     except ImportError as exc:
         raise InputError(f"train_function: cannot import {module!r} for {spec!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 (whatever the team's module raises on import, in one line)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.imports import import_module
 from trainpipe.training import builtin
 
 #: Where each framework's built-in functions are (one function per name in ``builtin.NAMES``).
@@ -24,7 +24,7 @@ def resolve_function(spec: str, framework: str) -> Callable[..., Any]:
         return _builtin(spec, framework)
     module_name, _, func_name = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = import_module(module_name)
     except ImportError as exc:
         raise InputError(f"train_function: cannot import {module_name!r} for {spec!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 (whatever the team's module raises on import, in one line)
@@ -51,4 +51,4 @@ def _builtin(spec: str, framework: str) -> Callable[..., Any]:
     if name not in builtin.NAMES:
         known = ", ".join("builtin:" + n for n in builtin.NAMES)
         raise InputError(f"train_function: unknown built-in {spec!r} (built in: {known})")
-    return getattr(importlib.import_module(BUILTIN_MODULES[framework]), name)
+    return getattr(import_module(BUILTIN_MODULES[framework]), name)

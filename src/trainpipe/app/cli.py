@@ -117,7 +117,7 @@ def run_engine(engine: str, config_path: Path, workspace: Path) -> tuple[int, Pa
         tail = threading.Thread(target=_tail, args=(log, stop, lambda t: typer.echo(t, err=True)), daemon=True)
         tail.start()
         proc = subprocess.run(
-            [sys.executable, "-m", "trainpipe.runner", engine, str(config_path)],
+            [sys.executable, "-m", "trainpipe.app.runner", engine, str(config_path)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -380,7 +380,7 @@ def scaffold(
     tests_dir: Path = typer.Option(Path("tests/unit"), help="where its test goes"),
 ) -> None:
     """Write a new component on the trainpipe contract (every role) and a passing test."""
-    from trainpipe.scaffold import scaffold as do_scaffold
+    from trainpipe.app.scaffold import scaffold as do_scaffold
 
     _wrote(
         lambda: do_scaffold(name, components_dir, tests_dir),
@@ -398,7 +398,7 @@ def scaffold_training(
 ) -> None:
     """Write a team package with a training function on trainpipe's context (``train_function:
     NAME.train:train``) and its test."""
-    from trainpipe.scaffold import scaffold_training as do_scaffold
+    from trainpipe.app.scaffold import scaffold_training as do_scaffold
 
     _wrote(
         lambda: do_scaffold(name, directory, tests_dir),

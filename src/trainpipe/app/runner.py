@@ -1,4 +1,4 @@
-"""The engines of ``trainpipe run``, each run as ``python -m trainpipe.runner ENGINE CONFIG``.
+"""The engines of ``trainpipe run``, each run as ``python -m trainpipe.app.runner ENGINE CONFIG``.
 
 ``trainpipe run`` starts this in a child process whose output goes to a log file, and shows the
 terminal one line per step and the summary. Each step tells it (``TRAINPIPE_FAILURE_FILE``) which
