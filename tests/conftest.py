@@ -44,8 +44,10 @@ def result_of(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def make_snapshot(root: Path, csv: Path, label_column: str = "target") -> Path:
-    """validate_data then snapshot_dataset (local DVC remote) under ``root``; returns the snapshot artifact."""
+def make_snapshot(root: Path, csv: Path, label_column: str = "target", dataset_name: str | None = None) -> Path:
+    """validate_data then snapshot_dataset (local DVC remote) under ``root``; returns the snapshot artifact.
+
+    ``root/v`` holds the validated data, ``root/repo`` the DVC repository, ``root/remote`` its remote."""
     result_of(
         run_component(
             "validate_data", "--data", str(csv), "--output-dir", str(root / "v"), "--label-column", label_column
@@ -62,6 +64,7 @@ def make_snapshot(root: Path, csv: Path, label_column: str = "target") -> Path:
             str(root / "repo"),
             "--remote-url",
             str(root / "remote"),
+            *(["--dataset-name", dataset_name] if dataset_name else []),
         )
     )
     return root / "s"
@@ -218,19 +221,3 @@ def mlflow_server_postgres(tmp_path_factory):
     """A real MLflow tracking server on PostgreSQL (as in production), in a fresh database."""
     with fresh_postgres_db("trainpipe_test") as db:
         yield from _start_mlflow(tmp_path_factory.mktemp("mlflow-pg"), psycopg2_url(db))
-
-
-TIERS = ("unit", "contract", "integration", "e2e", "cuda")
-_tier_seconds: dict[str, float] = {}
-
-
-def pytest_runtest_logreport(report):
-    """Each test's setup, call and teardown time, added to its tier's (the suite's time is a budget)."""
-    tier = next((t for t in TIERS if t in report.keywords), "untiered")
-    _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _tier_seconds:
-        shown = ", ".join(f"{t} {_tier_seconds[t]:.0f} s" for t in (*TIERS, "untiered") if t in _tier_seconds)
-        terminalreporter.write_line(f"time by tier (setup, call and teardown): {shown}")

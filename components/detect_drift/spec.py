@@ -131,21 +131,21 @@ class ReferenceInfo(BaseModel):
 class DetectDriftResult(ComponentResult):
     """What detect_drift reports: per column, the data set, the champion's predictions, and the decision."""
 
-    dataset_drift: bool
-    share_drifted: float
-    drift_share: float
-    drifted_columns: list[str]
-    columns: list[ColumnResult]
+    dataset_drift: bool = Field(description="whether the share of drifted columns reached drift_share")
+    share_drifted: float = Field(description="the share of columns that drifted")
+    drift_share: float = Field(description="the share at which the dataset counts as drifted")
+    drifted_columns: list[str] = Field(description="the columns that drifted")
+    columns: list[ColumnResult] = Field(description="each column's test and statistic")
     prediction: ColumnResult | None = Field(
         None, description="the champion's predictions on the reference vs on the new rows"
     )
-    reference: ReferenceInfo
-    current_rows: int
-    sampled: bool = False
-    sample_size: int
-    seed: int
+    reference: ReferenceInfo = Field(description="the reference data compared with")
+    current_rows: int = Field(description="rows of the new data")
+    sampled: bool = Field(False, description="whether the rows were sampled")
+    sample_size: int = Field(description="rows compared per side")
+    seed: int = Field(description="the sample's seed")
     retrain: bool = Field(description="whether the pipeline should retrain: drift, an old champion, or no champion")
-    reasons: list[str]
+    reasons: list[str] = Field(description="why retrain is true or false")
 
     def summary(self) -> str:
         share = f"share {self.share_drifted:.2f}, threshold {self.drift_share:.2f}"

@@ -150,8 +150,8 @@ class GateDecision(BaseModel):
 class EvaluateModelResult(ComponentResult):
     """What evaluate_model reports."""
 
-    task: str = "classification"
-    metrics: dict[str, float]
+    task: str = Field("classification", description="classification or regression")
+    metrics: dict[str, float] = Field(description="the model's metrics on the held-out rows")
     lower_is_better: list[str] = Field(default_factory=list, description="the metrics here that are better when lower")
     per_class: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="precision, recall, f1, support per class"
@@ -163,9 +163,9 @@ class EvaluateModelResult(ComponentResult):
     residuals: dict[str, float] = Field(
         default_factory=dict, description="regression: mean, std and largest absolute residual"
     )
-    classes: list[Any] = Field(default_factory=list)
-    n_test: int
-    decision: GateDecision
+    classes: list[Any] = Field(default_factory=list, description="the class labels (classification)")
+    n_test: int = Field(description="held-out rows scored")
+    decision: GateDecision = Field(description="the gate's decision: passed, reasons, the champion compared")
 
     def audit_events(self) -> list[dict[str, Any]]:
         """The gate decision, as a record of the audit trail."""

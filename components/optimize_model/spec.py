@@ -170,19 +170,19 @@ def _times(ratio: float, better: str, worse: str) -> str:
 class OptimizeModelResult(ComponentResult):
     """What optimize_model reports: every variant's figures, and the one handed on (or why none)."""
 
-    task: str
-    metric: str
-    max_metric_drop: float
-    n_test: int
-    calibration_rows: int
-    threads: int
-    cpu: str
-    onnxruntime: str
-    variants: list[Variant]
+    task: str = Field(description="classification or regression")
+    metric: str = Field(description="the metric the variants are compared on")
+    max_metric_drop: float = Field(description="the largest drop in that metric a variant may have")
+    n_test: int = Field(description="held-out rows scored")
+    calibration_rows: int = Field(description="rows used to calibrate int8")
+    threads: int = Field(description="CPU threads each variant was timed with")
+    cpu: str = Field(description="the CPU timed on")
+    onnxruntime: str = Field(description="the ONNX Runtime version")
+    variants: list[Variant] = Field(description="each variant: its metric, latency and size")
     selected: str | None = Field(
         description="the accepted variant written to the output, or None when none was accepted"
     )
-    reason: str
+    reason: str = Field(description="why the accepted variant was chosen, or none")
     skipped: dict[str, str] = Field(
         default_factory=dict, description="default variants not made for this model, and why"
     )

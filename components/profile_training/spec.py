@@ -59,21 +59,23 @@ class ProfileTrainingConfig(ProfileTrainingParams):
 class ProfileTrainingResult(ComponentResult):
     """What profile_training reports."""
 
-    world_size: int
+    world_size: int = Field(description="ranks profiled")
     steps: int = Field(description="steady-state steps measured, all ranks")
     samples_per_second: float = Field(description="steady-state throughput of the whole job")
     step_time_ms: dict[str, float] = Field(description="mean, p50, p95 of steady-state step time")
     breakdown_ms: dict[str, float] = Field(description="mean per-step time in data, forward, backward, optimizer")
     rank_skew: float = Field(description="slowest rank's mean step time over the fastest's")
-    peak_rss_mb: dict[str, float]
-    peak_device_mb: dict[str, float | None]
-    threads_per_rank: int
+    peak_rss_mb: dict[str, float] = Field(description="each rank's peak host memory (MB)")
+    peak_device_mb: dict[str, float | None] = Field(description="each rank's peak device memory (MB; null on CPU)")
+    threads_per_rank: int = Field(description="CPU threads each rank used")
     cpu_utilization: float = Field(description="CPU time over wall time per rank, as a share of its threads")
-    device: str = ""
+    device: str = Field("", description="the device profiled")
     flops_per_sample: float | None = Field(None, description="training FLOPs per sample (forward + backward)")
-    achieved_tflops: float | None = None
-    peak_tflops: float | None = None
-    peak_source: str = ""
+    achieved_tflops: float | None = Field(
+        None, description="model FLOPs per second achieved (TFLOPS), where the FLOPs are counted"
+    )
+    peak_tflops: float | None = Field(None, description="the device's peak (TFLOPS), where known")
+    peak_source: str = Field("", description="where the peak figure comes from")
     mfu: float | None = Field(None, description="model FLOPs utilization: achieved over peak")
     gpu_utilization_pct: dict[str, float | None] | None = Field(
         None, description="NVML utilization per rank (CUDA only)"
@@ -84,10 +86,12 @@ class ProfileTrainingResult(ComponentResult):
     profiled_window: dict[str, Any] | None = Field(
         None, description="the traced steps and their throughput from the telemetry"
     )
-    recommendations: list[str] = Field(default_factory=list)
+    recommendations: list[str] = Field(
+        default_factory=list, description="what would make the step faster, most useful first"
+    )
     trace: str | None = Field(None, description="Chrome trace file (chrome://tracing, Perfetto)")
-    mlflow_run_id: str | None = None
-    report: str = REPORT_FILE
+    mlflow_run_id: str | None = Field(None, description="the MLflow run the profile was logged to")
+    report: str = Field(REPORT_FILE, description="the HTML report, relative to output_dir")
 
     def summary(self) -> str:
         return (

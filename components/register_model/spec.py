@@ -78,24 +78,28 @@ class RegisterModelConfig(RegisterModelParams):
 class RegisterModelResult(ComponentResult):
     """What register_model reports."""
 
-    registered: bool
+    registered: bool = Field(description="whether a model version was registered (a failed gate registers none)")
     created: bool = Field(description="False when an identical version already existed (idempotent rerun)")
-    model_name: str
-    version: str | None
-    alias: str | None
-    model_uri: str | None
+    model_name: str = Field(description="the registered model's name")
+    version: str | None = Field(description="the version registered (or found, on a rerun)")
+    alias: str | None = Field(description="the alias moved to it, if any")
+    model_uri: str | None = Field(description="models:/ URI of the version")
     aliases: list[str] = Field(default_factory=list, description="aliases now pointing at this version")
-    champion_moved: bool = False
+    champion_moved: bool = Field(False, description="whether the alias now points at this version")
     aliases_set: list[str] = Field(default_factory=list, description="aliases this run pointed at the version")
-    reason: str
+    reason: str = Field(description="why it was or was not registered and promoted")
     optimized_version: str | None = Field(
         None, description="the version of optimized_model_name made (or found) from optimize_model's variant"
     )
-    optimized_model_uri: str | None = None
+    optimized_model_uri: str | None = Field(
+        None, description="models:/ URI of the optimized variant, where one was registered"
+    )
     signature_sha256: str | None = Field(
         None, description="sha256 of the version's signature (model.sig), when the platform signs"
     )
-    optimized_signature_sha256: str | None = None
+    optimized_signature_sha256: str | None = Field(
+        None, description="sha256 of the optimized model's signed file, where signed"
+    )
 
     def audit_events(self) -> list[dict[str, Any]]:
         """Each alias this run set, as a record of the audit trail."""

@@ -61,12 +61,12 @@ class SnapshotDatasetResult(ComponentResult):
     """What snapshot_dataset reports."""
 
     md5: str = Field(description="content hash of the dataset (DVC's md5; a folder's ends in .dir)")
-    size: int
+    size: int = Field(description="bytes snapshotted")
     rev: str = Field(description="git commit of the workspace that records this snapshot")
     path: str = Field(description="the dataset's path inside the workspace")
-    repo_dir: str
-    remote_name: str
-    remote_url: str
+    repo_dir: str = Field(description="the DVC repository")
+    remote_name: str = Field(description="the DVC remote pushed to")
+    remote_url: str = Field(description="its URL (credentials never included)")
     pushed: int = Field(description="files uploaded to the remote by this run (0 when already there)")
     committed: bool = Field(description="whether this run made a new git commit")
     data_file: str = Field(description="the dataset (a file, or a folder of .parquet files) inside output_dir")

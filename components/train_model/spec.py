@@ -22,25 +22,25 @@ __all__ = ["NAME", "ClusterJob", "SlurmJob", "TrainModelConfig", "TrainModelPara
 class TrainModelResult(ComponentResult, TrainingRun):
     """What train_model reports."""
 
-    model_file: str
-    model_sha256: str
+    model_file: str = Field(description="the weights file inside output_dir")
+    model_sha256: str = Field(description="sha256 of the weights file")
     model_uri: str = Field(
         "", description="the MLflow pyfunc model logged to the training run (loads without trainpipe)"
     )
-    tracking_uri: str
-    epochs: int
+    tracking_uri: str = Field(description="the MLflow tracking URI used")
+    epochs: int = Field(description="epochs trained")
     final_loss: float | None = Field(
         None, description="the last epoch's mean of the logged loss, when the function logs one"
     )
     metrics: dict[str, float] = Field(
         default_factory=dict, description="the last epoch's mean of every value the function logged"
     )
-    wall_seconds: float
-    resumed_from_step: int
-    global_steps: int
-    precision: str
-    classes: list[Any]
-    feature_columns: list[str]
+    wall_seconds: float = Field(description="the training's wall time")
+    resumed_from_step: int = Field(description="the checkpoint step it resumed from (0: from scratch)")
+    global_steps: int = Field(description="optimizer steps taken in all")
+    precision: str = Field(description="the precision it trained in (fp32, bf16, fp16)")
+    classes: list[Any] = Field(description="the class labels, in the model's output order (classification)")
+    feature_columns: list[str] = Field(description="the feature columns, in the model's input order")
 
     @property
     def train_accuracy(self) -> float | None:

@@ -186,9 +186,11 @@ class TuneModelParams(StrictModel):
     stale_after_s: int = Field(
         60, ge=3, le=86_400, description="a running trial with no heartbeat for this long is failed (its worker died)"
     )
-    label_column: str = Field("label", min_length=1)
+    label_column: str = Field("label", min_length=1, description="name of the label column")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
-    experiment_name: str = Field("trainpipe-tuning", min_length=1)
+    experiment_name: str = Field(
+        "trainpipe-tuning", min_length=1, description="the MLflow experiment of the study's parent and trial runs"
+    )
     trusted_packages: TrustedPackages
 
     @model_validator(mode="after")
@@ -282,30 +284,34 @@ class TrialSummary(StrictModel):
 class TuneModelResult(ComponentResult):
     """What tune_model reports: the study, its best trial (or Pareto front) and the settings to train with."""
 
-    study_name: str
-    storage: str
-    objectives: list[str]
-    directions: list[str]
+    study_name: str = Field(description="the Optuna study")
+    storage: str = Field(description="its storage (credentials never included)")
+    objectives: list[str] = Field(description="the metrics optimized")
+    directions: list[str] = Field(description="their directions (minimize, maximize)")
     ran_here: int = Field(description="trials this worker ran")
-    complete: int
-    pruned: int
-    failed: int
-    best_trial: int | None = None
-    best_values: list[float] = Field(default_factory=list)
-    best_params: dict[str, Any] = Field(default_factory=dict)
+    complete: int = Field(description="trials completed")
+    pruned: int = Field(description="trials pruned")
+    failed: int = Field(description="trials failed")
+    best_trial: int | None = Field(None, description="the best trial's number")
+    best_values: list[float] = Field(default_factory=list, description="its objective values")
+    best_params: dict[str, Any] = Field(default_factory=dict, description="its sampled settings")
     best_settings: dict[str, Any] = Field(
         default_factory=dict,
         description="train_model settings of the best trial (train_model's tuned input takes them)",
     )
-    pareto_front: list[TrialSummary] = Field(default_factory=list)
+    pareto_front: list[TrialSummary] = Field(
+        default_factory=list, description="the Pareto-optimal trials (several objectives)"
+    )
     baseline_trial: int | None = Field(None, description="trial 0: the train section as given")
-    baseline_values: list[float] = Field(default_factory=list)
+    baseline_values: list[float] = Field(
+        default_factory=list, description="the baseline trial's values (the train section as given)"
+    )
     adopted: bool = Field(
         False,
         description="whether best_settings are the best trial's (it beat the baseline) or the train section's",
     )
-    mlflow_parent_run_id: str | None = None
-    report_file: str | None = None
+    mlflow_parent_run_id: str | None = Field(None, description="the study's MLflow parent run")
+    report_file: str | None = Field(None, description="the HTML report, relative to output_dir")
 
     def summary(self) -> str:
         if self.best_trial is None:

@@ -93,18 +93,18 @@ class ExpectationOutcome(BaseModel):
 class ValidateDataResult(ComponentResult):
     """What validate_data reports."""
 
-    success: bool
-    suite_name: str
-    evaluated: int
-    successful: int
-    outcomes: list[ExpectationOutcome]
+    success: bool = Field(description="whether every expectation held")
+    suite_name: str = Field(description="the suite run")
+    evaluated: int = Field(description="expectations evaluated")
+    successful: int = Field(description="expectations that held")
+    outcomes: list[ExpectationOutcome] = Field(description="each expectation's outcome")
     data_file: str = Field(
         description="the validated dataset (a file, or a folder of .parquet files) inside output_dir"
     )
     files: int = Field(1, description="data files validated (a Parquet directory's parts, one at a time)")
-    data_md5: str
-    rows: int
-    columns: int
+    data_md5: str = Field(description="md5 of the validated data")
+    rows: int = Field(description="rows validated")
+    columns: int = Field(description="columns validated")
     docs_index: str = Field(description="Data Docs index.html, relative to output_dir")
     docs_page: str = Field(description="this validation's Data Docs page, relative to output_dir")
 

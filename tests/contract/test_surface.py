@@ -14,104 +14,21 @@ component's spec, and every face, the pipeline and the DAG are derived from it.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
-import typing
 
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers.component_contract import face_module
 from trainpipe import COMPONENTS
-from trainpipe.contract.entrypoint import input_fields, output_fields
 from trainpipe.faces.surface import UNSET
 from trainpipe.pipelines.config import NOT_FROM_PIPELINE, RENAMED
 
 pytestmark = pytest.mark.contract
-
-
-def face_module(component: str):
-    return importlib.import_module(f"trainpipe.components.{component}.kfp_component")
-
-
-def face_function(component: str):
-    return getattr(face_module(component), component).python_func
-
-
-def face_settings(component: str) -> dict[str, inspect.Parameter]:
-    """The KFP face's plain parameters (not artifacts)."""
-    return {
-        n: p
-        for n, p in inspect.signature(face_function(component)).parameters.items()
-        if typing.get_origin(p.annotation) is not typing.Annotated
-    }
-
-
-def kfp_type(annotation) -> type:
-    """The KFP parameter type a spec field's annotation becomes (written again here, on purpose:
-    this test checks the generator against its own reading of the rule)."""
-    args = (
-        [a for a in typing.get_args(annotation) if a is not type(None)]
-        if typing.get_origin(annotation) in (typing.Union, __import__("types").UnionType)
-        else [annotation]
-    )
-    a = args[0]
-    origin = typing.get_origin(a) or a
-    if origin is dict and typing.get_args(a)[1:] == (typing.Any,):
-        return str  # an open mapping travels as JSON text
-    item = (typing.get_args(a) or (None,))[-1]
-    if origin in (dict, list) and isinstance(item, type) and hasattr(item, "model_fields"):
-        return str  # so do typed records (their numbers keep their types)
-    if origin is typing.Literal:
-        return type(typing.get_args(a)[0])
-    if isinstance(origin, type) and hasattr(origin, "model_fields"):
-        return dict
-    return {dict: dict, list: list}.get(origin, origin)
-
-
-@pytest.mark.parametrize("component", COMPONENTS)
-def test_each_kfp_face_takes_its_specs_settings_with_the_same_names_and_defaults(component):
-    face = face_module(component).FACE
-    spec = face.params.model_fields
-    params = face_settings(component)
-    extra = {"run_id"} | ({"dataset_md5"} if face.reads_snapshot else set())
-    assert set(params) - extra == set(spec), (
-        f"face only: {sorted(set(params) - extra - set(spec))}, spec only: {sorted(set(spec) - set(params))}"
-    )
-    for name, field in spec.items():
-        p = params[name]
-        assert p.annotation is kfp_type(field.annotation), (
-            f"{component}.{name}: face type {p.annotation}, spec {field.annotation}"
-        )
-        default = field.get_default(call_default_factory=True) if not field.is_required() else inspect.Parameter.empty
-        if default is inspect.Parameter.empty:
-            assert p.default is inspect.Parameter.empty, f"{component}.{name}: required in the spec, not on the face"
-        elif default is None:
-            assert p.default == UNSET[p.annotation], (
-                f"{component}.{name}: unset is {UNSET[p.annotation]!r} on KFP, not {p.default!r}"
-            )
-        elif p.annotation is str and kfp_type(field.annotation) is str and not isinstance(default, str):
-            from pydantic_core import to_jsonable_python
-
-            assert json.loads(p.default) == to_jsonable_python(default), f"{component}.{name}"
-        elif hasattr(default, "model_dump"):
-            assert p.default == default.model_dump(mode="json"), f"{component}.{name}"
-        else:
-            assert p.default == default, f"{component}.{name}: face default {p.default!r}, spec default {default!r}"
-    # every artifact fills one of the spec's path settings (or is an output the face fills itself), and
-    # every path setting the step cannot run without is an artifact
-    config = importlib.import_module(f"trainpipe.components.{component}.spec")
-    config = getattr(config, face.params.__name__.removesuffix("Params") + "Config")
-    paths = set(input_fields(config)) | set(output_fields(config))
-    declared = {a.field for a in face.artifacts if a.field}
-    assert declared <= paths and {n for n in paths if config.model_fields[n].is_required()} <= declared, (
-        declared,
-        paths,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -359,38 +276,3 @@ def test_a_setting_the_spec_lacks_fails_where_it_is_written(tmp_path):
     typo.__annotations__ = {"data": str}  # this module's annotations are strings; KFP reads the types
     with pytest.raises(TypeError, match="hidden_units"):
         dsl.pipeline(name="typo")(typo)
-
-
-def _choices(annotation) -> list[str]:
-    """The values of every closed choice inside an annotation (Literal, in a list or optional)."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return [str(v) for v in typing.get_args(annotation)]
-    return [c for a in typing.get_args(annotation) for c in _choices(a)]
-
-
-@pytest.mark.parametrize("component", COMPONENTS)
-def test_help_names_every_choice_of_a_closed_setting(component):
-    """``trainpipe <component> --help`` lists the values of every closed setting, read from the spec."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", component, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "COLUMNS": "250"},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    spec = importlib.import_module(f"trainpipe.components.{component}.spec")
-    config = getattr(spec, face_module(component).FACE.params.__name__.removesuffix("Params") + "Config")
-    closed = {name: _choices(f.annotation) for name, f in config.model_fields.items() if _choices(f.annotation)}
-    for name, values in closed.items():
-        flag = "--" + name.replace("_", "-")
-        assert f"{flag} " + "{" + "|".join(values) + "}" in proc.stdout or f"{flag} [" + "{" in proc.stdout, (
-            name,
-            values,
-        )
-    if component == "train_model":
-        assert (
-            "--task {classification|regression}" in proc.stdout
-            and "{torch_ddp|torch_fsdp|horovod|tensorflow}" in proc.stdout
-        )

@@ -128,13 +128,13 @@ class TrainModelParams(StrictModel):
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto picks cuda when present")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: nccl on cuda, gloo on cpu")
-    epochs: int = Field(10, ge=1, le=100_000)
+    epochs: int = Field(10, ge=1, le=100_000, description="passes over the training rows")
     max_steps: int | None = Field(
         None, ge=1, le=10**9, description="stop after this many optimizer steps (a short profiling pass)"
     )
     batch_size: int = Field(64, ge=1, le=10_000_000, description="global batch size, split evenly across all ranks")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, the same split evaluate_model uses")
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seeds the split, the initial weights and the batch order")
     max_restarts: int = Field(
         3,
         ge=0,
@@ -177,13 +177,13 @@ class TrainModelParams(StrictModel):
     checkpoint_every_steps: int = Field(
         0, ge=0, le=10**9, description="also checkpoint every N optimizer steps (0: not by count)"
     )
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
+    keep_checkpoints: int = Field(2, ge=1, le=1000, description="the newest checkpoints kept; older ones are deleted")
     serving_requirements: list[str] = Field(
         default_factory=list,
         description="extra pip requirements of the registered model (your model code's own dependencies)",
     )
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: MLFLOW_TRACKING_URI)")
-    experiment_name: str = Field("trainpipe", min_length=1)
+    experiment_name: str = Field("trainpipe", min_length=1, description="the MLflow experiment of the run")
 
     @property
     def world_size(self) -> int:

@@ -37,7 +37,7 @@ def _emit(tmp_path, config: dict, *extra: str) -> subprocess.CompletedProcess:
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump(config))
     return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "tune", "-c", str(path), "--emit", "optimizationjob"]
+        [sys.executable, "-m", "trainpipe.app.cli", "tune", "-c", str(path), "--emit", "optimizationjob"]
         + ["-o", str(tmp_path / "oj.yaml"), "--data", "/mnt/data/digits.csv", *extra],
         capture_output=True,
         text=True,
@@ -112,7 +112,7 @@ def test_what_an_optimizationjob_cannot_say_is_refused_in_one_line(tmp_path):
     assert "space.train_config.momentum.when: an OptimizationJob has no conditional parameters" in proc.stderr
     assert not (tmp_path / "oj.yaml").exists()
     other = subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "tune", "-c", str(tmp_path / "tune.yaml"), "--emit", "katib"]
+        [sys.executable, "-m", "trainpipe.app.cli", "tune", "-c", str(tmp_path / "tune.yaml"), "--emit", "katib"]
         + ["--data", "x"],
         capture_output=True,
         text=True,

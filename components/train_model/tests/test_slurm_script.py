@@ -117,11 +117,21 @@ def test_without_requeue_a_preempted_job_is_left_to_the_orchestrators_retry(tmp_
 
 
 def test_how_a_job_that_did_not_complete_ends_the_step(tmp_path):
+    """A node's line comes from the error record its entrypoint wrote (``--error-record``), never from the log."""
     log = tmp_path / "slurm-7.out"
     log.write_text(
         "trainpipe: job 7, attempt 1, nodes a001\n"
-        "trainpipe train_model: error: train_config: hidden_units: every width must be between 1 and 65536\n"
+        "trainpipe train_model: error: a line in the log that is not the record\n"
         "srun: error: a001: task 0: Exited with exit code 2\n"
+    )
+    config = _config(tmp_path)
+    script = slurm_job.batch_job(config, slurm_job.workdir_of(config), "j", "slurm", "").script()
+    assert '--error-record "$1/node$SLURM_NODEID.error.json"' in script
+    unexplained = slurm_job.failure(slurm.Job("7", "FAILED", exit_code=2), log)  # no record: the log is named
+    assert isinstance(unexplained, InputError) and str(unexplained).startswith("slurm: job 7 failed on bad input (log")
+    (tmp_path / "node0.error.json").write_text(
+        '{"component": "train_model", "exit_code": 2, "message": "train_config: hidden_units: every width must be '
+        'between 1 and 65536"}'
     )
     err = slurm_job.failure(slurm.Job("7", "FAILED", exit_code=2), log)
     assert isinstance(err, InputError) and str(err).startswith("train_config: hidden_units")

@@ -80,14 +80,16 @@ def test_tf_config_is_generated_locally_and_checked_when_given(tmp_path, monkeyp
 
 def _trainjob(profile: HardwareProfile) -> dict:
     return k8s.trainjob_manifest(
-        "trainpipe-train-abc",
-        CLUSTER,
-        4,
-        8,
-        "/mnt/trainpipe/j/train.json",
-        "/mnt/trainpipe/j/result.json",
-        profile,
-        "registry.example/trainpipe@sha256:" + "0" * 64,
+        k8s.NodeJob(
+            "trainpipe-train-abc",
+            CLUSTER,
+            4,
+            8,
+            "/mnt/trainpipe/j/train.json",
+            "/mnt/trainpipe/j/result.json",
+            profile,
+            "registry.example/trainpipe@sha256:" + "0" * 64,
+        )
     )
 
 
@@ -126,7 +128,7 @@ def test_cpu_trainjob_and_a_mig_profile_validate():
 
 def test_gpu_pytorchjob_validates_with_one_master_and_the_rest_workers():
     m = k8s.pytorchjob_manifest(
-        "trainpipe-train-abc", CLUSTER, 3, 4, "/c", "/r", PROFILES["gpu"], "img:1", max_restarts=3
+        k8s.NodeJob("trainpipe-train-abc", CLUSTER, 3, 4, "/c", "/r", PROFILES["gpu"], "img:1", max_restarts=3)
     )
     validate_pytorchjob(m)
     specs = m["spec"]["pytorchReplicaSpecs"]
@@ -146,7 +148,7 @@ def test_the_validators_reject_what_the_schemas_do_not_allow():
     with pytest.raises(AssertionError, match="unknown to the TrainJob schema"):
         validate_trainjob(bad)
     bad = k8s.pytorchjob_manifest(
-        "trainpipe-train-abc", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1", max_restarts=1
+        k8s.NodeJob("trainpipe-train-abc", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1", max_restarts=1)
     )
     bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["gpu"] = 1
     with pytest.raises(AssertionError, match="unknown to V1Container"):
@@ -159,7 +161,7 @@ def test_the_validators_reject_what_the_schemas_do_not_allow():
 
 def test_an_invalid_job_name_is_refused():
     with pytest.raises(InputError, match="cluster.job_name"):
-        k8s.trainjob_manifest("Bad_Name", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1")
+        k8s.trainjob_manifest(k8s.NodeJob("Bad_Name", CLUSTER, 2, 1, "/c", "/r", PROFILES["cpu"], "img:1"))
 
 
 class ApiError(Exception):
@@ -353,9 +355,9 @@ def test_job_pods_carry_the_whole_profile_and_the_policy(tmp_path):
         cluster = CLUSTER.model_copy(update={"launcher": launcher})
         args = ("trainpipe-train-abc", cluster, 2, 1, "/c", "/r", profile, "img:1")
         m = (
-            k8s.trainjob_manifest(*args, env=k8s._job_env(policy))
+            k8s.trainjob_manifest(k8s.NodeJob(*args, env=k8s._job_env(policy)))
             if launcher == "trainjob"
-            else k8s.pytorchjob_manifest(*args, max_restarts=1, env=k8s._job_env(policy))
+            else k8s.pytorchjob_manifest(k8s.NodeJob(*args, max_restarts=1, env=k8s._job_env(policy)))
         )
         (validate_trainjob if launcher == "trainjob" else validate_pytorchjob)(m)
         pod = (
