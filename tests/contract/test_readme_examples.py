@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import REPO
 
+#: The reference pages the README links to.
+DOCS = sorted((REPO / "docs").glob("*.md"))
+
 pytestmark = pytest.mark.contract
 
 
@@ -62,9 +65,9 @@ def test_airflow_example_builds_the_operator(tmp_path):
 
 
 def _commands() -> list[tuple[str, str, list[str]]]:
-    """Every `python -m trainpipe.components.<name> ...` command in the READMEs: (file, component, flags)."""
+    """Every `python -m trainpipe.components.<name> ...` command in the READMEs and docs: (file, component, flags)."""
     found = []
-    for readme in [REPO / "README.md", *sorted((REPO / "components").glob("*/README.md"))]:
+    for readme in [REPO / "README.md", *sorted((REPO / "components").glob("*/README.md")), *DOCS]:
         text = readme.read_text().replace("\\\n", " ")
         for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
             for line in block.splitlines():
@@ -96,13 +99,15 @@ def test_every_component_command_in_the_readmes_uses_settings_the_component_has(
         assert unknown == [], f"{where}: {component} has no {unknown}"
 
 
-def test_the_readme_config_is_a_valid_pipeline_config(tmp_path):
+def test_the_documented_config_is_a_valid_pipeline_config(tmp_path):
     import yaml
 
     from trainpipe.pipelines.config import load_pipeline_config
 
     (block,) = [
-        b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S) if "workspace:" in b
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "configuration.md").read_text(), flags=re.S)
+        if "workspace:" in b
     ]
     path = tmp_path / "pipeline.yaml"
     path.write_text(block)
@@ -121,3 +126,13 @@ def test_the_components_table_lists_trainpipe_components_in_their_order():
     assert tuple(re.findall(r"^\| `([a-z_]+)` \| ", section, re.M)) == COMPONENTS
     for name in COMPONENTS:  # and each component's own README is linked from its row
         assert f"(components/{name}/README.md)" in section
+
+
+def test_every_reference_page_is_linked_from_the_readme_and_every_link_resolves():
+    """The README keeps the overview, the two commands and the components; the reference lives under docs/,
+    each page linked from it. A relative link that names no file is a broken promise to the reader."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert DOCS and all(f"](docs/{page.name})" in readme for page in DOCS), [p.name for p in DOCS]
+    for page in [REPO / "README.md", *DOCS, *sorted((REPO / "components").glob("*/README.md"))]:
+        for target in re.findall(r"\]\((?!https?://|#|mailto:)([^)#]+)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), f"{page.relative_to(REPO)} links to {target}, which is not there"
