@@ -1,7 +1,8 @@
 """Which image runs which component: the one place the KFP faces, the Airflow faces and
 ``make images`` read. Stdlib only.
 
-Three images (``images/<kind>/Dockerfile``, each with its locked requirements):
+Three images, built from ``images/Dockerfile`` (``--build-arg KIND=<kind>``), each with its locked requirements
+(``images/<kind>/requirements.lock``):
 
 - ``data``: validate_data and snapshot_dataset (Great Expectations, DVC, pandas): no ML framework.
 - ``cpu``: every component, with torch (CPU), TensorFlow, Horovod (gloo), MLflow.

@@ -21,25 +21,36 @@ KINDS = ("data", "cpu", "gpu")
 BUILD_TOOLS = ("build-essential", "cmake", "gcc", "g++", "/usr/local/cuda")
 
 
-def _stages(kind: str) -> tuple[dict[str, str], list[list[str]]]:
-    """The Dockerfile's ARG defaults and its stages, each as a list of logical instructions."""
-    text = (REPO / "images" / kind / "Dockerfile").read_text()
+DOCKERFILE = REPO / "images" / "Dockerfile"
+
+
+def _stages() -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The Dockerfile's ARG defaults and its stages by name (the unnamed last one: ``final``), each as a list of
+    logical instructions."""
     lines = [
         line
-        for line in re.sub(r"\\\n\s*", " ", text).splitlines()
+        for line in re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text()).splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
     args: dict[str, str] = {}
-    stages: list[list[str]] = []
+    stages: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in lines:
         if line.startswith("FROM "):
-            stages.append([line])
-        elif stages:
-            stages[-1].append(line)
+            name = line.split(" AS ")[1].strip() if " AS " in line else "final"
+            current = stages[name] = [line]
+        elif current is not None:
+            current.append(line)
         elif line.startswith("ARG ") and "=" in line:
             k, v = line[4:].split("=", 1)
             args[k.strip()] = v.strip()
     return args, stages
+
+
+def _image_stages(kind: str) -> list[list[str]]:
+    """The stages one image's final filesystem is made of, base first: runtime, runtime-<kind>, final."""
+    _, stages = _stages()
+    return [stages["runtime"], stages[f"runtime-{kind}"], stages["final"]]
 
 
 def _from_image(line: str, args: dict[str, str]) -> str:
@@ -59,11 +70,8 @@ def _hadolint() -> str:
     return exe
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_hadolint_passes(kind):
-    proc = subprocess.run(
-        [_hadolint(), str(REPO / "images" / kind / "Dockerfile")], capture_output=True, text=True, check=False
-    )
+def test_hadolint_passes():
+    proc = subprocess.run([_hadolint(), str(DOCKERFILE)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -74,40 +82,58 @@ def test_hadolint_would_catch_a_bad_dockerfile(tmp_path):
     assert proc.returncode != 0 and "DL3007" in proc.stdout  # latest tag
 
 
+def test_every_base_is_pinned_by_digest_and_each_kind_has_its_stages():
+    args, stages = _stages()
+    for name, stage in stages.items():
+        ref = stage[0].split()[1]
+        if ref in ("${PYTHON_BASE}", "${CUDA_DEVEL}"):
+            assert re.search(r"@sha256:[0-9a-f]{64}$", _from_image(stage[0], args)), stage[0]
+        else:  # a stage of this file
+            assert ref.replace("${KIND}", "data") in stages, (name, ref)
+    for kind in KINDS:  # KIND names a dependency stage and a runtime stage for each image
+        assert {f"deps-{kind}", f"runtime-{kind}"} <= set(stages), kind
+    assert stages["build"][0] == "FROM deps-${KIND} AS build" and stages["final"][0] == "FROM runtime-${KIND}"
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_base_is_pinned_by_digest_and_the_final_stage_is_lean_and_non_root(kind):
+def test_each_image_is_lean_non_root_and_serves_its_components(kind):
     from trainpipe.images import IMAGES, RUN_AS
 
-    args, stages = _stages(kind)
-    for stage in stages:
-        assert re.search(r"@sha256:[0-9a-f]{64}$", _from_image(stage[0], args).split(" AS ")[0]), stage[0]
-    final = stages[-1]
+    runtime, own, final = _image_stages(kind)
+    assert runtime[0] == "FROM ${PYTHON_BASE} AS runtime" and own[0] == f"FROM runtime AS runtime-{kind}"
     users = [line.split()[1] for line in final if line.startswith("USER ")]
     assert users and users[-1] == f"{RUN_AS}:{RUN_AS}", users  # UID ≥ 10000, as the pod specs ask
     assert int(users[-1].split(":")[0]) >= 10000
-    body = "\n".join(final)
-    assert not any(tool in body for tool in BUILD_TOOLS), "build tools in the final stage"
+    body = "\n".join(runtime + own + final)
+    assert not any(tool in body for tool in BUILD_TOOLS), "build tools in a runtime stage"
     assert "PYTHONDONTWRITEBYTECODE=1" in body and "WORKDIR /tmp" in body
-    for label in ("source", "version", "revision"):
+    for label in ("title", "description", "source", "version", "revision"):
         assert f"org.opencontainers.image.{label}=" in body
+    assert f'title="trainpipe-{kind}"' in body
     assert "COPY --from=build /opt/trainpipe /opt/trainpipe" in body
     # the read-only final stage cannot write bytecode: the build stage compiles all of it, kept
-    build = "\n".join(stages[-2])
+    build = "\n".join(_stages()[1]["build"])
     assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash /opt/trainpipe/lib", build), (
         "no bytecode compiled"
     )
     assert "__pycache__" not in build, "bytecode removed after compiling"
-    # the build smoke-runs exactly the components this image serves, as the non-root user
-    after_user = body[body.index("USER ") :]
-    served = set(re.findall(r"trainpipe\.components\.(\w+)", after_user))
-    if "for c in" in after_user:
-        served = set(re.search(r"for c in ([\w ]+);", after_user).group(1).split())
-    assert served == set(IMAGES[kind].components)
+    # the build smoke-runs, as the non-root user, exactly the components this image serves
+    (served,) = re.findall(r'TRAINPIPE_COMPONENTS="([\w ]+)"', "\n".join(own))
+    assert set(served.split()) == set(IMAGES[kind].components)
+    text = " ".join("\n".join(final).split())  # one space between words, as the shell reads it
+    assert (
+        'for c in $TRAINPIPE_COMPONENTS; do python -m "trainpipe.components.$c" --help' in text[text.index("USER ") :]
+    )
 
 
-def test_the_three_images_share_one_base():
-    bases = {kind: _stages(kind)[0]["PYTHON_BASE"] for kind in KINDS}
-    assert len(set(bases.values())) == 1, bases
+def test_the_three_images_share_one_base_and_their_common_stages():
+    _, stages = _stages()
+    froms = {name: stage[0].split()[1] for name, stage in stages.items()}
+    assert froms["build-base"] == froms["runtime"] == "${PYTHON_BASE}"
+    assert {froms[f"deps-{k}"] for k in KINDS} == {"build-base", "compilers"}
+    assert {froms[f"runtime-{k}"] for k in KINDS} == {"runtime"}
+    # the package's install and the final stage are written once, for every image
+    assert sum(line.startswith("COPY src ") for stage in stages.values() for line in stage) == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)

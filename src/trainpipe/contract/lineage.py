@@ -62,14 +62,14 @@ class TrainingRun(BaseModel):
     """How a model was trained: its MLflow run, the function and task, and where it ran. Both the
     lineage's ``training`` section and train_model's result hold these."""
 
-    mlflow_run_id: str
-    experiment_id: str
-    train_function: str
-    task: str
-    backend: str
-    dist_backend: str
-    device: str
-    world_size: int
+    mlflow_run_id: str = Field(description="the MLflow run that trained the model")
+    experiment_id: str = Field(description="its MLflow experiment")
+    train_function: str = Field(description="the training function (module:function, or builtin:NAME)")
+    task: str = Field(description="classification or regression")
+    backend: str = Field(description="the training backend that ran (torch, tensorflow, horovod)")
+    dist_backend: str = Field(description="the collective backend that ran (nccl, gloo, or none for one process)")
+    device: str = Field(description="cpu or cuda")
+    world_size: int = Field(description="ranks that trained")
 
 
 class TrainingLineage(Section, TrainingRun):
@@ -284,7 +284,7 @@ def orchestrator(name: str | None = None, run_id: str | None = None) -> dict[str
 
 def image() -> str:
     """The container image this step runs in: ``TRAINPIPE_IMAGE_REF`` (set by trainpipe's
-    Dockerfiles at build time), else ``TRAINPIPE_IMAGE``, else ``local``."""
+    Dockerfile at build time), else ``TRAINPIPE_IMAGE``, else ``local``."""
     return os.environ.get("TRAINPIPE_IMAGE_REF") or os.environ.get("TRAINPIPE_IMAGE", "local")
 
 
