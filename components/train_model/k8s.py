@@ -28,6 +28,7 @@ import re
 import shutil
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,22 +102,43 @@ def _node_spec(profile: HardwareProfile, name: str, **kwargs: Any) -> dict[str, 
     return spec
 
 
-def trainjob_manifest(
-    name: str,
-    cluster: ClusterJob,
-    nnodes: int,
-    nproc_per_node: int,
-    node_config: str,
-    result_path: str,
-    profile: HardwareProfile,
-    image: str,
-    env: dict[str, str] | None = None,
-    metrics_port: int = 0,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class NodeJob:
+    """What a multi-node job is made of, whichever operator runs it: one parameter object for both manifests."""
+
+    name: str
+    cluster: ClusterJob
+    nnodes: int
+    nproc_per_node: int
+    #: the settings every node reads, and where node 0 writes its result (both on the shared volume)
+    node_config: str
+    result_path: str
+    profile: HardwareProfile
+    image: str
+    #: restarts of the whole job (a PyTorchJob's backoffLimit; a TrainJob's runtime owns its own)
+    max_restarts: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    metrics_port: int = 0
+
+    def node_spec(self, container_name: str, in_pod: bool) -> tuple[list[str], list[str], dict[str, Any]]:
+        """The node's command, its arguments, and its pod spec with the job's volume and spread; ``in_pod``: the
+        container carries the image, command and environment itself (a TrainJob's trainer section sets them)."""
+        _check_name(self.name)
+        command, args = node_command(self.node_config, self.result_path)
+        inline = (
+            {"image": self.image, "command": command, "args": args, "env": {"TRAINPIPE_JOB_ID": self.name, **self.env}}
+            if in_pod
+            else {}
+        )
+        pvcs = {self.cluster.shared_pvc: self.cluster.mount_path}
+        spec = _node_spec(self.profile, self.name, container_name=container_name, pvcs=pvcs, **inline)
+        return command, args, spec
+
+
+def trainjob_manifest(job: NodeJob) -> dict[str, Any]:
     """A Kubeflow Trainer ``TrainJob`` on the ``torch-distributed`` runtime (or ``cluster.runtime``)."""
-    _check_name(name)
-    command, args = node_command(node_config, result_path)
-    template = _node_spec(profile, name, container_name="node", pvcs={cluster.shared_pvc: cluster.mount_path})
+    name, cluster, profile = job.name, job.cluster, job.profile
+    command, args, template = job.node_spec("node", in_pod=False)
     # a TrainJob's pod patch has no priorityClassName: its priority is Kueue's WorkloadPriorityClass (the job's label)
     template.pop("priorityClassName", None)
     container = template["containers"][0]
@@ -126,7 +148,7 @@ def trainjob_manifest(
     if not container["env"]:
         container.pop("env")
     trainer_env = [{"name": "TRAINPIPE_JOB_ID", "value": name}] + [
-        {"name": k, "value": v} for k, v in sorted((env or {}).items())
+        {"name": k, "value": v} for k, v in sorted(job.env.items())
     ]
     return {
         "apiVersion": f"{TRAINER_GROUP}/{TRAINER_VERSION}",
@@ -135,11 +157,11 @@ def trainjob_manifest(
         "spec": {
             "runtimeRef": {"name": cluster.runtime},
             "trainer": {
-                "image": image,
+                "image": job.image,
                 "command": command,
                 "args": args,
-                "numNodes": nnodes,
-                "numProcPerNode": nproc_per_node,
+                "numNodes": job.nnodes,
+                "numProcPerNode": job.nproc_per_node,
                 "resourcesPerNode": profile.train.as_k8s(),
                 "env": trainer_env,
             },
@@ -155,7 +177,7 @@ def trainjob_manifest(
                                         "template": {
                                             "spec": {
                                                 "template": {
-                                                    "metadata": _pod_metadata(metrics_port, name),
+                                                    "metadata": _pod_metadata(job.metrics_port, name),
                                                     "spec": template,
                                                 }
                                             }
@@ -171,43 +193,21 @@ def trainjob_manifest(
     }
 
 
-def pytorchjob_manifest(
-    name: str,
-    cluster: ClusterJob,
-    nnodes: int,
-    nproc_per_node: int,
-    node_config: str,
-    result_path: str,
-    profile: HardwareProfile,
-    image: str,
-    max_restarts: int,
-    env: dict[str, str] | None = None,
-    metrics_port: int = 0,
-) -> dict[str, Any]:
+def pytorchjob_manifest(job: NodeJob) -> dict[str, Any]:
     """A legacy Training Operator ``PyTorchJob`` (kubeflow.org/v1): one Master and ``nnodes - 1`` Workers."""
-    _check_name(name)
-    command, args = node_command(node_config, result_path)
-    spec = _node_spec(
-        profile,
-        name,
-        container_name="pytorch",
-        image=image,
-        command=command,
-        args=args,  # the name the operator expects
-        env={"TRAINPIPE_JOB_ID": name, **(env or {})},
-        pvcs={cluster.shared_pvc: cluster.mount_path},
-    )
-    template = {"metadata": _pod_metadata(metrics_port, name), "spec": spec}
+    name, nnodes = job.name, job.nnodes
+    _, _, spec = job.node_spec("pytorch", in_pod=True)  # the container name the operator expects
+    template = {"metadata": _pod_metadata(job.metrics_port, name), "spec": spec}
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "OnFailure", "template": template}
     return {
         "apiVersion": f"{PYTORCHJOB_GROUP}/{PYTORCHJOB_VERSION}",
         "kind": "PyTorchJob",
-        "metadata": _job_metadata(name, cluster, profile),
+        "metadata": _job_metadata(name, job.cluster, job.profile),
         "spec": {
-            "nprocPerNode": str(nproc_per_node),
-            "runPolicy": {"backoffLimit": max_restarts, "cleanPodPolicy": "None"},
+            "nprocPerNode": str(job.nproc_per_node),
+            "runPolicy": {"backoffLimit": job.max_restarts, "cleanPodPolicy": "None"},
             "pytorchReplicaSpecs": replicas,
         },
     }
@@ -247,7 +247,8 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Pol
     image = cluster.image or os.environ.get("TRAINPIPE_IMAGE", "")
     if not image:
         raise InputError("cluster.image: set it (or TRAINPIPE_IMAGE) to the trainpipe image the nodes run")
-    args = (
+    port = config.metrics_port if config.metrics_port is not None else profile.metrics_port
+    job = NodeJob(
         name,
         cluster,
         config.nnodes,
@@ -256,11 +257,11 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Pol
         str(workdir / "result.json"),
         profile,
         image,
+        max_restarts=config.max_restarts,
+        env=_job_env(policy),
+        metrics_port=port,
     )
-    port = config.metrics_port if config.metrics_port is not None else profile.metrics_port
-    if cluster.launcher == "pytorchjob":
-        return pytorchjob_manifest(*args, max_restarts=config.max_restarts, env=_job_env(policy), metrics_port=port)
-    return trainjob_manifest(*args, env=_job_env(policy), metrics_port=port)
+    return pytorchjob_manifest(job) if cluster.launcher == "pytorchjob" else trainjob_manifest(job)
 
 
 def _api() -> Any:

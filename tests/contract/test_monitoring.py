@@ -84,15 +84,17 @@ def test_trainjob_and_pytorchjob_pods_carry_the_label_and_validate():
     cluster = ClusterJob(shared_pvc="team-a-train", namespace="team-a")
     image = "registry.example/trainpipe@sha256:" + "0" * 64
     tj = k8s.trainjob_manifest(
-        "trainpipe-train-abc",
-        cluster,
-        2,
-        4,
-        "/m/j/train.json",
-        "/m/j/result.json",
-        PROFILES["gpu"],
-        image,
-        metrics_port=9450,
+        k8s.NodeJob(
+            "trainpipe-train-abc",
+            cluster,
+            2,
+            4,
+            "/m/j/train.json",
+            "/m/j/result.json",
+            PROFILES["gpu"],
+            image,
+            metrics_port=9450,
+        )
     )
     validate_trainjob(tj)
     meta = tj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"][
@@ -100,22 +102,26 @@ def test_trainjob_and_pytorchjob_pods_carry_the_label_and_validate():
     ]["template"]["metadata"]
     assert meta["labels"][pods.METRICS_LABEL] == "true" and meta["annotations"]["prometheus.io/port"] == "9450"
     pj = k8s.pytorchjob_manifest(
-        "trainpipe-train-abc",
-        cluster,
-        2,
-        4,
-        "/m/j/train.json",
-        "/m/j/result.json",
-        PROFILES["cpu"],
-        image,
-        3,
-        metrics_port=9450,
+        k8s.NodeJob(
+            "trainpipe-train-abc",
+            cluster,
+            2,
+            4,
+            "/m/j/train.json",
+            "/m/j/result.json",
+            PROFILES["cpu"],
+            image,
+            3,
+            metrics_port=9450,
+        )
     )
     validate_pytorchjob(pj)
     for replica in pj["spec"]["pytorchReplicaSpecs"].values():
         assert replica["template"]["metadata"]["labels"][pods.METRICS_LABEL] == "true"
     off = k8s.pytorchjob_manifest(
-        "trainpipe-train-abc", cluster, 2, 4, "/m/j/train.json", "/m/j/result.json", PROFILES["cpu"], image, 3
+        k8s.NodeJob(
+            "trainpipe-train-abc", cluster, 2, 4, "/m/j/train.json", "/m/j/result.json", PROFILES["cpu"], image, 3
+        )
     )
     assert pods.METRICS_LABEL not in off["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["labels"]
 

@@ -87,9 +87,9 @@ def test_the_team_profile_reaches_trainjobs_and_pytorchjobs():
         team,
         "registry.example/trainpipe@sha256:" + "0" * 64,
     )
-    tj = k8s.trainjob_manifest(*args)
+    tj = k8s.trainjob_manifest(k8s.NodeJob(*args))
     validate_trainjob(tj)
-    pj = k8s.pytorchjob_manifest(*args, max_restarts=3)
+    pj = k8s.pytorchjob_manifest(k8s.NodeJob(*args, max_restarts=3))
     validate_pytorchjob(pj)
     for job in (tj, pj):
         assert job["metadata"]["namespace"] == "team-a"
@@ -123,7 +123,7 @@ def test_the_team_profile_reaches_trainjobs_and_pytorchjobs():
         assert t["spec"]["affinity"].get("nodeAffinity") is None  # the profile asks for none: only the spread
     # the built-in profiles ask nothing of Kueue, and spread ranks where they can
     plain = k8s.trainjob_manifest(
-        "trainpipe-train-abc", ClusterJob(shared_pvc="x"), 2, 1, "/c", "/r", PROFILES["gpu"], "img:1"
+        k8s.NodeJob("trainpipe-train-abc", ClusterJob(shared_pvc="x"), 2, 1, "/c", "/r", PROFILES["gpu"], "img:1")
     )
     assert plain["metadata"]["namespace"] == "kubeflow" and not set(plain["metadata"]["labels"]) & {
         pods.QUEUE_LABEL,
@@ -141,7 +141,9 @@ def test_the_team_profile_reaches_trainjobs_and_pytorchjobs():
         update={"node_affinity": [{"key": "zone", "operator": "In", "values": ["a"]}]}
     )
     both = k8s.pytorchjob_manifest(
-        "trainpipe-train-abc", ClusterJob(shared_pvc="x"), 2, 1, "/c", "/r", with_affinity, "img:1", max_restarts=1
+        k8s.NodeJob(
+            "trainpipe-train-abc", ClusterJob(shared_pvc="x"), 2, 1, "/c", "/r", with_affinity, "img:1", max_restarts=1
+        )
     )
     validate_pytorchjob(both)
     affinity = both["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["affinity"]

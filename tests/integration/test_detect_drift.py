@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import result_of, run_component
+from tests.conftest import make_snapshot, result_of, run_component
 from trainpipe.contract.artifacts import MARKER
 
 pytestmark = pytest.mark.integration
@@ -26,22 +26,7 @@ def champion(tmp_path_factory, digits_csv, mlflow_server):
     as the champion of NAME; then the workspace's DVC cache is removed, so the reference can come
     only from the remote."""
     root = tmp_path_factory.mktemp("drift")
-    result_of(run_component("validate_data", "--data", str(digits_csv), "--output-dir", str(root / "v")))
-    result_of(
-        run_component(
-            "snapshot_dataset",
-            "--data",
-            str(root / "v"),
-            "--repo-dir",
-            str(root / "repo"),
-            "--remote-url",
-            str(root / "remote"),
-            "--dataset-name",
-            "digits",
-            "--output-dir",
-            str(root / "s"),
-        )
-    )
+    make_snapshot(root, digits_csv, "label", dataset_name="digits")
     result_of(
         run_component(
             "train_model",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _free_port, _start_mlflow, result_of, run_component
+from tests.conftest import _free_port, _start_mlflow, make_snapshot, result_of, run_component
 from trainpipe.contract.artifacts import MARKER, read_artifact
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import file_digest, read_json
@@ -224,24 +224,7 @@ def test_mlflow_down_at_register_is_bounded_and_transient_and_the_rerun_register
     store = f"sqlite:///{root / 'mlflow.db'}"
     server = _start_mlflow(root, store, port=port)
     uri = next(server)
-    result_of(
-        run_component(
-            "validate_data", "--data", str(tiny_csv), "--output-dir", str(tmp_path / "v"), "--label-column", "target"
-        )
-    )
-    result_of(
-        run_component(
-            "snapshot_dataset",
-            "--data",
-            str(tmp_path / "v"),
-            "--output-dir",
-            str(tmp_path / "s"),
-            "--repo-dir",
-            str(tmp_path / "repo"),
-            "--remote-url",
-            str(tmp_path / "remote"),
-        )
-    )
+    make_snapshot(tmp_path, tiny_csv, "target")
     result_of(
         run_component(
             "train_model",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import result_of, run_component
+from tests.conftest import make_snapshot, result_of, run_component
 
 pytestmark = pytest.mark.integration
 
@@ -21,22 +21,7 @@ NAME = "digits-classifier"
 def chain(tmp_path_factory, digits_csv):
     """validate_data → snapshot_dataset on the digits, with a local DVC remote."""
     root = tmp_path_factory.mktemp("chain")
-    result_of(run_component("validate_data", "--data", str(digits_csv), "--output-dir", str(root / "v")))
-    result_of(
-        run_component(
-            "snapshot_dataset",
-            "--data",
-            str(root / "v"),
-            "--repo-dir",
-            str(root / "repo"),
-            "--remote-url",
-            str(root / "remote"),
-            "--dataset-name",
-            "digits",
-            "--output-dir",
-            str(root / "s"),
-        )
-    )
+    make_snapshot(root, digits_csv, "label", dataset_name="digits")
     return root
 
 
@@ -177,7 +162,7 @@ def test_evaluation_report_renders_in_headless_chromium_with_its_charts(chain):
 
 def _lineage(server: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainpipe.cli", "lineage", *args, "--tracking-uri", server],
+        [sys.executable, "-m", "trainpipe.app.cli", "lineage", *args, "--tracking-uri", server],
         capture_output=True,
         text=True,
         timeout=300,
