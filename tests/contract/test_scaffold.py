@@ -17,7 +17,7 @@ pytestmark = pytest.mark.contract
 def test_make_component_scaffolds_a_working_component():
     name = f"scaffold_check_{uuid.uuid4().hex[:6]}"
     folder = REPO / "components" / name
-    test = REPO / "tests" / "unit" / f"test_component_{name}.py"
+    test = folder / "tests" / f"test_{name}_component.py"  # beside its code, as every component's
     try:
         proc = subprocess.run(
             ["make", "-s", "component", f"NAME={name}"],

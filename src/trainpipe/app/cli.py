@@ -377,14 +377,15 @@ def schedule(
 def scaffold(
     name: str = typer.Argument(..., help="the new component's name (a lowercase Python identifier)"),
     components_dir: Path = typer.Option(Path("components"), help="where component folders live"),
-    tests_dir: Path = typer.Option(Path("tests/unit"), help="where its test goes"),
+    tests_dir: Path | None = typer.Option(None, help="where its test goes (default: the component folder's tests/)"),
 ) -> None:
     """Write a new component on the trainpipe contract (every role) and a passing test."""
     from trainpipe.app.scaffold import scaffold as do_scaffold
 
     _wrote(
         lambda: do_scaffold(name, components_dir, tests_dir),
-        f'next: add "trainpipe.components.{name}" to [tool.setuptools] packages in pyproject.toml, then make test',
+        f'next: add "trainpipe.components.{name}" to [tool.setuptools] packages in pyproject.toml and {name} to '
+        "trainpipe.COMPONENTS, then make docs (its README's settings table) and make test",
     )
 
 

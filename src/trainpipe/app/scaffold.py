@@ -210,8 +210,8 @@ def _write(folder: Path, files: dict[str, str], test: Path, test_template: str, 
     return [*written, test]
 
 
-def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path) -> list[Path]:
-    """Write a new component folder and its test.
+def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path | None = None) -> list[Path]:
+    """Write a new component folder and its test (in the folder's own ``tests/`` unless ``tests_dir`` says where).
 
     Raises:
         InputError: the name is not a lowercase Python identifier, or the component exists.
@@ -225,7 +225,8 @@ def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path) -> li
     from trainpipe.images import image_for
 
     values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image_for(name), "package": PACKAGE}
-    return _write(folder, FILES, Path(tests_dir) / f"test_component_{name}.py", TEST, values)
+    tests = Path(tests_dir) if tests_dir is not None else folder / "tests"
+    return _write(folder, FILES, tests / f"test_{name}_component.py", TEST, values)
 
 
 # --- a training function ---------------------------------------------------------------------
