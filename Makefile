@@ -93,6 +93,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -rf $(LINT_SITE) build/lib  # setuptools' build/lib would keep a removed module in the wheel
+	mkdir -p $(dir $(LINT_SITE))
 	$(PIP) install --quiet --no-deps --no-build-isolation --target $(LINT_SITE) . > $(LINT_SITE).log 2>&1 || { cat $(LINT_SITE).log; exit 1; }
 	PYTHONPATH=$(LINT_SITE) $(VENV)/bin/lint-imports --no-cache pyproject.toml
 	$(PY) scripts/settings_tables.py --check
