@@ -193,6 +193,8 @@ def _comparable(name: str, result: dict) -> dict:
 
 
 def test_each_component_gives_the_same_outputs_through_kfp_airflow_and_by_hand(tmp_path, digits_csv):
+    """Slow on purpose (about 1.5 minutes): the whole chain runs three times, through kfp.local, dag.test() and
+    the bare entrypoints, each in its own workspace, since agreement between the three is the claim."""
     runs = {
         "kfp-local": _run_engine(_config(tmp_path, digits_csv, "kfp"), "kfp-local"),
         "airflow-local": _run_engine(_config(tmp_path, digits_csv, "airflow"), "airflow-local"),

@@ -52,6 +52,8 @@ def _terminal(proc) -> list[str]:
 
 
 def test_kfp_local_end_to_end_is_idempotent_and_carries_lineage(tmp_path, digits_csv, mlflow_server):
+    """Slow on purpose (about 1.5 minutes): the reference pipeline runs three times through kfp.local (a first run,
+    a rerun that must reuse the version, a drift run that must skip), each a whole chain from raw data."""
     import mlflow
 
     # retrain_on drift with no champion yet: nothing to compare with, so it trains (the dsl.If branch
@@ -168,6 +170,8 @@ def test_corrupted_input_stops_at_validate_data(tmp_path, digits_csv, mlflow_ser
 
 
 def test_airflow_dag_test_end_to_end(tmp_path, digits_csv, mlflow_server):
+    """Slow on purpose (about 1.3 minutes): the training DAG runs every step for real under dag.test(), from raw
+    data to a registered version."""
     import mlflow
 
     config = _config(

@@ -196,6 +196,8 @@ def _in_fresh_env(venv: Path, code: str, server: str, cwd: Path) -> subprocess.C
 
 
 def test_regression_is_scored_gated_and_registered_with_its_charts(registered, mlflow_server):
+    """Slow when it runs first (about 1.5 minutes in setup): the module's fixture runs the regression pipeline through
+    `trainpipe run` and trains the team's classifier, once for every test here."""
     import mlflow
 
     evaluated = next(registered["regression_ws"].rglob("evaluate-model/decision/metrics.json"))
@@ -228,6 +230,9 @@ def test_regression_is_scored_gated_and_registered_with_its_charts(registered, m
 def test_registered_models_load_by_alias_without_trainpipe_and_predict_as_trainpipe_does(
     fresh_env, registered, mlflow_server, diabetes_csv, digits_csv, tmp_path, monkeypatch
 ):
+    """Slow on purpose (about 2 minutes, most of it the module's fixtures): a fresh virtualenv is built with only what
+    the registered models say they need, nothing of trainpipe, and each model is loaded and served from it; that
+    separation is the claim, and no cached environment would show it."""
     import pandas as pd
 
     from trainpipe.serving import loader

@@ -45,6 +45,8 @@ def _run(tmp_path, digits_csv, mlflow_server, engine: str, name: str) -> subproc
 def test_tuning_fans_out_then_trains_the_best_settings_to_a_registered_version(
     tmp_path, digits_csv, mlflow_server, engine
 ):
+    """Slow on purpose (about a minute on each engine): the pipeline's study fans out real trials, then trains the
+    best settings and registers the version whose lineage names the study."""
     import mlflow
 
     name = f"tuned-{engine}"

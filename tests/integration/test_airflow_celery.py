@@ -60,6 +60,10 @@ def _kill_tree(pid: int) -> None:
 
 
 def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(tmp_path, digits_csv, mlflow_server):
+    """Slow on purpose (about 4-5 minutes on 2 cores): it is a whole CeleryExecutor deployment (api-server,
+    scheduler, dag-processor, three Celery workers on Redis and PostgreSQL) running three DAG runs end to end,
+    one of which waits out the scheduler's detection of a killed worker and one the approval's timeout; each
+    is the behaviour under test, and no smaller deployment shows a task moving between workers."""
     import mlflow
     import redis
 

@@ -133,6 +133,8 @@ def test_the_steps_log_reaches_the_task_log_while_it_runs(tmp_path, snapshot):
 
 
 def test_a_timed_out_task_ends_the_whole_step_and_leaves_no_process(tmp_path, snapshot):
+    """About a minute: a DAG under dag.test() trains until its 25 s execution_timeout, which must end the step's whole
+    process group; the Airflow metadata database is created first."""
     out_dir = tmp_path / "killed-model"
     dags = tmp_path / "dags"
     dags.mkdir()

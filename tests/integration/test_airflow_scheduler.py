@@ -71,6 +71,9 @@ def postgres_db():
 
 
 def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, digits_csv, postgres_db):
+    """Slow on purpose (about 2 minutes): a real scheduler, dag-processor and api-server run the training DAG,
+    including the retry's backoff while MLflow is down (the behaviour under test), then two retraining runs
+    triggered by asset events; the scheduler's own loop sets the pace, not the steps."""
     home, logs, dags = tmp_path / "airflow", tmp_path / "logs", tmp_path / "dags"
     for d in (home, logs, dags):
         d.mkdir()

@@ -103,6 +103,8 @@ def _complete_or_refused(out: Path, field: str) -> str:
 
 
 def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complete(tmp_path, big_csv):
+    """Slow on purpose (about 1.3 minutes): steps are SIGKILLed at several random moments of a dataset large
+    enough for a kill to land mid-write, and each outcome is then read back by the next step."""
     print(f"fault seed {SEED}")
     rng = random.Random(SEED)
     t0 = time.perf_counter()
@@ -216,6 +218,8 @@ def test_retried_training_reuses_its_run_not_a_duplicate(tmp_path, tiny_csv, mlf
 
 
 def test_mlflow_down_at_register_is_bounded_and_transient_and_the_rerun_registers_one_version(tmp_path, tiny_csv):
+    """Slow on purpose (about 1.5 minutes): its own MLflow server is stopped and started, and register_model's
+    bounded retries against the stopped server take the time the bound says; that wait is the behaviour."""
     import mlflow
 
     root = tmp_path / "mlflow"

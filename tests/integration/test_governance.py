@@ -271,8 +271,13 @@ def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_a
     client.create_model_version(
         APPROVED, mv.source, model_id=registry.logged_model_id(mv), tags={promote.GATE_TAG: "False"}
     )
-    failed = _cli(env, "promote", f"models:/{APPROVED}/{int(v) + 1}", "--reason", "try anyway")
+    record = tmp_path_factory.mktemp("promote") / "error.json"  # what the Airflow task reads, not the log
+    failed = _cli(
+        env, "promote", f"models:/{APPROVED}/{int(v) + 1}", "--reason", "try anyway", "--error-record", str(record)
+    )
     assert failed.returncode == 4 and "did not pass its gate" in failed.stderr.strip().splitlines()[-1]
+    said = json.loads(record.read_text())
+    assert said["component"] == "promote" and said["exit_code"] == 4 and "did not pass its gate" in said["message"]
     for bad, code, says in (
         (f"models:/{APPROVED}@challenger", 2, "promote a version, not an alias"),
         (f"models:/{APPROVED}/99", 2, "models:/"),

@@ -83,6 +83,8 @@ def _register(chain: Path, model: str, decision: str, out: str, server: str) -> 
 
 
 def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
+    """Slow on purpose (about a minute): several real trainings are registered in turn on a PostgreSQL-backed
+    tracking server, since the champion's moves between them are what is checked."""
     import mlflow
     import numpy as np
     import pandas as pd

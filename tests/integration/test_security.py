@@ -133,6 +133,8 @@ def _register(
 
 
 def test_a_user_without_the_right_cannot_register_into_another_teams_model(tmp_path, snapshot, auth_mlflow):
+    """Slow on purpose (about 1.5 minutes): two teams each train, gate and register a real model against a tracking
+    server with basic auth, since the permission is checked on real registrations, not on a stand-in."""
     import mlflow
 
     uri, _ = auth_mlflow

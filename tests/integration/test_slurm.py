@@ -77,6 +77,8 @@ def _wait_for(path_glob: tuple[Path, str], text: str, timeout: float = 120) -> P
 def test_a_warned_job_checkpoints_requeues_and_ends_as_an_uninterrupted_run_registered_from_the_cli(
     tmp_path, slurm, snapshot, mlflow_server
 ):
+    """Slow on purpose (about a minute): a real Slurm job is warned mid-training, checkpoints, is requeued by
+    slurmctld and trains to the end, and its result is compared with an uninterrupted run's."""
     import mlflow
 
     common = [

@@ -52,6 +52,9 @@ def _finish(proc: subprocess.Popen) -> dict:
 def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the_best_metric(
     tmp_path, snapshot, mlflow_server
 ):
+    """Slow on purpose (about 1.5 minutes): two workers share one study of 8 trials, each a real training of 2
+    gloo ranks, then the best settings train again and the report renders in Chromium; with fewer trials one
+    worker could take them all, and the test would not show two workers sharing a study."""
     import mlflow
     import optuna
     from optuna.trial import TrialState

@@ -28,8 +28,15 @@ app = typer.Typer(
 )
 
 
-def _fail(exc: TrainpipeError) -> None:
+def _fail(exc: TrainpipeError, error_record: Path | None = None, command: str = "trainpipe") -> None:
     typer.echo(f"trainpipe: error: {exc}", err=True)
+    if error_record is not None:  # what a runner reads instead of this line (an Airflow task's promote)
+        from trainpipe.contract.io import atomic_write_json
+        from trainpipe.contract.result import ErrorRecord
+
+        atomic_write_json(
+            error_record, ErrorRecord(component=command, exit_code=exc.exit_code, message=str(exc)).model_dump()
+        )
     raise typer.Exit(exc.exit_code)
 
 
@@ -494,6 +501,9 @@ def promote(
     as_json: bool = typer.Option(
         False, "--json", help="print what was done as one JSON line (the Airflow task's XCom)"
     ),
+    error_record: Path = typer.Option(
+        None, help="where to write the error record JSON (component, exit_code, message) when it fails"
+    ),
 ) -> None:
     """Move the serving alias to a version a person approved (with require_approval, register_model
     registers the challenger only). The version must carry a passed gate decision and verify against
@@ -523,7 +533,7 @@ def promote(
             policy=load_policy(),
         )
     except TrainpipeError as exc:
-        _fail(exc)
+        _fail(exc, error_record, "promote")
     if as_json:
         import json
 

@@ -141,9 +141,13 @@ class TrainpipeOperator(BaseOperator):
     def emit_assets(self, context: Any, result: dict[str, Any]) -> None:
         emit_assets(type(self), self.settings, self.outlets, context, result)
 
-    def command(self, context: Any) -> list[str]:
-        """The command this task runs: the component's entrypoint with the task's settings."""
-        return component_command(self.component, self.settings, orchestrator="airflow", run_id=str(context["run_id"]))
+    def command(self, context: Any, error_record: str | None = None) -> list[str]:
+        """The command this task runs: the component's entrypoint with the task's settings (and where it describes
+        a failure)."""
+        run_id = str(context["run_id"])
+        return component_command(
+            self.component, self.settings, orchestrator="airflow", run_id=run_id, error_record=error_record
+        )
 
     def execute(self, context: Any) -> Any:
         ti = context.get("ti")
@@ -158,7 +162,7 @@ class TrainpipeOperator(BaseOperator):
             error_record = os.path.join(tmp, "error.json")
             try:
                 code, out = stream(
-                    [*self.command(context), "--error-record", error_record],
+                    self.command(context, error_record),
                     env,
                     lambda line: self.log.info("%s", line.rstrip("\n")),
                     on_start=self._started,
@@ -254,7 +258,7 @@ class PromoteOperator(TrainpipeOperator):
         self.approval_task_id = approval_task_id
         self.reject = reject
 
-    def command(self, context: Any) -> list[str]:
+    def command(self, context: Any, error_record: str | None = None) -> list[str]:
         answer = context["ti"].xcom_pull(task_ids=self.approval_task_id, key=ANSWER_KEY) or {}
         user = answer.get("responded_by_user") or {}
         approver = str(user.get("name") or user.get("id") or "") or "airflow: no answer before the approval timed out"
@@ -280,6 +284,7 @@ class PromoteOperator(TrainpipeOperator):
         ]
         cmd += ["--alias", str(s["alias"])] if s.get("alias") else []
         cmd += ["--tracking-uri", str(s["tracking_uri"])] if s.get("tracking_uri") else []
+        cmd += ["--error-record", error_record] if error_record else []
         return cmd + (["--reject"] if self.reject else [])
 
 
