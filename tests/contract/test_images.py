@@ -48,9 +48,11 @@ def _stages() -> tuple[dict[str, str], dict[str, list[str]]]:
 
 
 def _image_stages(kind: str) -> list[list[str]]:
-    """The stages one image's final filesystem is made of, base first: runtime, runtime-<kind>, final."""
+    """The stages one image's final filesystem is made of, base first: runtime (and runtime-git, for the images
+    that run DVC), runtime-<kind>, final."""
     _, stages = _stages()
-    return [stages["runtime"], stages[f"runtime-{kind}"], stages["final"]]
+    git = [stages["runtime-git"]] if stages[f"runtime-{kind}"][0].startswith("FROM runtime-git ") else []
+    return [stages["runtime"], *git, stages[f"runtime-{kind}"], stages["final"]]
 
 
 def _from_image(line: str, args: dict[str, str]) -> str:
@@ -99,12 +101,14 @@ def test_every_base_is_pinned_by_digest_and_each_kind_has_its_stages():
 def test_each_image_is_lean_non_root_and_serves_its_components(kind):
     from trainpipe.images import IMAGES, RUN_AS
 
-    runtime, own, final = _image_stages(kind)
-    assert runtime[0] == "FROM ${PYTHON_BASE} AS runtime" and own[0] == f"FROM runtime AS runtime-{kind}"
+    runtime, *between, own, final = _image_stages(kind)
+    assert runtime[0] == "FROM ${PYTHON_BASE} AS runtime" and own[0].endswith(f" AS runtime-{kind}")
+    if "snapshot_dataset" in IMAGES[kind].components:  # DVC commits each snapshot's .dvc file with git
+        assert between and "apt-get install -y --no-install-recommends git" in " ".join(between[0])
     users = [line.split()[1] for line in final if line.startswith("USER ")]
     assert users and users[-1] == f"{RUN_AS}:{RUN_AS}", users  # UID ≥ 10000, as the pod specs ask
     assert int(users[-1].split(":")[0]) >= 10000
-    body = "\n".join(runtime + own + final)
+    body = "\n".join(runtime + [line for stage in between for line in stage] + own + final)
     assert not any(tool in body for tool in BUILD_TOOLS), "build tools in a runtime stage"
     assert "PYTHONDONTWRITEBYTECODE=1" in body and "WORKDIR /tmp" in body
     for label in ("title", "description", "source", "version", "revision"):
@@ -131,7 +135,7 @@ def test_the_three_images_share_one_base_and_their_common_stages():
     froms = {name: stage[0].split()[1] for name, stage in stages.items()}
     assert froms["build-base"] == froms["runtime"] == "${PYTHON_BASE}"
     assert {froms[f"deps-{k}"] for k in KINDS} == {"build-base", "compilers"}
-    assert {froms[f"runtime-{k}"] for k in KINDS} == {"runtime"}
+    assert {froms[f"runtime-{k}"] for k in KINDS} == {"runtime", "runtime-git"} and froms["runtime-git"] == "runtime"
     # the package's install and the final stage are written once, for every image
     assert sum(line.startswith("COPY src ") for stage in stages.values() for line in stage) == 1
 

@@ -69,9 +69,10 @@ def _size_mb(venv: Path) -> int:
 
 @pytest.mark.parametrize("kind", ["data", "cpu"])
 def test_locked_environment_installs_and_serves_its_components(kind, tmp_path, tiny_csv):
-    """Slow for the cpu image on purpose (about 2-3 minutes): it installs the image's whole locked environment
-    (torch, TensorFlow, MLflow, ...: about 4 GB) into a fresh virtualenv exactly as the Dockerfile does, the
-    only check here that the lock installs with hashes and `pip check` clean; pip's cache keeps the downloads."""
+    """Slow on purpose (the data image about a minute, the cpu image 2-3 minutes): it installs the image's whole
+    locked environment (the cpu image's torch, TensorFlow, MLflow, ...: about 4 GB) into a fresh virtualenv exactly
+    as the Dockerfile does, the only check here that the lock installs with hashes and `pip check` clean; pip's
+    cache keeps the downloads."""
     from trainpipe.images import IMAGES
 
     venv = _image_env(kind, tmp_path)

@@ -204,7 +204,9 @@ def _occurrences(roots: list[Path], blobs: dict[str, bytes], needles: dict[str, 
 
 
 def test_planted_secrets_appear_in_no_output_of_a_pipeline_run(tmp_path, tiny_csv, auth_mlflow):
-    """The secrets are in the environment and an Airflow connection; the pipeline runs for real with
+    """Slow on purpose (about 1.2 minutes): the pipeline must really run with the secrets to show none leaks.
+
+    The secrets are in the environment and an Airflow connection; the pipeline runs for real with
     them (the MLflow password is used on every call); then every output is searched byte for byte."""
     uri, mlflow_root = auth_mlflow
     planted = {
