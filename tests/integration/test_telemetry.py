@@ -245,6 +245,8 @@ def _panels(dashboard: dict) -> list[dict]:
 
 @pytest.mark.e2e
 def test_every_dashboard_query_returns_data_after_a_pipeline_run(monitoring, tmp_path, digits_csv, mlflow_server):
+    """Slow on purpose (about a minute): a whole pipeline runs against the real Prometheus and Pushgateway, since
+    every Grafana query must return data from a real run's series, not from figures written by hand."""
     start = time.time()
     _run_pipeline(monitoring, tmp_path, digits_csv, mlflow_server)
     time.sleep(3)  # the Pushgateway's last push, scraped
