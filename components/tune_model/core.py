@@ -386,8 +386,7 @@ class TrialRun:
             if proc.returncode == 0:
                 break
             # what train_model said, from its error record (never its log); none when it was killed
-            record = ErrorRecord.read(error_record_path(out))
-            why = record.message if record else "it wrote no error record (killed, or ended before it began)"
+            why = ErrorRecord.explain("train_model", proc.returncode, error_record_path(out))
             if proc.returncode == EXIT_TRANSIENT and attempt == 1:  # a service answered late, or a preemption
                 print(f"{NAME}: trial {trial.number}: train_model exited 75 ({why}): trying it again", file=sys.stderr)
                 continue  # its checkpoints, where it wrote any, resume it

@@ -31,12 +31,9 @@ app = typer.Typer(
 def _fail(exc: TrainpipeError, error_record: Path | None = None, command: str = "trainpipe") -> None:
     typer.echo(f"trainpipe: error: {exc}", err=True)
     if error_record is not None:  # what a runner reads instead of this line (an Airflow task's promote)
-        from trainpipe.contract.io import atomic_write_json
         from trainpipe.contract.result import ErrorRecord
 
-        atomic_write_json(
-            error_record, ErrorRecord(component=command, exit_code=exc.exit_code, message=str(exc)).model_dump()
-        )
+        ErrorRecord(component=command, exit_code=exc.exit_code, message=str(exc)).write(error_record)
     raise typer.Exit(exc.exit_code)
 
 

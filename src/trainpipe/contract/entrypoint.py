@@ -239,8 +239,7 @@ def run(
         _push(name, code, time.perf_counter() - t0, ns, payload, result)
         if code != EXIT_OK:
             if ns.get("error_record"):
-                record = ErrorRecord(component=name, exit_code=code, message=message)
-                atomic_write_json(ns["error_record"], record.model_dump())
+                ErrorRecord(component=name, exit_code=code, message=message).write(ns["error_record"])
             return code
         print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {result.summary()}", file=sys.stderr)
         result_out.write(json.dumps(payload, sort_keys=True, default=str) + "\n")

@@ -53,5 +53,19 @@ class ErrorRecord(BaseModel):
         except (OSError, ValueError):
             return None
 
-    def line(self) -> str:
-        return f"trainpipe {self.component}: error: {self.message}"
+    @classmethod
+    def explain(cls, component: str, code: int, path: str | Path) -> str:
+        """A failed step's one line: its record's message or, where it wrote none (a signal, the kernel's OOM
+        killer, a crash before it began), what its exit status says."""
+        record = cls.read(path)
+        if record is not None:
+            return record.message
+        if code < 0:
+            return f"{component} was killed by signal {-code} and wrote no error record"
+        return f"{component} exited {code} and wrote no error record (it ended before it began, or was killed)"
+
+    def write(self, path: str | Path) -> None:
+        """Atomically, so a runner never reads half a record."""
+        from trainpipe.contract.io import atomic_write_json
+
+        atomic_write_json(path, self.model_dump())

@@ -24,8 +24,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainpipe.contract.errors import InputError, is_retryable_exit
+from trainpipe.contract.result import ErrorRecord
 from trainpipe.faces.assets import emit_assets
-from trainpipe.faces.command import component_command, failure_message, note_failure, stream
+from trainpipe.faces.command import component_command, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
@@ -170,7 +171,7 @@ class TrainpipeOperator(BaseOperator):
                 )  # its own process group: on_kill ends all of it
             finally:
                 self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
-            message = failure_message(self.component, code, error_record) if code != 0 else ""
+            message = ErrorRecord.explain(self.component, code, error_record) if code != 0 else ""
         if code == 0:
             result = json.loads(out.strip().splitlines()[-1])
             self.emit_assets(context, result)

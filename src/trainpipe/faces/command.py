@@ -52,19 +52,6 @@ def component_command(
 FAILURE_FILE_ENV = "TRAINPIPE_FAILURE_FILE"
 
 
-def failure_message(name: str, code: int, error_record: str) -> str:
-    """A failed step's one line: the message of the error record its entrypoint wrote, or, where it wrote none
-    (a signal, the kernel's OOM killer, a crash before it began), what the exit status says."""
-    from trainpipe.contract.result import ErrorRecord
-
-    record = ErrorRecord.read(error_record)
-    if record is not None:
-        return record.message
-    if code < 0:
-        return f"{name} was killed by signal {-code} before it could describe its failure"
-    return f"{name} exited {code} without an error record (it ended before it began, or was killed)"
-
-
 def note_failure(name: str, code: int, message: str) -> None:
     """Tell ``trainpipe run`` (when it runs this step) which step failed, how, with what code."""
     target = os.environ.get(FAILURE_FILE_ENV)

@@ -28,7 +28,8 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         The component's result JSON.
     """
     from trainpipe.contract.errors import is_retryable_exit
-    from trainpipe.faces.command import component_command, failure_message, note_failure, stream
+    from trainpipe.contract.result import ErrorRecord
+    from trainpipe.faces.command import component_command, note_failure, stream
 
     record = os.path.join(output, FAILED_RECORD) if output else None
     if record and os.path.isfile(record):
@@ -47,7 +48,7 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id, error_record=error_record)
         env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
         code, out = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()))
-        message = failure_message(name, code, error_record) if code != 0 else ""
+        message = ErrorRecord.explain(name, code, error_record) if code != 0 else ""
     if code != 0:
         note_failure(name, code, message)
         if record and not is_retryable_exit(code):
