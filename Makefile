@@ -204,8 +204,8 @@ lock: | $(VENV)/bin/uv
 	$(VENV)/bin/uv pip compile --quiet --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-annotate \
 		--index-url https://pypi.org/simple --custom-compile-command "make lock" pyproject.toml --extra dev -c images/torch.txt \
 		--find-links $(TORCH_CPU_WHEELS) | grep -v '^torch==' > images/constraints.txt
-	$(LOCK) --extra kfp --extra data -o images/data/requirements.lock
-	$(LOCK) images/horovod.in --extra kfp --extra data --extra mlflow --extra torch --extra report --extra tensorflow --extra optimize --extra tune \
+	$(LOCK) --extra kfp --extra data --extra feast -o images/data/requirements.lock
+	$(LOCK) images/horovod.in --extra kfp --extra data --extra feast --extra mlflow --extra torch --extra report --extra tensorflow --extra optimize --extra tune \
 		--extra cluster --find-links $(TORCH_CPU_WHEELS) -o images/cpu/requirements.lock
 	$(LOCK) images/horovod.in --extra kfp --extra mlflow --extra torch --extra report --extra cluster -o images/gpu/requirements.lock
 

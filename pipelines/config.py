@@ -40,6 +40,9 @@ OPTIMIZE_FROM_PIPELINE = ("label_column", "seed")
 FROM_SPECS: dict[str, tuple[Any, str]] = {
     "label_column": (TrainModelParams, "label_column"),
     "suite": (ValidateDataParams, "suite"),
+    "features": (ValidateDataParams, "features"),
+    "feature_repo": (ValidateDataParams, "feature_repo"),
+    "entity_timestamp_column": (ValidateDataParams, "entity_timestamp_column"),
     "dataset_name": (SnapshotDatasetParams, "dataset_name"),
     "tracking_uri": (TrainModelParams, "tracking_uri"),
     "experiment_name": (TrainModelParams, "experiment_name"),
@@ -157,7 +160,10 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     """Settings of the reference training pipeline."""
 
     data: str = Field(
-        ..., min_length=1, description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files"
+        ...,
+        min_length=1,
+        description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files; with features: the "
+        "entity table the training set is joined to",
     )
     workspace: str = Field(".trainpipe", description="local state: DVC workspace and remote, MLflow DB, run outputs")
     dvc_repo_dir: str | None = Field(None, description="snapshot_dataset's repo_dir (default: <workspace>/dvc-repo)")
@@ -212,6 +218,7 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
                 for k in ("thresholds", "min_improvement", "max_regression", "metric_functions", "lower_is_better")
             },
         )
+        _same_rules(ValidateDataParams, {"features": self.features, "feature_repo": self.feature_repo})
         return self
 
     def resolved(self, base: Path | None = None) -> PipelineConfig:
@@ -228,6 +235,7 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
                 "data": absolute(self.data),
                 "workspace": str(ws),
                 "suite": absolute(self.suite),
+                "feature_repo": absolute(self.feature_repo) if self.feature_repo else "",
                 "dvc_repo_dir": absolute(self.dvc_repo_dir) if self.dvc_repo_dir else str(ws / "dvc-repo"),
                 "dvc_remote_url": absolute(self.dvc_remote_url) if self.dvc_remote_url else str(ws / "dvc-remote"),
                 "tracking_uri": tracking,

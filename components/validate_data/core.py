@@ -13,6 +13,7 @@ from trainpipe.components.validate_data.spec import (
     DEFAULT_SUITE,
     DOCS_DIR,
     NAME,
+    TRAINING_SET_FILE,
     VALIDATION_FILE,
     ExpectationOutcome,
     ValidateDataConfig,
@@ -20,9 +21,15 @@ from trainpipe.components.validate_data.spec import (
 )
 from trainpipe.contract.errors import InputError, ValidationFailed
 from trainpipe.contract.io import atomic_copy, atomic_write_json, copy_tree_atomic, dataset_digest
-from trainpipe.contract.lineage import Lineage, SourceLineage, ValidationLineage
+from trainpipe.contract.lineage import (
+    FeaturesLineage,
+    FeatureViewLineage,
+    Lineage,
+    SourceLineage,
+    ValidationLineage,
+)
 from trainpipe.contract.runtime import Runtime
-from trainpipe.tabular import dataset_columns, find_dataset, parquet_files, read_table
+from trainpipe.tabular import dataset_columns, find_data_file, find_dataset, parquet_files, read_table
 
 #: Table-level expectations whose outcome over a Parquet directory is decided on all its files together.
 AGGREGATED = ("expect_table_row_count_to_be_between", "expect_column_unique_value_count_to_be_between")
@@ -229,9 +236,13 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     expectation on rows passes when it passes in every file; the row count and the number of
     distinct values are decided on the whole directory.
 
+    With ``features``, ``data`` is an entity table: the training set is first joined from the Feast
+    repository point-in-time (:mod:`trainpipe.feature_sets`) and is what the suite checks and what is
+    handed on (``training_set.parquet``); the lineage gains ``features`` (which views, as of when).
+
     Args:
         config: Settings and paths.
-        lineage: The lineage record so far; ``source`` and ``validation`` are added.
+        lineage: The lineage record so far; ``source``, ``validation`` (and ``features``) are added.
         runtime: The platform's settings (the entrypoint's; validate_data uses none of them).
 
     Returns:
@@ -243,7 +254,29 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
             The result JSON and Data Docs are still written (without the completion marker).
     """
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    src = find_dataset(config.data, "data")
+    if not config.features.strip():
+        return _validate(config, lineage, find_dataset(config.data, "data"), None)
+    from trainpipe.feature_sets import build_training_set
+
+    entity_table = find_data_file(config.data, "data")
+    staging = Path(tempfile.mkdtemp(prefix=".training_set.", dir=Path(config.output_dir)))
+    try:
+        built = build_training_set(
+            config.feature_repo,
+            config.features,
+            entity_table,
+            config.entity_timestamp_column,
+            staging / TRAINING_SET_FILE,
+        )
+        return _validate(config, lineage, staging / TRAINING_SET_FILE, built, entity_table)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _validate(
+    config: ValidateDataConfig, lineage: Lineage, src: Path, built: Any, entity_table: Path | None = None
+) -> ValidateDataResult:
+    """The suite on ``src`` (the dataset, or the training set built from the feature store), and the hand-on."""
     files = parquet_files(src) if src.is_dir() else [src]
     suite_doc = load_suite(config.suite, config.label_column, dataset_columns(src, "data"), config)
     out = Path(config.output_dir).absolute()  # GX's store backends take absolute directories only
@@ -267,8 +300,10 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
         docs_index=f"{DOCS_DIR}/index.html",
         docs_page=str(pages[-1].relative_to(out)) if pages else f"{DOCS_DIR}/index.html",
     )
+    uri = str((entity_table or src).resolve())
     result.lineage = Lineage.of(lineage).with_(
-        source=SourceLineage(uri=str(src.resolve()), md5=result.data_md5, rows=result.rows, columns=result.columns),
+        source=SourceLineage(uri=uri, md5=result.data_md5, rows=result.rows, columns=result.columns),
+        features=None if built is None else _features_lineage(built),
         validation=ValidationLineage(
             suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful
         ),
@@ -277,6 +312,19 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     atomic_write_json(out / VALIDATION_FILE, {"result": result.model_dump(mode="json"), "gx": gx_results})
     _hand_on(result, src, out / src.name)
     return result
+
+
+def _features_lineage(built: Any) -> FeaturesLineage:
+    return FeaturesLineage(
+        repo=built.repo,
+        project=built.project,
+        service=built.service,
+        views={name: FeatureViewLineage(**view) for name, view in built.views.items()},
+        entity_md5=built.entity_md5,
+        timestamp_column=built.timestamp_column,
+        as_of_min=built.as_of_min,
+        as_of_max=built.as_of_max,
+    )
 
 
 def _gx_checkpoint(config: ValidateDataConfig, suite_doc: dict[str, Any], out: Path) -> tuple[Any, Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
@@ -14,6 +14,8 @@ NAME = "validate_data"
 #: The built-in suite, used when no suite file is given; ``{label_column}`` is filled in.
 DEFAULT_SUITE = "builtin:default"
 VALIDATION_FILE = "validation.json"
+#: The training set built from a feature store, as validate_data hands it on.
+TRAINING_SET_FILE = "training_set.parquet"
 DOCS_DIR = "data_docs"
 
 
@@ -40,6 +42,26 @@ class ValidateDataParams(StrictModel):
     result_format: Literal["BASIC", "SUMMARY", "COMPLETE"] = Field(
         "SUMMARY", description="Great Expectations result format"
     )
+    features: str = Field(
+        "",
+        description="a training set from Feast: a feature service's name, or view:feature references separated by "
+        "commas; data is then the entity table (join keys, timestamps, label), joined point-in-time. Empty: data "
+        "is the dataset",
+    )
+    feature_repo: str = Field(
+        "", description="the Feast feature repository (a folder holding feature_store.yaml) the features come from"
+    )
+    entity_timestamp_column: str = Field(
+        "event_timestamp",
+        min_length=1,
+        description="the entity table's timestamp column: each row gets the features as of this moment",
+    )
+
+    @model_validator(mode="after")
+    def _repo_with_features(self) -> ValidateDataParams:
+        if self.features.strip() and not self.feature_repo.strip():
+            raise ValueError("feature_repo: features come from a Feast repository; name its folder")
+        return self
 
 
 class ValidateDataConfig(ValidateDataParams):
@@ -48,7 +70,8 @@ class ValidateDataConfig(ValidateDataParams):
     data: str = Field(
         ...,
         min_length=1,
-        description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files",
+        description="the raw dataset: a .csv or .parquet file, or a directory of .parquet files (with features: the "
+        "entity table, one file)",
         json_schema_extra=SOURCE,
     )
     output_dir: str = Field(

@@ -34,7 +34,7 @@ class Image:
 
 IMAGES: dict[str, Image] = {
     "data": Image(
-        "data", ("validate_data", "snapshot_dataset"), "Great Expectations, DVC, pandas/pyarrow, the kfp runtime"
+        "data", ("validate_data", "snapshot_dataset"), "Great Expectations, DVC, Feast, pandas/pyarrow, the kfp runtime"
     ),
     "cpu": Image(
         "cpu",

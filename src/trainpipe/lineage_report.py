@@ -115,7 +115,8 @@ def verify_snapshot(lineage: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, Any] | None) -> str:
-    """The chain, newest first: model version → gate → evaluation → training → snapshot → validation → raw data."""
+    """The chain, newest first: model version → gate → evaluation → training → snapshot → validation →
+    features (when the data came from a feature store) → raw data."""
     reg, ev, tr = lineage.get("registration", {}), lineage.get("evaluation", {}), lineage.get("training", {})
     prof, snap, val, src = (
         lineage.get("training_profile", {}),
@@ -145,9 +146,30 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
     ]
     if reg:
         lines.insert(1, f"  registered {reg.get('model_name')} v{reg.get('version')}")
+    feats = lineage.get("features")
+    if feats:
+        at = next(i for i, line in enumerate(lines) if line.startswith("  raw data"))
+        lines[at:at] = _feature_lines(feats)
     if check is not None:
         lines.append(f"verify     {'OK' if check['ok'] else 'FAILED'}: {check['message']}")
     return "\n".join(lines)
+
+
+def _feature_lines(feats: dict[str, Any]) -> list[str]:
+    """Which features, as of when: the Feast repository, each view with its definition's fingerprint,
+    and the entity table's timestamps."""
+    service = f" service {feats['service']}" if feats.get("service") else ""
+    lines = [
+        f"  features   Feast project {feats.get('project')}{service} at {feats.get('repo')}, as of "
+        f"{feats.get('as_of_min')} .. {feats.get('as_of_max')} ({feats.get('timestamp_column')}), entity table md5 "
+        f"{feats.get('entity_md5')}"
+    ]
+    for name, view in sorted((feats.get("views") or {}).items()):
+        lines.append(
+            f"    view     {name}: {', '.join(view.get('features') or [])} (definition sha256 "
+            f"{str(view.get('fingerprint', ''))[:16]}…)"
+        )
+    return lines
 
 
 def verify_signature(version: Any, tracking_uri: str | None) -> str | None:

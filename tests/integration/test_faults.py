@@ -153,7 +153,9 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
     for _ in range(2):
         shutil.rmtree(repo, ignore_errors=True)
         shutil.rmtree(remote, ignore_errors=True)
-        windows.append(_write_window([*snap_args, "--output-dir", str(tmp_path / "snap-ref")], "snapshot_dataset", repo))
+        windows.append(
+            _write_window([*snap_args, "--output-dir", str(tmp_path / "snap-ref")], "snapshot_dataset", repo)
+        )
     window = min(windows)
     first = result_of(run_component("snapshot_dataset", *snap_args, "--output-dir", str(tmp_path / "snap-ref")))
     snap_outcomes = []
@@ -180,7 +182,9 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
     )
     mid_write = [o for o in snap_outcomes if o[0] == -signal.SIGKILL and o[1]]
     # most kills land mid-write; a trial whose step outran its kill on a loaded machine still checks the rerun
-    assert len(mid_write) >= TRIALS // 2 + 1, f"the kills did not land while snapshot_dataset was writing: {snap_outcomes}"
+    assert len(mid_write) >= TRIALS // 2 + 1, (
+        f"the kills did not land while snapshot_dataset was writing: {snap_outcomes}"
+    )
     assert any(state == "refused" for _, _, state in mid_write), (
         f"no kill left an unfinished snapshot to refuse: {snap_outcomes}"
     )

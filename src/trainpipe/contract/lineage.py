@@ -1,6 +1,6 @@
 """The lineage record: typed sections that travel with the data.
 
-Each component adds its own section (``source``, ``validation``, ``snapshot``,
+Each component adds its own section (``source``, ``features``, ``validation``, ``snapshot``,
 ``training``, ``training_profile``, ``evaluation``, ``registration``); the entrypoint adds
 ``code``, ``orchestrator`` and ``image`` and the ``steps`` so far. register_model writes the whole
 record onto the model version, so the chain from raw data to model version is never lost.
@@ -39,6 +39,26 @@ class SourceLineage(Section):
     md5: str = Field(description="md5 of the file, or DVC's .dir hash of a folder of Parquet files")
     rows: int
     columns: int
+
+
+class FeatureViewLineage(Section):
+    """One feature view a training set took features from."""
+
+    fingerprint: str = Field(description="sha256 of the view's definition (features, entities, source, TTL)")
+    features: list[str]
+
+
+class FeaturesLineage(Section):
+    """The feature store a training set was joined from: which features, as of when."""
+
+    repo: str = Field(description="the Feast feature repository")
+    project: str
+    service: str | None = Field(None, description="the feature service, when the features named one")
+    views: dict[str, FeatureViewLineage]
+    entity_md5: str = Field(description="md5 of the entity table (join keys, timestamps, label)")
+    timestamp_column: str
+    as_of_min: str = Field(description="the entity table's earliest timestamp")
+    as_of_max: str = Field(description="its latest: no feature value is newer than its row's timestamp")
 
 
 class ValidationLineage(Section):
@@ -170,6 +190,7 @@ class Lineage(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     source: SourceLineage | None = None
+    features: FeaturesLineage | None = None
     validation: ValidationLineage | None = None
     snapshot: SnapshotLineage | None = None
     training: TrainingLineage | None = None

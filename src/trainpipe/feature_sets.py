@@ -1,0 +1,217 @@
+"""Training sets from a Feast feature store: an entity table joined point-in-time to feature views.
+
+The entity table (a CSV or Parquet file: the join keys, an event timestamp per row and the label)
+is joined through Feast's ``get_historical_features``: each row gets every feature's value as of
+its own timestamp, never a newer one. The set keeps the entity table's row order (so the same
+inputs give the same bytes, and the same DVC hash) and its columns but the join keys and the
+timestamp, which stay in the lineage (the entity table's hash). Every entity row is kept: rows with
+the same keys and moment get the same features, and a row with no feature value yet keeps it empty
+(the default suite then says so), whatever the offline store does with them. Any offline store Feast supports
+works; the embedded default is Feast's local provider with Parquet sources and a file offline store.
+
+Feast and pandas are imported inside the functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainpipe.contract.errors import InputError
+
+#: The entity table's row number while Feast joins (its offline stores do not keep row order).
+_ROW = "__trainpipe_row"
+#: The column Feast reads an entity table's event timestamps from.
+_FEAST_TS = "event_timestamp"
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """What was built: the set's rows and columns, and what the lineage records of it."""
+
+    rows: int
+    columns: list[str]
+    repo: str
+    project: str
+    service: str | None
+    views: dict[str, dict[str, Any]]
+    entity_md5: str
+    timestamp_column: str
+    as_of_min: str
+    as_of_max: str
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def open_store(repo: str) -> Any:
+    """Feast's FeatureStore of a feature repository (a folder holding ``feature_store.yaml``).
+
+    Raises:
+        InputError: Feast is not installed, or the folder is not a Feast repository.
+    """
+    path = Path(repo)
+    if not (path / "feature_store.yaml").is_file():
+        raise InputError(f"feature_repo: {repo!r} is not a Feast feature repository (it has no feature_store.yaml)")
+    try:
+        from feast import FeatureStore
+    except ImportError:
+        raise InputError("features: Feast is not installed (pip install 'trainpipe[feast]')") from None
+    try:
+        return FeatureStore(repo_path=str(path.resolve()))
+    except Exception as exc:  # Feast raises several kinds for a bad feature_store.yaml
+        raise InputError(f"feature_repo: {repo!r}: {_first_line(exc)}") from None
+
+
+def resolve_features(store: Any, features: str) -> tuple[Any, str | None, dict[str, list[str]]]:
+    """What to fetch: a feature service by name, or ``view:feature`` references (comma-separated).
+
+    Returns:
+        What ``get_historical_features`` takes, the service's name (or None), and the features by view.
+
+    Raises:
+        InputError: an unknown feature service, feature view or feature (the known ones named).
+    """
+    spec = features.strip()
+    if ":" not in spec:
+        try:
+            service = store.get_feature_service(spec)
+        except Exception:
+            known = sorted(s.name for s in store.list_feature_services())
+            raise InputError(
+                f"features: feature service {spec!r} does not exist in project {store.project!r} "
+                f"(known: {', '.join(known) or 'none'})"
+            ) from None
+        by_view = {p.name: [f.name for f in p.features] for p in service.feature_view_projections}
+        return service, spec, by_view
+    views = {v.name: v for v in _all_views(store)}
+    by_view: dict[str, list[str]] = {}
+    refs = [r.strip() for r in spec.split(",") if r.strip()]
+    for ref in refs:
+        view_name, _, feature = ref.partition(":")
+        if view_name not in views:
+            raise InputError(
+                f"features: feature view {view_name!r} does not exist in project {store.project!r} "
+                f"(known: {', '.join(sorted(views)) or 'none'})"
+            )
+        names = [f.name for f in views[view_name].features]
+        if feature not in names:
+            raise InputError(
+                f"features: feature view {view_name!r} has no feature {feature!r} (it has: {', '.join(names)})"
+            )
+        by_view.setdefault(view_name, []).append(feature)
+    if not refs:
+        raise InputError("features: name a feature service, or view:feature references separated by commas")
+    return refs, None, by_view
+
+
+def _all_views(store: Any) -> list[Any]:
+    return [*store.list_feature_views(), *store.list_on_demand_feature_views()]
+
+
+def fingerprint(view: Any) -> str:
+    """sha256 of a feature view's definition (its spec as Feast stores it: features, entities,
+    source, TTL), not of when it was applied: the same definition has the same fingerprint."""
+    spec = view.to_proto().spec
+    return hashlib.sha256(spec.SerializeToString(deterministic=True)).hexdigest()
+
+
+def _entity_table(path: Path, timestamp_column: str) -> Any:
+    """The entity table with its timestamps parsed (UTC).
+
+    Raises:
+        InputError: the file cannot be read, lacks the timestamp column, or holds a value that is no timestamp.
+    """
+    import pandas as pd
+
+    from trainpipe.tabular import read_table
+
+    df = read_table(path, "data")
+    if timestamp_column not in df.columns:
+        raise InputError(
+            f"data: the entity table has no timestamp column {timestamp_column!r} (entity_timestamp_column; it has: "
+            f"{', '.join(map(str, df.columns))})"
+        )
+    parsed = pd.to_datetime(df[timestamp_column], errors="coerce", utc=True)
+    bad = parsed.isna()
+    if bad.any():
+        row = int(bad.to_numpy().nonzero()[0][0])
+        raise InputError(
+            f"data: column {timestamp_column!r} row {row} holds {df[timestamp_column].iloc[row]!r}, not a timestamp"
+        )
+    if _ROW in df.columns:
+        raise InputError(f"data: the entity table has a column named {_ROW!r}, which trainpipe uses while it joins")
+    return df.assign(**{timestamp_column: parsed})
+
+
+def build_training_set(
+    repo: str, features: str, entity_table: str | Path, timestamp_column: str, dest: Path
+) -> FeatureSet:
+    """Join the entity table to the features point-in-time and write the set as one Parquet file.
+
+    Raises:
+        InputError: a bad repository, feature reference or entity table; a join key missing; Feast's
+            own complaint about the join, in one line.
+    """
+    import pandas as pd
+
+    from trainpipe.contract.io import atomic_write_bytes, file_digest
+
+    store = open_store(repo)
+    wanted, service, by_view = resolve_features(store, features)
+    source = Path(entity_table)
+    entity_md5 = file_digest(source)
+    df = _entity_table(source, timestamp_column)
+    views = {v.name: v for v in _all_views(store)}
+    join_keys: list[str] = []
+    for name in by_view:
+        for key in getattr(views[name], "join_keys", None) or [c.name for c in views[name].entity_columns]:
+            if key not in df.columns:
+                raise InputError(
+                    f"data: the entity table lacks {key!r}, the join key of feature view {name!r} (it has: "
+                    f"{', '.join(map(str, df.columns))})"
+                )
+            if key not in join_keys:
+                join_keys.append(key)
+    # Feast is asked once per distinct (join keys, moment): its file store keeps one of several equal
+    # entity rows and drops a row that has no feature value yet; rows are put back below
+    moments = [*join_keys, timestamp_column]
+    group = df.groupby(moments, sort=False, dropna=False).ngroup().to_numpy()
+    first = ~pd.Series(group).duplicated().to_numpy()
+    entity = df.loc[first, moments].assign(**{_ROW: group[first]}).rename(columns={timestamp_column: _FEAST_TS})
+    try:
+        joined = store.get_historical_features(entity_df=entity, features=wanted).to_df()
+    except Exception as exc:  # Feast's own complaint (a name clash, a source it cannot read)
+        raise InputError(f"features: Feast could not build the training set: {_first_line(exc)}") from None
+    # every entity row, in the entity table's order, with its own values and its moment's features
+    feature_columns = [c for c in joined.columns if c not in entity.columns]
+    by_moment = joined[[_ROW, *feature_columns]].drop_duplicates(_ROW).set_index(_ROW)
+    rows = by_moment.reindex(group).reset_index(drop=True)
+    kept = [c for c in df.columns if c not in moments]
+    clash = sorted(set(kept) & set(feature_columns))
+    if clash:
+        raise InputError(f"data: the entity table's column {clash[0]!r} has the name of a feature it is joined to")
+    out = df[kept].reset_index(drop=True).join(rows)
+    buf = io.BytesIO()
+    out.to_parquet(buf, index=False)
+    atomic_write_bytes(dest, buf.getvalue())
+    stamps = df[timestamp_column]
+    return FeatureSet(
+        rows=len(out),
+        columns=[str(c) for c in out.columns],
+        repo=str(Path(repo).resolve()),
+        project=str(store.project),
+        service=service,
+        views={name: {"fingerprint": fingerprint(views[name]), "features": feats} for name, feats in by_view.items()},
+        entity_md5=entity_md5,
+        timestamp_column=timestamp_column,
+        as_of_min=stamps.min().isoformat(),
+        as_of_max=stamps.max().isoformat(),
+    )
+
+
+__all__ = ["FeatureSet", "build_training_set", "fingerprint", "open_store", "resolve_features"]
