@@ -28,6 +28,7 @@ from trainpipe.contract.io import atomic_write_settings, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
+from trainpipe.costs import Meter
 from trainpipe.layout import (
     EPOCH_METRICS_FILE,
     ERRORS_DIR,
@@ -36,7 +37,7 @@ from trainpipe.layout import (
     TELEMETRY_DIR,
     TUNED_SETTINGS_FILE,
 )
-from trainpipe.profiles import metrics_port
+from trainpipe.profiles import metrics_port, prices_of
 from trainpipe.tabular import find_dataset
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
@@ -135,14 +136,14 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         runtime.hardware_profile,
         config.train_function,
     )
-    t0 = time.perf_counter()
+    meter = Meter()  # the ranks' wall time, CPU time and memory, for what the run used and cost
     try:
         abort = (lambda: tracking_thread.error is not None) if tracking_thread is not None else None
         code = launch.launch(config, config_path, env, out / ERRORS_DIR, abort=abort)
     finally:
         config_path.unlink(missing_ok=True)
         shutil.rmtree(out / launch.RENDEZVOUS_DIR, ignore_errors=True)
-    wall = time.perf_counter() - t0
+    wall = meter.elapsed()
     if (
         tracking_thread is not None and tracking_thread.error is not None and code != 0
     ):  # MLflow failed: the ranks were stopped
@@ -172,7 +173,7 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     if tracking_thread is None:
         return _worker_node_result(config, wall, lineage)
     t = tracking_thread.result()
-    return _report(config, lineage, t, out, wall, runtime.hardware_profile)
+    return _report(config, lineage, t, out, meter, wall, runtime.hardware_profile)
 
 
 def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
@@ -222,9 +223,15 @@ def _discard_outputs(out: Path) -> None:
 
 
 def _report(
-    config: TrainModelConfig, lineage: Lineage, t: _Tracking, out: Path, wall: float, hardware_profile: str
+    config: TrainModelConfig,
+    lineage: Lineage,
+    t: _Tracking,
+    out: Path,
+    meter: Meter,
+    wall: float,
+    hardware_profile: str,
 ) -> TrainModelResult:
-    """Log what the ranks made to the run and build the result."""
+    """Log what the ranks made, what they used and what that cost to the run, and build the result."""
     from mlflow.entities import Metric
 
     from trainpipe import tracking
@@ -232,6 +239,10 @@ def _report(
 
     client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
+    gpus = int(meta["world_size"]) if meta["device"] == "cuda" else 0
+    usage = meter.usage(gpus=gpus, wall_seconds=wall)
+    prices = prices_of(hardware_profile)
+    spent = usage.figures(prices)
     history = [
         json.loads(line) for line in (out / EPOCH_METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()
     ]
@@ -252,6 +263,10 @@ def _report(
             for i in range(0, len(metrics), 1000):
                 client.log_batch(run_id, metrics=metrics[i : i + 1000])
         client.log_metric(run_id, "train_wall_seconds", wall)
+        for key, value in spent.items():
+            client.log_metric(run_id, f"train_{key}", value)
+        if prices is not None:
+            client.set_tag(run_id, "trainpipe.cost_currency", prices.currency)
         for name in (MODEL_META, EPOCH_METRICS_FILE):
             client.log_artifact(run_id, str(out / name), artifact_path="train_model")
         model_uri = package.log_model(run_id, out, config.serving_requirements)
@@ -283,6 +298,9 @@ def _report(
         final_loss=last.get("loss"),
         metrics=last,
         wall_seconds=round(wall, 3),
+        usage=usage,
+        cost=spent.get("cost"),
+        currency=prices.currency if prices is not None else None,
         resumed_from_step=int(telemetry0.get("resumed_from_step", 0)),
         global_steps=int(telemetry0.get("global_steps", 0)),
         precision=config.precision,
@@ -304,6 +322,12 @@ def _report(
             hardware_profile=hardware_profile,
             model_sha256=sha,
             final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
+            wall_seconds=usage.wall_seconds,
+            gpu_seconds=usage.gpu_seconds,
+            cpu_core_seconds=usage.cpu_core_seconds,
+            peak_memory_mb=usage.peak_memory_mb,
+            cost=result.cost,
+            currency=result.currency,
         )
     )
     return result

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from trainpipe.contract.lineage import TrainingRun
 from trainpipe.contract.result import ComponentResult
+from trainpipe.costs import Usage
 from trainpipe.training.settings import ClusterJob, SlurmJob, TrainModelConfig, TrainModelParams
 
 NAME = "train_model"
@@ -36,6 +37,11 @@ class TrainModelResult(ComponentResult, TrainingRun):
         default_factory=dict, description="the last epoch's mean of every value the function logged"
     )
     wall_seconds: float = Field(description="the training's wall time")
+    usage: Usage | None = Field(
+        None, description="what the training used: GPU-seconds, CPU-core-seconds of its ranks, peak memory"
+    )
+    cost: float | None = Field(None, description="what it cost at the hardware profile's prices (unpriced: none)")
+    currency: str | None = Field(None, description="the cost's currency")
     resumed_from_step: int = Field(description="the checkpoint step it resumed from (0: from scratch)")
     global_steps: int = Field(description="optimizer steps taken in all")
     precision: str = Field(description="the precision it trained in (fp32, bf16, fp16)")
@@ -49,4 +55,14 @@ class TrainModelResult(ComponentResult, TrainingRun):
     def summary(self) -> str:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items()))
         where = f"{self.world_size}x {self.dist_backend} ({self.device})"
-        return f"{self.train_function} on {where}: {shown or 'no metrics logged'}, run {self.mlflow_run_id}"
+        cost = f", cost {self.cost:.4f} {self.currency}" if self.cost is not None else ""
+        return f"{self.train_function} on {where}: {shown or 'no metrics logged'}{cost}, run {self.mlflow_run_id}"
+
+    def series(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """What the training used and, on a priced profile, what it cost (Prometheus)."""
+        if self.usage is None:
+            return []
+        from trainpipe.costs import series
+
+        labels = {"train_function": self.train_function, "device": self.device}
+        return series(self.usage, self.cost, self.currency, labels)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trainpipe.contract.config import StrictModel, build, load_file
+from trainpipe.costs import Prices
 
 
 class Resources(StrictModel):
@@ -132,6 +133,11 @@ class HardwareProfile(StrictModel):
         "KFP task pod "
         "keeps Kubernetes' 30 s, which kfp-kubernetes cannot set)",
     )
+    prices: Prices | None = Field(
+        None,
+        description="what the enterprise charges for this hardware (per GPU-hour, CPU-core-hour, node-hour, in a "
+        "currency): train_model reports each run's cost at these prices",
+    )
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
 
@@ -175,6 +181,19 @@ def metrics_port(name_or_path: str) -> int:
         except (InputError, OSError):
             return 0
     return 0
+
+
+def prices_of(name_or_path: str) -> Prices | None:
+    """The prices the step's hardware profile declares; None for a local run (no profile), an unpriced
+    profile, or one that cannot be read (reporting a cost never fails a run)."""
+    if name_or_path in PROFILES or name_or_path.endswith((".yaml", ".yml", ".json")):
+        from trainpipe.contract.errors import InputError
+
+        try:
+            return get_profile(name_or_path).prices
+        except (InputError, OSError):
+            return None
+    return None
 
 
 def get_profile(name_or_path: str) -> HardwareProfile:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, _free_port, free_port_pair, run_component, wait_http
+from tests.conftest import REPO, _free_port, free_port_pair, result_of, run_component, wait_http
 
 pytestmark = pytest.mark.integration
 
@@ -398,3 +398,70 @@ def test_a_taken_port_and_a_pushgateway_that_is_down_are_one_warning_each(tmp_pa
     assert "s3cret" not in proc.stderr and "Traceback" not in proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (tmp_path / "out" / "model.safetensors").is_file() and result["global_steps"] > 0
+
+
+def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
+    monitoring, tmp_path, digits_csv, mlflow_server
+):
+    """A hardware profile with prices: train_model's result, its lineage, its MLflow run and the
+    Pushgateway all carry the same usage and the same cost, which is the usage at those prices."""
+    import mlflow
+
+    from trainpipe.costs import Prices, Usage
+
+    profile = tmp_path / "priced.yaml"
+    profile.write_text(
+        yaml.safe_dump({"name": "priced-cpu", "prices": {"currency": "EUR", "cpu_core_hour": 3.6, "node_hour": 0.36}})
+    )
+    proc = run_component(
+        "train_model",
+        "--data",
+        str(digits_csv),
+        "--output-dir",
+        str(tmp_path / "t"),
+        "--tracking-uri",
+        mlflow_server,
+        "--epochs",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--run-id",
+        "priced-1",
+        env={"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway, "TRAINPIPE_HARDWARE_PROFILE": str(profile)},
+    )
+    result = result_of(proc)
+    usage = Usage(**result["usage"])
+    assert usage.cpu_core_seconds > 1 and usage.gpu_seconds == 0 and usage.peak_memory_mb > 50
+    assert result["currency"] == "EUR" and result["cost"] == usage.cost(
+        Prices(currency="EUR", cpu_core_hour=3.6, node_hour=0.36)
+    )
+    assert result["cost"] == pytest.approx(usage.cpu_core_seconds / 1000 + usage.wall_seconds / 10_000, abs=1e-5)
+    training = result["lineage"]["training"]
+    assert (training["cost"], training["currency"], training["cpu_core_seconds"]) == (
+        result["cost"],
+        "EUR",
+        usage.cpu_core_seconds,
+    )
+    run = mlflow.MlflowClient(mlflow_server).get_run(result["mlflow_run_id"])
+    assert run.data.metrics["train_cost"] == result["cost"] and run.data.tags["trainpipe.cost_currency"] == "EUR"
+    assert run.data.metrics["train_cpu_core_seconds"] == usage.cpu_core_seconds
+    cost = monitoring.wait_for('trainpipe_run_cost{component="train_model", run_id="priced-1"}')
+    assert cost[0]["metric"]["currency"] == "EUR" and float(cost[0]["value"][1]) == pytest.approx(result["cost"])
+    cpu = monitoring.query('trainpipe_run_cpu_core_seconds{run_id="priced-1"}')
+    assert float(cpu[0]["value"][1]) == pytest.approx(usage.cpu_core_seconds)
+    # an unpriced run reports its usage and no cost
+    plain = result_of(
+        run_component(
+            "train_model",
+            "--data",
+            str(digits_csv),
+            "--output-dir",
+            str(tmp_path / "u"),
+            "--tracking-uri",
+            mlflow_server,
+            "--epochs",
+            "1",
+        )
+    )
+    assert plain["cost"] is None and plain["usage"]["cpu_core_seconds"] > 0
+    assert "cost" not in plain["lineage"]["training"]

@@ -99,6 +99,12 @@ class TrainingLineage(Section, TrainingRun):
     model_sha256: str
     final_loss: float | None = None
     cluster_job: str | None = Field(None, description="Kind/namespace/name of the multi-node job that trained it")
+    wall_seconds: float | None = None
+    gpu_seconds: float | None = Field(None, description="accelerators held x wall seconds")
+    cpu_core_seconds: float | None = Field(None, description="CPU time of the ranks")
+    peak_memory_mb: float | None = None
+    cost: float | None = Field(None, description="what the training cost at its hardware profile's prices")
+    currency: str | None = None
 
 
 class TrainingProfileLineage(Section):
