@@ -28,8 +28,9 @@ from trainpipe.contract.io import atomic_write_settings, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.costs import Meter
+from trainpipe.costs import Budget, Meter, record_spent, spent_before
 from trainpipe.layout import (
+    CHECKPOINT_DIR,
     EPOCH_METRICS_FILE,
     ERRORS_DIR,
     MODEL_FILE,
@@ -112,6 +113,7 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     if config.slurm is not None or (config.cluster is not None and config.nnodes > 1):
         return _as_job(config, lineage, runtime)
     check_inputs(config)
+    spending = _Spending(config, runtime.hardware_profile)  # what it spends, against its budget
     out = Path(config.output_dir)
     chief = launch.node_rank(config) == 0
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)
@@ -136,14 +138,15 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         runtime.hardware_profile,
         config.train_function,
     )
-    meter = Meter()  # the ranks' wall time, CPU time and memory, for what the run used and cost
+    spending.start()
     try:
         abort = (lambda: tracking_thread.error is not None) if tracking_thread is not None else None
-        code = launch.launch(config, config_path, env, out / ERRORS_DIR, abort=abort)
+        budget = spending.spent if spending.budget is not None else None
+        code = launch.launch(config, config_path, env, out / ERRORS_DIR, abort=abort, budget=budget)
     finally:
         config_path.unlink(missing_ok=True)
         shutil.rmtree(out / launch.RENDEZVOUS_DIR, ignore_errors=True)
-    wall = meter.elapsed()
+        spending.record()
     if (
         tracking_thread is not None and tracking_thread.error is not None and code != 0
     ):  # MLflow failed: the ranks were stopped
@@ -151,29 +154,96 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         tracking_thread.result()
     rank_errors = sorted((out / ERRORS_DIR).glob("rank*.json")) if (out / ERRORS_DIR).exists() else []
     if code != 0 or rank_errors:
-        err = json.loads(rank_errors[0].read_text(encoding="utf-8")) if rank_errors else None
-        preempted = code == errors.EXIT_TRANSIENT and (err is None or err.get("type") == "Preempted")
-        _discard_outputs(out)  # the checkpoints stay: a rerun resumes from them
-        if tracking_thread is not None:
-            tracking_thread.join()
-            if tracking_thread.client is not None and tracking_thread.run_id:
-                tracking_thread.client.set_terminated(
-                    tracking_thread.run_id, status="KILLED" if preempted else "FAILED"
-                )
-        if err is not None:
-            raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
-        if preempted:
-            raise errors.Preempted(
-                "preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one"
-            )
-        raise errors.TrainpipeError(
-            f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} "
-            "restarts (rank logs above)"
-        )
+        _failed(config, out, code, rank_errors, tracking_thread, spending.reason)
     if tracking_thread is None:
-        return _worker_node_result(config, wall, lineage)
+        return _worker_node_result(config, spending.this.wall_seconds, lineage)
     t = tracking_thread.result()
-    return _report(config, lineage, t, out, meter, wall, runtime.hardware_profile)
+    return _report(config, lineage, t, out, spending, runtime.hardware_profile)
+
+
+def _failed(
+    config: TrainModelConfig, out: Path, code: int, rank_errors: list[Path], tracking_thread: Any, budget: str | None
+) -> None:
+    """Why the ranks failed, as the error the entrypoint turns into its exit code and one line; the run
+    marked failed (or killed: preempted, or stopped by its budget)."""
+    err = json.loads(rank_errors[0].read_text(encoding="utf-8")) if rank_errors else None
+    preempted = code == errors.EXIT_TRANSIENT and (err is None or err.get("type") == "Preempted")
+    _discard_outputs(out)  # the checkpoints stay: a rerun resumes from them
+    if tracking_thread is not None:
+        tracking_thread.join()
+        if tracking_thread.client is not None and tracking_thread.run_id:
+            tracking_thread.client.set_terminated(tracking_thread.run_id, status="KILLED" if preempted else "FAILED")
+    if budget is not None and preempted:
+        import re
+
+        said = (err or {}).get("message", "")
+        step, ckpt = re.search(r"at step (\d+)", said), re.search(r"ckpt-\d+", said)
+        where = f"stopped at step {step[1]} with a checkpoint" if step else "stopped"
+        resume = ckpt[0] if ckpt else "its newest checkpoint"
+        raise errors.BudgetReached(f"{budget}; {where}: a rerun with a larger budget resumes from {resume}")
+    if err is not None:
+        raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
+    if preempted:
+        raise errors.Preempted(
+            "preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one"
+        )
+    raise errors.TrainpipeError(
+        f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} "
+        "restarts (rank logs above)"
+    )
+
+
+def _uses_cuda(config: TrainModelConfig) -> bool:
+    """Whether the ranks will train on GPUs (what ``device: auto`` picks), without importing torch."""
+    if config.device != "auto":
+        return config.device == "cuda"
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+class _Spending:
+    """What this training spends, against its budget: every earlier attempt (the record beside its
+    checkpoints) and this one, measured while its ranks run.
+
+    Raises:
+        InputError: max_cost on a hardware profile without prices.
+        BudgetReached: earlier attempts already spent the budget (nothing starts).
+    """
+
+    def __init__(self, config: TrainModelConfig, hardware_profile: str) -> None:
+        self.prices = prices_of(hardware_profile)
+        if config.max_cost is not None and self.prices is None:
+            raise InputError(
+                f"max_cost: the hardware profile {hardware_profile!r} declares no prices (give it prices:, or set "
+                "max_gpu_hours)"
+            )
+        self.dir = Path(config.checkpoint_dir or Path(config.output_dir) / CHECKPOINT_DIR)
+        self.before = spent_before(self.dir)
+        limited = config.max_cost is not None or config.max_gpu_hours is not None
+        self.budget = Budget(config.max_cost, config.max_gpu_hours, self.prices) if limited else None
+        self.gpus = config.nproc_per_node if _uses_cuda(config) else 0
+        self.reason: str | None = None
+        if self.budget is not None and self.before is not None and (said := self.budget.reached(self.before)):
+            raise errors.BudgetReached(f"{said}; nothing started: a rerun with a larger budget resumes")
+        self.meter = Meter()
+
+    def start(self) -> None:
+        """The ranks start now: this attempt is measured from here."""
+        self.meter = Meter()
+
+    def spent(self) -> bool:
+        """Whether the budget is spent (the launcher asks once a second)."""
+        assert self.budget is not None
+        self.reason = self.budget.reached(self.meter.live(self.gpus) + self.before)
+        return self.reason is not None
+
+    def record(self) -> None:
+        """What this attempt used (``this``) and every attempt so far (``total``, kept beside the checkpoints)."""
+        self.this = self.meter.usage(self.gpus)
+        self.total = self.this + self.before
+        record_spent(self.dir, self.total)
 
 
 def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
@@ -227,8 +297,7 @@ def _report(
     lineage: Lineage,
     t: _Tracking,
     out: Path,
-    meter: Meter,
-    wall: float,
+    spending: _Spending,
     hardware_profile: str,
 ) -> TrainModelResult:
     """Log what the ranks made, what they used and what that cost to the run, and build the result."""
@@ -239,9 +308,7 @@ def _report(
 
     client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
-    gpus = int(meta["world_size"]) if meta["device"] == "cuda" else 0
-    usage = meter.usage(gpus=gpus, wall_seconds=wall)
-    prices = prices_of(hardware_profile)
+    wall, usage, prices = spending.this.wall_seconds, spending.total, spending.prices
     spent = usage.figures(prices)
     history = [
         json.loads(line) for line in (out / EPOCH_METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()

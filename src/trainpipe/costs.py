@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import resource
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +38,17 @@ class Usage(BaseModel):
     cpu_core_seconds: float = Field(description="CPU time (user + system) of every process the run waited for")
     peak_memory_mb: float = Field(description="the peak resident memory of the largest of its processes")
     nodes: int = Field(1, description="nodes the run held")
+
+    def __add__(self, other: Usage | None) -> Usage:
+        if other is None:
+            return self
+        return Usage(
+            wall_seconds=round(self.wall_seconds + other.wall_seconds, 3),
+            gpu_seconds=round(self.gpu_seconds + other.gpu_seconds, 3),
+            cpu_core_seconds=round(self.cpu_core_seconds + other.cpu_core_seconds, 3),
+            peak_memory_mb=max(self.peak_memory_mb, other.peak_memory_mb),
+            nodes=max(self.nodes, other.nodes),
+        )
 
     def cost(self, prices: Prices) -> float:
         """The usage at these prices, rounded to a millionth of the currency."""
@@ -74,6 +87,23 @@ class Meter:
         """Wall seconds since the meter started."""
         return time.perf_counter() - self._t0
 
+    def live(self, gpus: int = 0, nodes: int = 1) -> Usage:
+        """What was used so far, the processes still running included (psutil reads their CPU time)."""
+        import psutil
+
+        running = 0.0
+        try:
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    t = child.cpu_times()
+                    running += t.user + t.system
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            pass
+        done = self.usage(gpus, nodes)
+        return done.model_copy(update={"cpu_core_seconds": round(done.cpu_core_seconds + running, 3)})
+
     def usage(self, gpus: int = 0, nodes: int = 1, wall_seconds: float | None = None) -> Usage:
         """What was used since the meter started: ``gpus`` accelerators held for the wall time."""
         wall = round(time.perf_counter() - self._t0 if wall_seconds is None else wall_seconds, 3)
@@ -85,6 +115,52 @@ class Meter:
             peak_memory_mb=round(peak_kb / 1024, 1),
             nodes=nodes,
         )
+
+
+#: What every attempt of a training has used, kept beside its checkpoints: a budget counts them all.
+SPENT_FILE = "spent.json"
+
+
+def spent_before(checkpoint_dir: str | Path) -> Usage | None:
+    """What earlier attempts of this training used (their checkpoints' record), or None."""
+    try:
+        return Usage.model_validate_json((Path(checkpoint_dir) / SPENT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def record_spent(checkpoint_dir: str | Path, usage: Usage) -> None:
+    """Keep what every attempt so far used beside the checkpoints (atomically)."""
+    from trainpipe.contract.io import atomic_write_text
+
+    atomic_write_text(Path(checkpoint_dir) / SPENT_FILE, usage.model_dump_json())
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A limit on what a training may spend: a cost at the profile's prices, GPU-hours, or both."""
+
+    max_cost: float | None
+    max_gpu_hours: float | None
+    prices: Prices | None
+
+    def reached(self, spent: Usage) -> str | None:
+        """What was spent against which limit, when a limit is reached; else None."""
+        if self.max_cost is not None and self.prices is not None:
+            cost = spent.cost(self.prices)
+            if cost >= self.max_cost:
+                cur = self.prices.currency
+                return (
+                    f"max_cost: spent {cost:.4f} {cur} of {self.max_cost:g} {cur} ({spent.gpu_seconds:.0f} "
+                    f"GPU-seconds, {spent.cpu_core_seconds:.0f} CPU-core-seconds, {spent.wall_seconds:.0f} s over "
+                    "every attempt)"
+                )
+        if self.max_gpu_hours is not None and spent.gpu_seconds / 3600 >= self.max_gpu_hours:
+            return (
+                f"max_gpu_hours: spent {spent.gpu_seconds / 3600:.4f} GPU-hours of {self.max_gpu_hours:g} "
+                f"({spent.wall_seconds:.0f} s over every attempt)"
+            )
+        return None
 
 
 def series(
@@ -113,4 +189,4 @@ def series(
     return out
 
 
-__all__ = ["Meter", "Prices", "Usage", "series"]
+__all__ = ["Budget", "Meter", "Prices", "Usage", "record_spent", "series", "spent_before"]

@@ -121,6 +121,38 @@ def test_slurms_warning_sigusr1_stops_horovod_ranks_with_a_checkpoint_and_the_re
     assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
 
 
+def test_a_spent_budget_stops_with_a_checkpoint_exit_9_and_a_larger_one_resumes_exactly(
+    tmp_path, uninterrupted, digits_csv, mlflow_server
+):
+    """A profile priced at one euro per wall second and a max_cost a second short of the uninterrupted
+    run's: the ranks checkpoint at their step's end and the step exits 9 with one line saying what was
+    spent; the same budget again starts nothing; a larger one resumes and ends where the uninterrupted
+    run ends, byte for byte, its cost counting every attempt."""
+    from trainpipe.contract.artifacts import read_artifact
+
+    profile = tmp_path / "priced.yaml"
+    profile.write_text("name: per-second\nprices: {currency: EUR, node_hour: 3600}\n")
+    env = {**TEAM, "TRAINPIPE_HARDWARE_PROFILE": str(profile)}
+    budget = read_artifact(uninterrupted, "model").result["wall_seconds"] - 1.0
+    out = tmp_path / "m"
+    stopped = run_component(
+        "train_model", *args(digits_csv, out, mlflow_server, "--max-cost", f"{budget:.2f}"), env=env
+    )
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert stopped.returncode == 9, stopped.stderr[-3000:]
+    assert last.startswith("trainpipe train_model: error: max_cost: spent ") and f"of {budget:.2f} EUR" in last, last
+    assert "a rerun with a larger budget resumes from ckpt-" in last and "Traceback" not in stopped.stderr
+    at = int(last.split("stopped at step ")[1].split(" ")[0])
+    assert 0 < at < 2 * STEPS_PER_EPOCH and not (out / "model.safetensors").exists()
+    again = run_component("train_model", *args(digits_csv, out, mlflow_server, "--max-cost", f"{budget:.2f}"), env=env)
+    assert again.returncode == 9 and "nothing started" in again.stderr.strip().splitlines()[-1], again.stderr[-2000:]
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*")) == [f"ckpt-{at:010d}"]
+    r = result_of(run_component("train_model", *args(digits_csv, out, mlflow_server, "--max-cost", "1000"), env=env))
+    assert r["resumed_from_step"] == at and r["global_steps"] == 2 * STEPS_PER_EPOCH
+    assert sha256(out / "model.safetensors") == sha256(uninterrupted / "model.safetensors")
+    assert r["cost"] > budget and r["usage"]["wall_seconds"] > r["wall_seconds"]  # both attempts counted
+
+
 @pytest.fixture(scope="module")
 def mlp_whole(tmp_path_factory, digits_csv, mlflow_server):
     out = tmp_path_factory.mktemp("mlp-whole") / "m"

@@ -54,3 +54,41 @@ def test_a_profile_declares_prices_and_a_bad_price_is_one_line(tmp_path):
         get_profile(str(bad))
     assert "\n" not in str(exc.value)
     assert prices_of(str(bad)) is None  # reporting a cost never fails a run
+
+
+def test_a_budget_names_the_limit_it_reached_and_what_was_spent():
+    from trainpipe.costs import Budget
+
+    spent = Usage(wall_seconds=7200, gpu_seconds=14_400, cpu_core_seconds=3600, peak_memory_mb=1)
+    prices = Prices(currency="EUR", gpu_hour=2.0)
+    assert Budget(9.0, None, prices).reached(spent) is None  # 4 GPU-hours at 2 EUR: 8 EUR
+    said = Budget(8.0, None, prices).reached(spent)
+    assert said == (
+        "max_cost: spent 8.0000 EUR of 8 EUR (14400 GPU-seconds, 3600 CPU-core-seconds, 7200 s over every attempt)"
+    )
+    assert Budget(None, 4.5, None).reached(spent) is None
+    assert Budget(None, 4.0, None).reached(spent).startswith("max_gpu_hours: spent 4.0000 GPU-hours of 4 ")
+
+
+def test_what_every_attempt_spent_is_kept_beside_the_checkpoints(tmp_path):
+    from trainpipe.costs import record_spent, spent_before
+
+    assert spent_before(tmp_path / "none") is None
+    first = Usage(wall_seconds=1.5, gpu_seconds=3, cpu_core_seconds=2, peak_memory_mb=100)
+    record_spent(tmp_path / "ckpt", first)
+    second = Usage(wall_seconds=2, gpu_seconds=4, cpu_core_seconds=1, peak_memory_mb=80) + spent_before(
+        tmp_path / "ckpt"
+    )
+    assert second == Usage(wall_seconds=3.5, gpu_seconds=7, cpu_core_seconds=3, peak_memory_mb=100)
+    (tmp_path / "ckpt" / "spent.json").write_text("not json")
+    assert spent_before(tmp_path / "ckpt") is None  # a damaged record counts as none, never fails a run
+
+
+def test_max_cost_on_an_unpriced_profile_is_one_line(tmp_path):
+    from trainpipe.components.train_model.core import _Spending
+    from trainpipe.components.train_model.spec import TrainModelConfig
+
+    config = TrainModelConfig(data=str(tmp_path), output_dir=str(tmp_path / "out"), max_cost=10)
+    with pytest.raises(InputError, match=r"^max_cost: the hardware profile 'cpu' declares no prices"):
+        _Spending(config, "cpu")
+    assert _Spending(config.model_copy(update={"max_cost": None, "max_gpu_hours": 1.0}), "cpu").budget is not None

@@ -29,6 +29,7 @@ EXIT_GATE_FAILED = 4
 EXIT_AUDIT_TAMPERED = 6
 EXIT_SIGNATURE_INVALID = 7
 EXIT_CANCELLED = 8
+EXIT_BUDGET = 9
 EXIT_TRANSIENT = 75
 EXIT_NOT_PERMITTED = 77
 
@@ -84,6 +85,13 @@ class Cancelled(TrainpipeError):
     permanent, a person stopped it; a retry would submit it again against their decision."""
 
     exit_code = EXIT_CANCELLED
+
+
+class BudgetReached(TrainpipeError):
+    """A training reached its budget (``max_cost``, ``max_gpu_hours``) and stopped at a step's end with
+    its checkpoint written: not retried (the same budget is spent), a rerun with a larger one resumes."""
+
+    exit_code = EXIT_BUDGET
 
 
 class Preempted(TrainpipeError):

@@ -360,14 +360,14 @@ class _Preemption:
         self._signalled: set[int] = set()
         self._parent = os.getppid()
 
-    def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]]) -> None:
+    def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]], why: str = "") -> None:
         if os.getppid() != self._parent:  # the task that started this step died: nobody reads its output now
             _silence_stdio()
         if self.signum is None:
             self.signum, self.deadline = signum, time.monotonic() + self.plan.preempt_wait_s
             print(
-                f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its step "
-                "and stops",
+                f"train_model: {why or signal.Signals(signum).name + ' received'}: every rank checkpoints at the end "
+                "of its step and stops",
                 file=sys.stderr,
                 flush=True,
             )
@@ -430,9 +430,12 @@ class _Relay:
         self._threads = []
 
 
-def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = None) -> int:
+def run_plan(
+    plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = None, budget: Callable[[], bool] | None = None
+) -> int:
     """Run the group; restart it ``plan.restarts`` times after a failure; stop at a permanent error;
-    on a preemption signal, pass it on and wait for the ranks' checkpoint (no restart).
+    on a preemption signal, pass it on and wait for the ranks' checkpoint (no restart). ``budget`` is
+    polled once a second: when it says the budget is spent, the ranks stop as on a preemption.
 
     Returns:
         0 when a run of the group succeeds, 75 when it was preempted, else the failing exit code
@@ -455,7 +458,7 @@ def run_plan(plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = No
         else {}
     )
     try:
-        return _attempts(plan, procs, relay, errors_dir, abort, preemption, {PIDS_ENV: str(pid_dir)})
+        return _attempts(plan, procs, relay, errors_dir, abort, preemption, {PIDS_ENV: str(pid_dir)}, budget)
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
@@ -472,8 +475,10 @@ def _attempts(
     abort: Callable[[], bool] | None,
     preemption: _Preemption,
     common: dict[str, str],
+    budget: Callable[[], bool] | None = None,
 ) -> int:
     code = 0
+    next_check = time.monotonic() + 1.0
     for attempt in range(plan.restarts + 1):
         if attempt:
             print(
@@ -498,6 +503,10 @@ def _attempts(
             codes = [p.poll() for p in procs]
             if preemption.signum is None and reported(errors_dir, "Preempted"):
                 preemption.agreed()
+            if budget is not None and preemption.signum is None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + 1.0
+                if budget():
+                    preemption.on_signal(signal.SIGTERM, procs, why="the budget is spent")
             if preemption.signum is not None:
                 preemption.forward()
                 if preemption.over(codes):
@@ -539,9 +548,12 @@ def launch(
     env: dict[str, str],
     errors_dir: Path,
     abort: Callable[[], bool] | None = None,
+    budget: Callable[[], bool] | None = None,
 ) -> int:
     """Start this node's ranks for the configured backend; the exit code of the group.
 
-    ``abort`` is polled while they run: when it says so, the group is stopped.
+    ``abort`` is polled while they run: when it says so, the group is stopped. ``budget`` too: when it
+    says the budget is spent, the ranks checkpoint at their step's end and stop (exit 75, as preempted).
     """
-    return run_plan(LAUNCHERS[BACKENDS[config.backend].launcher](config, config_path, env), errors_dir, abort)
+    plan = LAUNCHERS[BACKENDS[config.backend].launcher](config, config_path, env)
+    return run_plan(plan, errors_dir, abort, budget)

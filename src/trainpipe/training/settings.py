@@ -135,6 +135,19 @@ class TrainModelParams(StrictModel):
     batch_size: int = Field(64, ge=1, le=10_000_000, description="global batch size, split evenly across all ranks")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, the same split evaluate_model uses")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="seeds the split, the initial weights and the batch order")
+    max_cost: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="stop once the training has cost this much at its hardware profile's prices (over every attempt: "
+        "the checkpoints keep the count), with a checkpoint, exit 9; a rerun with a larger max_cost resumes",
+    )
+    max_gpu_hours: float | None = Field(
+        None,
+        gt=0,
+        le=1e7,
+        description="stop once the training has held this many GPU-hours (over every attempt), as max_cost does",
+    )
     max_restarts: int = Field(
         3,
         ge=0,
