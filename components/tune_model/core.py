@@ -32,6 +32,7 @@ from trainpipe.components.tune_model.spec import (
     BEST_FILE,
     NAME,
     REPORT_FILE,
+    RUN_OBJECTIVES,
     SCORED,
     Param,
     TrialSummary,
@@ -39,12 +40,13 @@ from trainpipe.components.tune_model.spec import (
     TuneModelResult,
     with_params,
 )
-from trainpipe.contract.errors import EXIT_TRANSIENT, InputError, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.errors import EXIT_TRANSIENT, BudgetReached, InputError, ServiceUnavailable, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
+from trainpipe.profiles import prices_of
 from trainpipe.tabular import find_dataset
 from trainpipe.telemetry import TRY_ENV
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
@@ -393,7 +395,7 @@ class TrialRun:
             raise TrialFailed(f"trial {trial.number}: train_model exited {proc.returncode}: {why}")
         result = json.loads(stdout.strip().splitlines()[-1])
         trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
-        values = self.score(trial, out)
+        values = self.score(trial, out, result)
         self.log_trial(trial, result.get("mlflow_run_id", ""), params, settings)
         return values
 
@@ -481,9 +483,10 @@ class TrialRun:
         except Exception as exc:  # noqa: BLE001 (the trial's training is logged already; this is its label)
             print(f"{NAME}: warning: labelling trial {trial.number}'s run: {type(exc).__name__}", file=sys.stderr)
 
-    def score(self, trial: Any, out: Path) -> list[float]:
-        """The trial's objectives: its model on the validation rows (its own split of the tuning rows), and
-        what the function logged (its last epoch's mean) for an objective that is not a validation metric."""
+    def score(self, trial: Any, out: Path, result: dict[str, Any]) -> list[float]:
+        """The trial's objectives: its model on the validation rows (its own split of the tuning rows), what
+        its training used and cost (train_model's result), and what the function logged (its last epoch's
+        mean) for an objective that is not a validation metric."""
         from trainpipe.scoring import task_metrics
         from trainpipe.serving.package import load_artifact
         from trainpipe.splits import held_out_rows
@@ -492,6 +495,13 @@ class TrialRun:
         x, y, _ = held_out_rows(str(self.rows), model, self.config.label_column)
         metrics = task_metrics(model, x, y)
         metrics["parameters"] = float(parameter_count(out))
+        used = result.get("usage") or {}
+        metrics.update({k: float(used[k]) for k in RUN_OBJECTIVES if isinstance(used.get(k), (int, float))})
+        if result.get("cost") is not None:
+            metrics["cost"] = float(result["cost"])
+            trial.set_user_attr("cost", float(result["cost"]))
+            trial.set_user_attr("currency", str(result.get("currency") or ""))
+        trial.set_user_attr("gpu_seconds", float(used.get("gpu_seconds", 0.0)))
         logged = _last_epoch(out)
         for objective in self.config.objectives:
             if not objective.scored() and isinstance(logged.get(objective.metric), (int, float)):
@@ -559,6 +569,12 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
             trial = None
             if finished >= config.n_trials:
                 return ran
+            spent = study_spent(trials, config)
+            if spent is not None:
+                raise BudgetReached(
+                    f"{spent}; {finished} of {config.n_trials} trials finished: a rerun with a larger "
+                    "budget (resume: true) continues the same study"
+                )
             if waiting or finished + running < config.n_trials:
                 trial = study.ask()
                 if config.baseline and not any(t.user_attrs.get(BASELINE_ATTR) for t in trials):
@@ -586,6 +602,24 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
         finally:
             beat.stop.set()
         print(f"{NAME}: trial {trial.number} {study.trials[trial.number].state.name.lower()}", file=sys.stderr)
+
+
+def study_spent(trials: list[Any], config: TuneModelConfig) -> str | None:
+    """What the study's trials have spent against its budget, when the budget is reached; else None."""
+    if config.max_cost is None and config.max_gpu_hours is None:
+        return None
+    costs = [t.user_attrs["cost"] for t in trials if isinstance(t.user_attrs.get("cost"), (int, float))]
+    gpu_s = sum(t.user_attrs.get("gpu_seconds", 0.0) for t in trials)
+    if config.max_cost is not None:
+        currency = next((t.user_attrs["currency"] for t in trials if t.user_attrs.get("currency")), "")
+        if sum(costs) >= config.max_cost:
+            return (
+                f"max_cost: the study's trials spent {sum(costs):.4f} {currency} of {config.max_cost:g} {currency} "
+                f"({gpu_s:.0f} GPU-seconds)"
+            ).replace("  ", " ")
+    if config.max_gpu_hours is not None and gpu_s / 3600 >= config.max_gpu_hours:
+        return f"max_gpu_hours: the study's trials held {gpu_s / 3600:.4f} GPU-hours of {config.max_gpu_hours:g}"
+    return None
 
 
 def fail_stale(study: Any, config: TuneModelConfig, run: TrialRun) -> None:
@@ -637,6 +671,13 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
     """
     runtime = trusting_its_function(runtime or Runtime(), config)
     lineage = Lineage.of(lineage)
+    uses_cost = config.max_cost is not None or any(o.metric == "cost" for o in config.objectives)
+    if uses_cost and prices_of(runtime.hardware_profile) is None:
+        field = "max_cost" if config.max_cost is not None else "objectives"
+        raise InputError(
+            f"{field}: the hardware profile {runtime.hardware_profile!r} declares no prices, so no trial has a cost "
+            "(give the profile prices:, or use gpu_seconds / max_gpu_hours)"
+        )
     what = search_of(config, lineage)
     if config.study_name is None:
         config = config.model_copy(update={"study_name": study_name_for(lineage, what)})

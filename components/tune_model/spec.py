@@ -31,8 +31,14 @@ NOT_IN_TRAIN = ("tracking_uri", "experiment_name", "label_column", "node_rank", 
 NOT_IN_SPACE = (*NOT_IN_TRAIN, "test_fraction", "seed")
 #: Objectives besides the validation metrics: the model's size.
 SIZE_OBJECTIVES = ("parameters",)
+#: ...and what the trial's training used and cost (train_model's result; cost needs a priced hardware profile).
+RUN_OBJECTIVES = ("cost", "gpu_seconds", "cpu_core_seconds", "wall_seconds")
 #: What tune_model scores a trial on itself; any other objective is a value the training function logs.
-SCORED = (*dict.fromkeys(m for names in TASK_METRICS.values() for m in names), *SIZE_OBJECTIVES)
+SCORED = (
+    *dict.fromkeys(m for names in TASK_METRICS.values() for m in names),
+    *SIZE_OBJECTIVES,
+    *RUN_OBJECTIVES,
+)
 
 
 def with_params(train: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
@@ -99,13 +105,14 @@ class Objective(StrictModel):
     metric: str = Field(
         "accuracy",
         min_length=1,
-        description="a validation metric (accuracy, f1_macro, rmse, ...), parameters (the model's size), or a value "
-        "the training function logs each epoch (e.g. val_loss)",
+        description="a validation metric (accuracy, f1_macro, rmse, ...), parameters (the model's size), what the "
+        "trial's training cost or used (cost, gpu_seconds, cpu_core_seconds, wall_seconds), or a value the training "
+        "function logs each epoch (e.g. val_loss)",
     )
     direction: Literal["maximize", "minimize"] | None = Field(
         None,
-        description="default: minimize for log_loss, mae, rmse and parameters, maximize for the other validation "
-        "metrics; required for a value the function logs",
+        description="default: minimize for log_loss, mae, rmse, parameters and what a trial cost or used, maximize "
+        "for the other validation metrics; required for a value the function logs",
     )
 
     @model_validator(mode="after")
@@ -124,7 +131,8 @@ class Objective(StrictModel):
     def resolved(self) -> str:
         if self.direction:
             return self.direction
-        return "minimize" if self.metric in LOWER_IS_BETTER or self.metric in SIZE_OBJECTIVES else "maximize"
+        lower = (*LOWER_IS_BETTER, *SIZE_OBJECTIVES, *RUN_OBJECTIVES)
+        return "minimize" if self.metric in lower else "maximize"
 
 
 class TuneModelParams(StrictModel):
@@ -144,6 +152,17 @@ class TuneModelParams(StrictModel):
     )
     n_trials: int = Field(
         20, ge=1, le=10_000, description="finished (complete or pruned) trials the study ends with, over all workers"
+    )
+    max_cost: float | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="the study's budget: no trial starts once its trials have cost this much at the hardware "
+        "profile's prices (exit 9; a rerun with a larger max_cost continues the same study). A trial's own limit is "
+        "train's max_cost",
+    )
+    max_gpu_hours: float | None = Field(
+        None, gt=0, le=1e7, description="the study's budget in GPU-hours its trials held, as max_cost"
     )
     summarize: bool = Field(
         True,

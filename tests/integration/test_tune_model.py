@@ -247,6 +247,52 @@ def test_two_objectives_give_a_pareto_front_of_non_dominated_trials(tmp_path, sn
     assert "Pareto front" in (tmp_path / "t" / "report.html").read_text()
 
 
+def test_cost_is_an_objective_and_a_study_budget_stops_it_until_a_larger_one_continues_it(tmp_path, snapshot):
+    """On a profile priced at one euro per wall second: a study of accuracy against cost stops with exit 9
+    once its trials have spent its max_cost (one line saying what); the same command with a larger budget
+    continues the same study, keeps the trial already run, and reports a Pareto front whose costs are the
+    trials' trainings' own."""
+    profile = tmp_path / "priced.yaml"
+    profile.write_text("name: per-second\nprices: {currency: EUR, node_hour: 3600}\n")
+    space = {"train_config.hidden_units": {"type": "categorical", "choices": [[8], [32], [96, 32]]}}
+
+    def tune(budget: str, *extra: str) -> subprocess.CompletedProcess:
+        return run_component(
+            "tune_model",
+            *("--data", str(snapshot), "--output-dir", str(tmp_path / "t"), "--space", json.dumps(space)),
+            *("--train", json.dumps({"epochs": 2, "nproc_per_node": 1}), "--pruner", "none", "--n-trials", "3"),
+            *("--objectives", json.dumps([{"metric": "accuracy"}, {"metric": "cost"}]), "--max-cost", budget),
+            *("--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *extra),
+            env={"TRAINPIPE_HARDWARE_PROFILE": str(profile)},
+        )
+
+    stopped = tune("0.5")
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert stopped.returncode == 9, stopped.stderr[-3000:]
+    assert last.startswith("trainpipe tune_model: error: max_cost: the study's trials spent ") and (
+        "of 0.5 EUR" in last
+        and "1 of 3 trials finished: a rerun with a larger budget (resume: true) continues the same study" in last
+    ), last
+    result = result_of(tune("1000", "--resume", "true"))
+    assert result["directions"] == ["maximize", "minimize"] and result["complete"] == 3
+    assert result["ran_here"] == 2  # the first run's trial is kept, not run again
+    front = result["pareto_front"]
+    assert front and all(t["values"][1] > 1 for t in front)  # seconds of a training, at a euro each
+    runs = {t["number"]: t for t in front}
+    for number, trial in runs.items():
+        trained = json.loads((tmp_path / "t" / "trials" / f"trial-{number:04d}" / "trainpipe.json").read_text())
+        assert trial["values"][1] == trained["result"]["cost"]
+    unpriced = run_component(
+        "tune_model",
+        *("--data", str(snapshot), "--output-dir", str(tmp_path / "u"), "--space", json.dumps(space)),
+        *("--objectives", json.dumps([{"metric": "accuracy"}, {"metric": "cost"}]), "--pruner", "none"),
+    )
+    assert unpriced.returncode == 2 and unpriced.stderr.strip().splitlines()[-1].endswith(
+        "objectives: the hardware profile 'local' declares no prices, so no trial has a cost (give the profile "
+        "prices:, or use gpu_seconds / max_gpu_hours)"
+    ), unpriced.stderr[-2000:]
+
+
 TEAM = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "fixtures")}  # no TRAINPIPE_TRUSTED_MODEL_CODE
 TYPED_TRAIN = {"train_function": "teampkg.typed:train", "epochs": 2, "nproc_per_node": 1}
 VAL_LOSS = json.dumps([{"metric": "val_loss", "direction": "minimize"}])
