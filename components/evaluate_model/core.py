@@ -204,7 +204,11 @@ def charts(y: Any, proba: Any, classes: list[Any], cm: list[list[int]]) -> list[
     return out
 
 
-def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
+def _report(
+    result: EvaluateModelResult, images: list[tuple[str, str]], trained: tuple[float, str | None] | None = None
+) -> str:
+    """The HTML report; ``trained``: what training this model cost (its lineage), shown beside the verdict."""
+
     def fmt(v: float) -> str:
         return "NaN" if math.isnan(v) else f"{v:.4f}"
 
@@ -233,11 +237,18 @@ def _report(result: EvaluateModelResult, images: list[tuple[str, str]]) -> str:
             + "".join(f"<tr><th>{html.escape(k)}</th><td>{fmt(v)}</td></tr>" for k, v in result.residuals.items())
             + "</table>"
         )
+    cost = (
+        f"<p id='cost'>Training this model cost {trained[0]:.4f} {html.escape(trained[1] or '')} (its hardware "
+        "profile's prices, every attempt counted).</p>"
+        if trained is not None
+        else ""
+    )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>trainpipe evaluation</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px "
         "8px;text-align:left}figure{display:inline-block}</style></head><body>"
-        f"<h1>Evaluation ({html.escape(result.task)}): gate {verdict}</h1><ul id='reasons'>{reasons}</ul><h2>Metrics "
+        f"<h1>Evaluation ({html.escape(result.task)}): gate {verdict}</h1><ul id='reasons'>{reasons}</ul>{cost}"
+        "<h2>Metrics "
         f"({result.n_test} held-out rows)</h2>"
         f"<table id='metrics'>{m}</table>{detail}<h2>Charts</h2>{imgs}</body></html>\n"
     )
@@ -368,7 +379,9 @@ def evaluate_model(
         images = regression_charts(scores["y"], scores["pred"])
     out = Path(config.output_dir)
     atomic_write_json(out / METRICS_FILE, result.model_dump(mode="json", exclude={"lineage", "decision"}))
-    atomic_write_text(out / REPORT_FILE, _report(result, images))
+    training = Lineage.of(lineage).training
+    trained = (training.cost, training.currency) if training is not None and training.cost is not None else None
+    atomic_write_text(out / REPORT_FILE, _report(result, images, trained))
     atomic_write_json(out / DECISION_FILE, decision.model_dump(mode="json"))
     result.lineage = Lineage.of(lineage).with_(
         evaluation=EvaluationLineage(

@@ -28,7 +28,7 @@ from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_s
 from trainpipe.contract.lineage import Lineage, TrainingProfileLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import ERRORS_DIR, MODEL_META, TELEMETRY_DIR
+from trainpipe.layout import ERRORS_DIR, MARKER, MODEL_META, TELEMETRY_DIR
 from trainpipe.training import launch
 from trainpipe.training.preflight import check_inputs, rank_env
 from trainpipe.training.settings import TrainModelConfig
@@ -365,6 +365,8 @@ def _log_to_mlflow(
         "mfu",
         "achieved_tflops",
         "collective_ms_per_step",
+        "cost_per_epoch",
+        "cost_per_1k_samples",
     ):
         value = summary.get(key)
         if isinstance(value, (int, float)) and not math.isnan(value):
@@ -375,6 +377,28 @@ def _log_to_mlflow(
     for name in (SUMMARY_FILE, REPORT_FILE, TRACE_FILE):
         if (out / name).exists():
             client.log_artifact(run_id, str(out / name), artifact_path="profile_training")
+
+
+def costs_of(source: Path, samples_per_second: float) -> dict[str, Any]:
+    """What the profiled training cost (train_model's result, on a priced hardware profile): in all, per
+    epoch, and per thousand samples at the steady-state throughput; empty when it was not priced."""
+    try:
+        trained = json.loads((source / MARKER).read_text(encoding="utf-8")).get("result") or {}
+    except (OSError, ValueError):
+        return {}
+    cost, usage = trained.get("cost"), trained.get("usage") or {}
+    if not isinstance(cost, (int, float)):
+        return {}
+    wall, epochs = usage.get("wall_seconds") or 0.0, trained.get("epochs") or 0
+    per_second = cost / wall if wall > 0 else None
+    return {
+        "cost": cost,
+        "currency": trained.get("currency"),
+        "cost_per_epoch": round(cost / epochs, 6) if epochs else None,
+        "cost_per_1k_samples": (
+            round(per_second * 1000 / samples_per_second, 8) if per_second and samples_per_second > 0 else None
+        ),
+    }
 
 
 def profile_training(
@@ -397,6 +421,7 @@ def profile_training(
     meta_path = source / MODEL_META
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else None
     summary = summarize(ranks, config.warmup_steps, meta, config.peak_tflops)
+    summary.update(costs_of(source, summary["samples_per_second"]))
     recommendations = recommend(summary, ranks)
     trace = None
     prof = ranks[0].get("profiler")

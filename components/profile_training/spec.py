@@ -86,6 +86,12 @@ class ProfileTrainingResult(ComponentResult):
     profiled_window: dict[str, Any] | None = Field(
         None, description="the traced steps and their throughput from the telemetry"
     )
+    cost: float | None = Field(None, description="what the profiled training cost (its hardware profile's prices)")
+    currency: str | None = Field(None, description="the cost's currency")
+    cost_per_epoch: float | None = Field(None, description="the training's cost over its epochs")
+    cost_per_1k_samples: float | None = Field(
+        None, description="what a thousand samples cost at the steady-state throughput and the run's cost per second"
+    )
     recommendations: list[str] = Field(
         default_factory=list, description="what would make the step faster, most useful first"
     )
@@ -94,7 +100,12 @@ class ProfileTrainingResult(ComponentResult):
     report: str = Field(REPORT_FILE, description="the HTML report, relative to output_dir")
 
     def summary(self) -> str:
+        cost = (
+            f", {self.cost_per_1k_samples:.6f} {self.currency} per 1,000 samples"
+            if self.cost_per_1k_samples is not None
+            else ""
+        )
         return (
             f"{self.samples_per_second:,.0f} samples/s over {self.world_size} ranks, "
-            f"step {self.step_time_ms['mean']:.2f} ms (p95 {self.step_time_ms['p95']:.2f})"
+            f"step {self.step_time_ms['mean']:.2f} ms (p95 {self.step_time_ms['p95']:.2f}){cost}"
         )

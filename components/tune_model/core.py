@@ -779,6 +779,11 @@ def summarize(
         failed=count[TrialState.FAIL],
         mlflow_parent_run_id=parent or None,
     )
+    costs = [t.user_attrs["cost"] for t in trials if isinstance(t.user_attrs.get("cost"), (int, float))]
+    result.gpu_seconds = round(sum(t.user_attrs.get("gpu_seconds", 0.0) for t in trials), 3)
+    if costs:
+        result.cost = round(sum(costs), 6)
+        result.currency = next((t.user_attrs["currency"] for t in trials if t.user_attrs.get("currency")), None)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         front = study.best_trials
@@ -815,6 +820,8 @@ def summarize(
                 mlflow_parent_run_id=parent or None,
                 baseline_values=result.baseline_values or None,
                 adopted=result.adopted,
+                cost=result.cost,
+                currency=result.currency,
             )
         )
     elif write:
@@ -852,6 +859,10 @@ def _log_to_parent(config: TuneModelConfig, parent: str, result: TuneModelResult
         client.set_tag(parent, "trainpipe.adopted", str(result.adopted).lower())
         for key, value in (("complete", result.complete), ("pruned", result.pruned), ("failed", result.failed)):
             client.log_metric(parent, f"trials_{key}", value)
+        client.log_metric(parent, "study_gpu_seconds", result.gpu_seconds)
+        if result.cost is not None:
+            client.log_metric(parent, "study_cost", result.cost)
+            client.set_tag(parent, "trainpipe.cost_currency", result.currency or "")
         client.set_tag(parent, "trainpipe.best_trial", str(result.best_trial))
         client.set_tag(parent, "trainpipe.best_params", json.dumps(result.best_params, sort_keys=True)[:5000])
         client.log_artifact(parent, str(out / REPORT_FILE), artifact_path=NAME)

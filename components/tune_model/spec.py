@@ -331,6 +331,24 @@ class TuneModelResult(ComponentResult):
     )
     mlflow_parent_run_id: str | None = Field(None, description="the study's MLflow parent run")
     report_file: str | None = Field(None, description="the HTML report, relative to output_dir")
+    gpu_seconds: float = Field(0.0, description="GPU-seconds its trials' trainings held, over every worker")
+    cost: float | None = Field(None, description="what its trials cost at the hardware profile's prices")
+    currency: str | None = Field(None, description="the cost's currency")
+
+    def series(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """What the study's trials used and cost (Prometheus)."""
+        labels = {"study": self.study_name}
+        out = [("trainpipe_study_gpu_seconds", "GPU-seconds the study's trials held", labels, self.gpu_seconds)]
+        if self.cost is not None:
+            out.append(
+                (
+                    "trainpipe_study_cost",
+                    "what the study's trials cost",
+                    {**labels, "currency": self.currency or ""},
+                    self.cost,
+                )
+            )
+        return out
 
     def summary(self) -> str:
         if self.best_trial is None:

@@ -403,8 +403,10 @@ def test_a_taken_port_and_a_pushgateway_that_is_down_are_one_warning_each(tmp_pa
 def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     monitoring, tmp_path, digits_csv, mlflow_server
 ):
-    """A hardware profile with prices: train_model's result, its lineage, its MLflow run and the
-    Pushgateway all carry the same usage and the same cost, which is the usage at those prices."""
+    """Slow on purpose (about a minute: two trainings, a profile, an evaluation). A hardware profile with
+    prices: train_model's result, its lineage, its MLflow run and the Pushgateway all carry the same usage
+    and the same cost, which is the usage at those prices; profile_training gives it per epoch and per
+    thousand samples, evaluate_model's report shows it."""
     import mlflow
 
     from trainpipe.costs import Prices, Usage
@@ -449,6 +451,22 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     assert cost[0]["metric"]["currency"] == "EUR" and float(cost[0]["value"][1]) == pytest.approx(result["cost"])
     cpu = monitoring.query('trainpipe_run_cpu_core_seconds{run_id="priced-1"}')
     assert float(cpu[0]["value"][1]) == pytest.approx(usage.cpu_core_seconds)
+    # profile_training: the cost per epoch and per thousand samples; evaluate_model's report: what the model cost
+    profiled = run_component("profile_training", "--model", str(tmp_path / "t"), "--output-dir", str(tmp_path / "p"))
+    prof = result_of(profiled)
+    assert prof["cost"] == result["cost"] and prof["cost_per_epoch"] == pytest.approx(result["cost"] / 2, abs=1e-6)
+    per_second = result["cost"] / usage.wall_seconds
+    assert prof["cost_per_1k_samples"] == pytest.approx(per_second * 1000 / prof["samples_per_second"], rel=1e-4)
+    assert "cost_per_1k_samples" in (tmp_path / "p" / "report.html").read_text()
+    assert "EUR per 1,000 samples" in profiled.stderr
+    result_of(
+        run_component(
+            "evaluate_model",
+            *("--model", str(tmp_path / "t"), "--data", str(digits_csv), "--output-dir", str(tmp_path / "e")),
+        )
+    )
+    report = (tmp_path / "e" / "report.html").read_text()
+    assert f"Training this model cost {result['cost']:.4f} EUR" in report
     # an unpriced run reports its usage and no cost
     plain = result_of(
         run_component(

@@ -278,10 +278,19 @@ def test_cost_is_an_objective_and_a_study_budget_stops_it_until_a_larger_one_con
     assert result["ran_here"] == 2  # the first run's trial is kept, not run again
     front = result["pareto_front"]
     assert front and all(t["values"][1] > 1 for t in front)  # seconds of a training, at a euro each
-    runs = {t["number"]: t for t in front}
-    for number, trial in runs.items():
+    costs = []
+    for number in range(3):
         trained = json.loads((tmp_path / "t" / "trials" / f"trial-{number:04d}" / "trainpipe.json").read_text())
-        assert trial["values"][1] == trained["result"]["cost"]
+        costs.append(trained["result"]["cost"])
+    for trial in front:
+        assert trial["values"][1] == costs[trial["number"]]
+    # the study's own figures: what every trial cost, in its result, its lineage and its MLflow parent run
+    assert result["cost"] == pytest.approx(sum(costs)) and result["currency"] == "EUR"
+    assert result["lineage"]["tuning"]["cost"] == result["cost"]
+    import mlflow
+
+    parent = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result["mlflow_parent_run_id"])
+    assert parent.data.metrics["study_cost"] == result["cost"]
     unpriced = run_component(
         "tune_model",
         *("--data", str(snapshot), "--output-dir", str(tmp_path / "u"), "--space", json.dumps(space)),

@@ -178,6 +178,8 @@ class TuningLineage(Section):
     adopted: bool | None = Field(
         None, description="whether the training took the best trial's settings (they beat the baseline)"
     )
+    cost: float | None = Field(None, description="what the study's trials cost at the hardware profile's prices")
+    currency: str | None = None
 
 
 class CodeLineage(Section):
