@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, _free_port, free_port_pair, result_of, run_component, wait_http
+from tests.conftest import REPO, _free_port, free_port_pair, make_snapshot, result_of, run_component, wait_http
 
 pytestmark = pytest.mark.integration
 
@@ -403,10 +403,11 @@ def test_a_taken_port_and_a_pushgateway_that_is_down_are_one_warning_each(tmp_pa
 def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     monitoring, tmp_path, digits_csv, mlflow_server
 ):
-    """Slow on purpose (about a minute: two trainings, a profile, an evaluation). A hardware profile with
-    prices: train_model's result, its lineage, its MLflow run and the Pushgateway all carry the same usage
-    and the same cost, which is the usage at those prices; profile_training gives it per epoch and per
-    thousand samples, evaluate_model's report shows it."""
+    """Slow on purpose (about a minute: a snapshot, two trainings, a profile, an evaluation, a registration).
+    A hardware profile with prices: train_model's result, its lineage, its MLflow run and the Pushgateway
+    all carry the same usage and the same cost, which is the usage at those prices; profile_training gives
+    it per epoch and per thousand samples, evaluate_model's report shows it, and the registered version
+    carries it."""
     import mlflow
 
     from trainpipe.costs import Prices, Usage
@@ -415,10 +416,11 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     profile.write_text(
         yaml.safe_dump({"name": "priced-cpu", "prices": {"currency": "EUR", "cpu_core_hour": 3.6, "node_hour": 0.36}})
     )
+    snapshot = make_snapshot(tmp_path / "data", digits_csv, "label")  # register_model wants the whole chain
     proc = run_component(
         "train_model",
         "--data",
-        str(digits_csv),
+        str(snapshot),
         "--output-dir",
         str(tmp_path / "t"),
         "--tracking-uri",
@@ -462,11 +464,29 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     result_of(
         run_component(
             "evaluate_model",
-            *("--model", str(tmp_path / "t"), "--data", str(digits_csv), "--output-dir", str(tmp_path / "e")),
+            *("--model", str(tmp_path / "t"), "--data", str(snapshot), "--output-dir", str(tmp_path / "e")),
         )
     )
     report = (tmp_path / "e" / "report.html").read_text()
     assert f"Training this model cost {result['cost']:.4f} EUR" in report
+    # the version the gate let through carries what its training cost
+    registered = result_of(
+        run_component(
+            "register_model",
+            *(
+                "--model",
+                str(tmp_path / "t"),
+                "--decision",
+                str(tmp_path / "e"),
+                "--training-profile",
+                str(tmp_path / "p"),
+            ),
+            *("--tracking-uri", mlflow_server, "--model-name", "priced", "--output-dir", str(tmp_path / "r")),
+        )
+    )
+    version = mlflow.MlflowClient(mlflow_server).get_model_version("priced", registered["version"])
+    assert float(version.tags["lineage.training.cost"]) == result["cost"]
+    assert version.tags["lineage.training.currency"] == "EUR"
     # an unpriced run reports its usage and no cost
     plain = result_of(
         run_component(
