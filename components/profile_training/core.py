@@ -394,9 +394,9 @@ def costs_of(source: Path, samples_per_second: float) -> dict[str, Any]:
     return {
         "cost": cost,
         "currency": trained.get("currency"),
-        "cost_per_epoch": round(cost / epochs, 6) if epochs else None,
+        "cost_per_epoch": float(f"{cost / epochs:.6g}") if epochs else None,  # six significant digits
         "cost_per_1k_samples": (
-            round(per_second * 1000 / samples_per_second, 8) if per_second and samples_per_second > 0 else None
+            float(f"{per_second * 1000 / samples_per_second:.6g}") if per_second and samples_per_second > 0 else None
         ),
     }
 
@@ -442,6 +442,9 @@ def profile_training(
             world_size=result.world_size,
             mfu=round(result.mfu, 6) if result.mfu is not None else None,
             recommendations=len(recommendations),
+            cost_per_epoch=result.cost_per_epoch,
+            cost_per_1k_samples=result.cost_per_1k_samples,
+            currency=result.currency,
         )
     )
     return result

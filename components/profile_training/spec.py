@@ -99,6 +99,18 @@ class ProfileTrainingResult(ComponentResult):
     mlflow_run_id: str | None = Field(None, description="the MLflow run the profile was logged to")
     report: str = Field(REPORT_FILE, description="the HTML report, relative to output_dir")
 
+    def series(self) -> list[tuple[str, str, dict[str, str], float]]:
+        """What the profiled training cost per epoch and per thousand samples (Prometheus), where it was priced."""
+        labels = {"currency": self.currency or ""}
+        return [
+            (f"trainpipe_profile_{name}", doc, labels, value)
+            for name, doc, value in (
+                ("cost_per_epoch", "the profiled training's cost per epoch", self.cost_per_epoch),
+                ("cost_per_1k_samples", "what 1,000 samples cost at its throughput", self.cost_per_1k_samples),
+            )
+            if value is not None
+        ]
+
     def summary(self) -> str:
         cost = (
             f", {self.cost_per_1k_samples:.6f} {self.currency} per 1,000 samples"

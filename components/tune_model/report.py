@@ -71,6 +71,12 @@ def write_report(study: Any, config: TuneModelConfig, result: TuneModelResult) -
         )
     else:
         taken = f"it does not beat the baseline (trial {result.baseline_trial}): the train section as given is kept"
+    spent = (
+        f"<p id='spent'>The study's trials cost {result.cost:.4f} {html.escape(result.currency or '')} and held "
+        f"{result.gpu_seconds:.0f} GPU-seconds.</p>"
+        if result.cost is not None
+        else f"<p id='spent'>The study's trials held {result.gpu_seconds:.0f} GPU-seconds.</p>"
+    )
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>tune_model: study {html.escape(result.study_name)}</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
@@ -79,6 +85,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px}}</style>
 <h1>Study {html.escape(result.study_name)}</h1>
 <p>{html.escape(result.summary())}</p>
 <p>Best trial {result.best_trial}: {best}; {html.escape(taken)}</p>
+{spent}
 {"".join(parts)}
 <h2>Trials</h2>
 <table><tr><th>trial</th><th>state</th><th>{html.escape(", ".join(result.objectives))}</th>

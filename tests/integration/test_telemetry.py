@@ -416,6 +416,7 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     profile.write_text(
         yaml.safe_dump({"name": "priced-cpu", "prices": {"currency": "EUR", "cpu_core_hour": 3.6, "node_hour": 0.36}})
     )
+    run_id = f"priced-{time.time_ns()}"  # a series of its own: Prometheus keeps an earlier session's for minutes
     snapshot = make_snapshot(tmp_path / "data", digits_csv, "label")  # register_model wants the whole chain
     proc = run_component(
         "train_model",
@@ -430,7 +431,7 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
         "--nproc-per-node",
         "2",
         "--run-id",
-        "priced-1",
+        run_id,
         env={"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway, "TRAINPIPE_HARDWARE_PROFILE": str(profile)},
     )
     result = result_of(proc)
@@ -449,18 +450,27 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     run = mlflow.MlflowClient(mlflow_server).get_run(result["mlflow_run_id"])
     assert run.data.metrics["train_cost"] == result["cost"] and run.data.tags["trainpipe.cost_currency"] == "EUR"
     assert run.data.metrics["train_cpu_core_seconds"] == usage.cpu_core_seconds
-    cost = monitoring.wait_for('trainpipe_run_cost{component="train_model", run_id="priced-1"}')
+    cost = monitoring.wait_for(f'trainpipe_run_cost{{component="train_model", run_id="{run_id}"}}')
     assert cost[0]["metric"]["currency"] == "EUR" and float(cost[0]["value"][1]) == pytest.approx(result["cost"])
-    cpu = monitoring.query('trainpipe_run_cpu_core_seconds{run_id="priced-1"}')
+    cpu = monitoring.query(f'trainpipe_run_cpu_core_seconds{{run_id="{run_id}"}}')
     assert float(cpu[0]["value"][1]) == pytest.approx(usage.cpu_core_seconds)
     # profile_training: the cost per epoch and per thousand samples; evaluate_model's report: what the model cost
-    profiled = run_component("profile_training", "--model", str(tmp_path / "t"), "--output-dir", str(tmp_path / "p"))
+    profiled = run_component(
+        "profile_training",
+        *("--model", str(tmp_path / "t"), "--output-dir", str(tmp_path / "p"), "--run-id", run_id),
+        env={"TRAINPIPE_PUSHGATEWAY": monitoring.pushgateway},
+    )
     prof = result_of(profiled)
-    assert prof["cost"] == result["cost"] and prof["cost_per_epoch"] == pytest.approx(result["cost"] / 2, abs=1e-6)
+    assert prof["cost"] == result["cost"] and prof["cost_per_epoch"] == pytest.approx(result["cost"] / 2, rel=1e-5)
     per_second = result["cost"] / usage.wall_seconds
     assert prof["cost_per_1k_samples"] == pytest.approx(per_second * 1000 / prof["samples_per_second"], rel=1e-4)
     assert "cost_per_1k_samples" in (tmp_path / "p" / "report.html").read_text()
     assert "EUR per 1,000 samples" in profiled.stderr
+    assert prof["lineage"]["training_profile"]["cost_per_epoch"] == prof["cost_per_epoch"]
+    per_k = monitoring.wait_for(
+        f'trainpipe_profile_cost_per_1k_samples{{component="profile_training", run_id="{run_id}"}}'
+    )
+    assert float(per_k[0]["value"][1]) == pytest.approx(prof["cost_per_1k_samples"])
     result_of(
         run_component(
             "evaluate_model",

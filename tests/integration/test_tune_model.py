@@ -291,6 +291,7 @@ def test_cost_is_an_objective_and_a_study_budget_stops_it_until_a_larger_one_con
 
     parent = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result["mlflow_parent_run_id"])
     assert parent.data.metrics["study_cost"] == result["cost"]
+    assert f"The study's trials cost {result['cost']:.4f} EUR" in (tmp_path / "t" / "report.html").read_text()
     unpriced = run_component(
         "tune_model",
         *("--data", str(snapshot), "--output-dir", str(tmp_path / "u"), "--space", json.dumps(space)),

@@ -113,6 +113,9 @@ class TrainingProfileLineage(Section):
     world_size: int
     mfu: float | None = None
     recommendations: int
+    cost_per_epoch: float | None = Field(None, description="the profiled training's cost per epoch")
+    cost_per_1k_samples: float | None = Field(None, description="what 1,000 samples cost at its throughput")
+    currency: str | None = None
 
 
 class EvaluationLineage(Section):
