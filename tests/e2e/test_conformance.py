@@ -41,7 +41,7 @@ TEAM = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "fixtures")}
 VOLATILE = {
     "validate_data": {"docs_page"},
     "snapshot_dataset": {"rev", "remote_url", "repo_dir"},
-    "train_model": {"mlflow_run_id", "wall_seconds", "tracking_uri", "experiment_id", "model_uri"},
+    "train_model": {"mlflow_run_id", "wall_seconds", "usage", "cost", "tracking_uri", "experiment_id", "model_uri"},
     "profile_training": {
         "mlflow_run_id",
         "samples_per_second",
