@@ -389,10 +389,7 @@ def _report(
             hardware_profile=hardware_profile,
             model_sha256=sha,
             final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
-            wall_seconds=usage.wall_seconds,
-            gpu_seconds=usage.gpu_seconds,
-            cpu_core_seconds=usage.cpu_core_seconds,
-            peak_memory_mb=usage.peak_memory_mb,
+            **usage.model_dump(exclude={"nodes"}),  # what every attempt used, as the result says
             cost=result.cost,
             currency=result.currency,
         )
