@@ -126,6 +126,9 @@ def _audit(root: Path) -> list[dict]:
 
 
 def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_path_factory, monkeypatch):
+    """Slow on purpose (about 1.5 minutes): two real trainings, a signed registration, then every loader
+    (evaluate_model, detect_drift, lineage, promote, the pyfunc loader) refuses the registered model once
+    one byte of its stored weights is flipped, each a process of its own as in a pipeline."""
     import mlflow
 
     from trainpipe import registry, signing
