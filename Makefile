@@ -72,11 +72,13 @@ demo-smb: $(STAMP)
 	$(VENV)/bin/trainpipe demo --engine kfp-local --profile cpu-smb --workspace .trainpipe/demo-smb
 
 # Two pytest workers, each test file on one of them (its module fixtures set up once): most tests
-# drive one subprocess at a time and leave the second core idle. TEST_WORKERS=0 runs them in one process.
+# drive one subprocess at a time and leave the second core idle. The files go out longest first (the
+# root conftest.py orders them by tests/durations.json; --no-loadscope-reorder keeps that order) so the
+# workers end together. TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) $(HOROVOD_STAMP) browser monitoring slurm
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Ratios against baselines measured in the same run; writes bench/results/<date>.json and prints
 # the markdown table the README shows. BENCH_ARGS="--repeats 5" for more repeats.

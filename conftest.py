@@ -6,9 +6,18 @@ Its folder is the repository root, so pytest puts the root on ``sys.path`` and a
 The suite's time is a budget: the summary gives each tier's time, and names every test that took more than
 :data:`SLOW_S` with the first line of its docstring, which says why it must be that slow (or that it says
 nothing, which a reviewer sends back).
+
+The files run longest first (``tests/durations.json``: each file's seconds on CI's two cores), so the two
+pytest-xdist workers end together: xdist's own order, most tests first, left the slowest files, which hold
+one or two tests each, for the end, and one worker ran them while the other stood idle (about 3 minutes of
+CI's 45). ``make test`` passes ``--no-loadscope-reorder`` so that xdist keeps this order.
+``TRAINPIPE_RECORD_DURATIONS=tests/durations.json`` writes the file again from a run.
 """
 
 import inspect
+import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +27,27 @@ SLOW_S = 60.0
 _tier_seconds: dict[str, float] = {}
 _test_seconds: dict[str, float] = {}
 _why: dict[str, str] = {}
+DURATIONS = Path(__file__).parent / "tests" / "durations.json"
+#: Seconds a test of a file that ``durations.json`` does not know yet is expected to take, by tier.
+GUESS_S = {"e2e": 60.0, "integration": 15.0, "contract": 1.0, "unit": 0.2, "cuda": 0.1}
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items):
+    """The slowest files first (xdist's workers take files in this order), each file's tests in its own order."""
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    guessed: dict[str, float] = {}
+    for item in items:
+        tier = next((t for t in TIERS if t in item.keywords), "unit")
+        guessed[_file_of(item.nodeid)] = guessed.get(_file_of(item.nodeid), 0.0) + GUESS_S[tier]
+    position = {}
+    for item in items:
+        position.setdefault(_file_of(item.nodeid), len(position))
+    order = {f: (-known.get(f, guessed[f]), position[f]) for f in position}
+    items.sort(key=lambda item: order[_file_of(item.nodeid)])  # stable: a file's tests keep their order
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -38,6 +68,13 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    record = os.environ.get("TRAINPIPE_RECORD_DURATIONS")
+    if record and _test_seconds and "PYTEST_XDIST_WORKER" not in os.environ:
+        per_file: dict[str, float] = {}
+        for nodeid, seconds in _test_seconds.items():
+            per_file[_file_of(nodeid)] = per_file.get(_file_of(nodeid), 0.0) + seconds
+        ranked = dict(sorted(((f, round(s, 1)) for f, s in per_file.items()), key=lambda fs: -fs[1]))
+        Path(record).write_text(json.dumps(ranked, indent=1) + "\n")
     if _tier_seconds:
         shown = ", ".join(f"{t} {_tier_seconds[t]:.0f} s" for t in (*TIERS, "untiered") if t in _tier_seconds)
         terminalreporter.write_line(f"time by tier (setup, call and teardown): {shown}")
