@@ -7,11 +7,11 @@ The suite's time is a budget: the summary gives each tier's time, and names ever
 :data:`SLOW_S` with the first line of its docstring, which says why it must be that slow (or that it says
 nothing, which a reviewer sends back).
 
-The files run longest first (``tests/durations.json``: each file's seconds on CI's two cores), so the two
-pytest-xdist workers end together: xdist's own order, most tests first, left the slowest files, which hold
-one or two tests each, for the end, and one worker ran them while the other stood idle (about 3 minutes of
-CI's 45). ``make test`` passes ``--no-loadscope-reorder`` so that xdist keeps this order.
-``TRAINPIPE_RECORD_DURATIONS=tests/durations.json`` writes the file again from a run.
+The files run longest first (``tests/durations.json``: each file's seconds in a whole CI run on two cores,
+where only the order counts), so the two pytest-xdist workers end together: xdist's own order, most tests
+first, left the slowest files, which hold one or two tests each, for the end, and one worker ran them while
+the other stood idle (about 3 minutes of CI's 45). ``make test`` passes ``--no-loadscope-reorder`` so that
+xdist keeps this order. ``TRAINPIPE_RECORD_DURATIONS=tests/durations.json`` writes the file again from a run.
 """
 
 import inspect
