@@ -108,6 +108,8 @@ def test_a_kfp_pipeline_without_the_optional_steps_compiles_runs_and_registers(t
 
 
 def test_an_airflow_dag_without_the_optional_steps_runs_and_registers(tmp_path, digits_csv, mlflow_server):
+    """Slow on purpose (about a minute): a team's own DAG runs every step for real under dag.test(), from raw
+    data to a registered version."""
     import mlflow
 
     dags = tmp_path / "dags"

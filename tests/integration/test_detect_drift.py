@@ -107,6 +107,8 @@ def _drift(root: Path, data: str, out: str, server: str, *extra: str, env: dict 
 
 
 def test_an_unchanged_resample_does_not_retrain_and_the_reference_came_through_the_lineage(champion, mlflow_server):
+    """Slow when it runs first (about a minute in setup): the module's champion fixture validates, snapshots,
+    trains, evaluates and registers a real model once for every test here."""
     r = result_of(_drift(champion, "resample.csv", "d-same", mlflow_server))
     snap = json.loads((champion / "s" / "trainpipe.json").read_text())["lineage"]["snapshot"]
     ref = r["reference"]

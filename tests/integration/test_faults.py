@@ -191,6 +191,8 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
 
 
 def test_retried_training_reuses_its_run_not_a_duplicate(tmp_path, tiny_csv, mlflow_server):
+    """Slow on purpose (about a minute): three real trainings (a first, its retry with the same run id, another
+    run id) against the tracking server, since the run's reuse is what the server records."""
     import mlflow
 
     args = [

@@ -200,6 +200,8 @@ def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_pat
 
 
 def test_a_signature_by_another_key_or_a_missing_one_is_refused(gov, tmp_path):
+    """Slow on purpose (about a minute): a version registered without signing is a real training, evaluation and
+    registration, since the verifier must refuse what the registry really holds."""
     from trainpipe import signing
 
     root, env, _ = gov
@@ -223,6 +225,8 @@ def test_a_signature_by_another_key_or_a_missing_one_is_refused(gov, tmp_path):
 
 
 def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_audited(gov, tmp_path_factory):
+    """Slow on purpose (about a minute): a real training, evaluation, int8 optimization and signed registration
+    of both, then promotions refused (a tampered variant, a failed gate) and one approved, each a process of its own."""
     import mlflow
 
     from trainpipe import promote, registry, signing

@@ -210,6 +210,8 @@ def mlflow_on_s3(tmp_path_factory, s3):
 
 
 def test_mlflow_artifacts_on_s3_are_encrypted_and_kept_in_the_allowed_store(tmp_path, tiny_csv, s3, mlflow_on_s3):
+    """Slow on purpose (about a minute): a real training logs its model through an MLflow server whose artifacts
+    live in an S3 bucket (moto's server), since the encryption and the store are checked on the objects it wrote."""
     _, client = s3
     uri, env = mlflow_on_s3
     policy = {**POLICY, "sse": "AES256"}

@@ -28,6 +28,8 @@ def peak_rss(out: Path) -> float:
 
 
 def test_a_parquet_directory_larger_than_the_memory_bound_trains_within_it(tmp_path, mlflow_server):
+    """Slow on purpose (about a minute): the bound is measured on a small run, then a directory whose features
+    do not fit within it trains on 2 ranks; it must be larger than the bound to show the streaming."""
     small = write_parquet_dir(tmp_path / "small", 100_000, 2)
     big = write_parquet_dir(tmp_path / "big", BIG_ROWS, 8, seed=1)
     feature_mb = BIG_ROWS * FEATURES * 4 / 2**20
@@ -70,6 +72,8 @@ def test_a_parquet_directory_larger_than_the_memory_bound_trains_within_it(tmp_p
 
 
 def test_a_parquet_directory_is_validated_snapshotted_and_evaluated_as_one_dataset(tmp_path, mlflow_server):
+    """Slow on purpose (about a minute): validate, snapshot, train and evaluate each run as their own process on
+    a directory of three Parquet files, since the directory must travel through every step as one dataset."""
     import pandas as pd
 
     raw = write_parquet_dir(tmp_path / "raw", 20_000, 3)

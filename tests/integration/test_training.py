@@ -82,6 +82,8 @@ def team_baseline(tmp_path_factory, digits_csv, mlflow_server):
 
 
 def test_two_rank_ddp_matches_one_process_with_the_same_global_batch(tmp_path, baseline, digits_csv, mlflow_server):
+    """Slow when it runs first (the module's 2-rank baseline is trained in its setup): then one process trains
+    the same global batch for comparison, since the claim is about two real trainings."""
     out, r = baseline
     assert r["world_size"] == 2 and r["dist_backend"] == "gloo" and r["global_steps"] == STEPS
     assert (

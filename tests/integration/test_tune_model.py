@@ -145,6 +145,8 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
 
 
 def test_a_worker_killed_mid_trial_leaves_a_consistent_study_that_completes(tmp_path, snapshot):
+    """Slow on purpose (about a minute): a worker is SIGKILLed mid-trial and its trial is failed by its heartbeat
+    going stale (6 s), then run again by a second worker, each trial a real training."""
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
