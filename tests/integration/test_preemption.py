@@ -26,6 +26,10 @@ pytestmark = pytest.mark.integration
 
 TEAM = {"PYTHONPATH": str(REPO / "tests" / "fixtures")}
 STEPS_PER_EPOCH = 22
+#: Kubernetes' default terminationGracePeriodSeconds: a stop slower than this is SIGKILLed and its checkpoint
+#: lost. How fast the stop is (the 10 s target) is measured by `make bench`, not here: a test shares the
+#: machine's two cores with another worker's, and CI once took over 10 s under that load.
+GRACE_S = 30
 
 
 def args(data: Path, out: Path, server: str, *extra: str, sleep_s: float = 0.05) -> list[str]:
@@ -87,7 +91,7 @@ def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_unin
     done, seconds = preempt(args(digits_csv, out, mlflow_server), out, signal.SIGTERM)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 75, done.stderr[-3000:]
-    assert seconds < 10, f"exit 75 took {seconds:.1f} s after SIGTERM"
+    assert seconds < GRACE_S, f"exit 75 took {seconds:.1f} s after SIGTERM"
     assert (
         last.startswith("trainpipe train_model: error: preempted by SIGTERM at step ")
         and "Traceback" not in done.stderr
@@ -114,7 +118,7 @@ def test_slurms_warning_sigusr1_stops_horovod_ranks_with_a_checkpoint_and_the_re
     out = tmp_path / "m"
     done, seconds = preempt(args(digits_csv, out, mlflow_server, "--backend", "horovod"), out, signal.SIGUSR1)
     last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 75 and seconds < 10, done.stderr[-3000:]
+    assert done.returncode == 75 and seconds < GRACE_S, done.stderr[-3000:]
     assert "preempted by SIGUSR1 at step" in last
     r = result_of(run_component("train_model", *args(digits_csv, out, mlflow_server, "--backend", "horovod"), env=TEAM))
     assert r["resumed_from_step"] > STEPS_PER_EPOCH
