@@ -17,6 +17,7 @@ xdist keeps this order. ``TRAINPIPE_RECORD_DURATIONS=tests/durations.json`` writ
 import inspect
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,22 @@ GUESS_S = {"e2e": 60.0, "integration": 15.0, "contract": 1.0, "unit": 0.2, "cuda
 
 def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+@pytest.fixture(autouse=True)
+def _tracking_uri_stays_in_its_test():
+    """``mlflow.set_tracking_uri`` also sets ``MLFLOW_TRACKING_URI`` in ``os.environ`` for subprocesses, so a
+    test that calls it pointed every later entrypoint on its worker at its own server (seen once the file
+    order changed: profile_training found no run on test_governance's server). Put back after each test."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if os.environ.get("MLFLOW_TRACKING_URI") != before:
+        if "mlflow" in sys.modules:
+            sys.modules["mlflow"].set_tracking_uri(before)
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 def pytest_collection_modifyitems(items):
