@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainpipe.contract import artifacts
+from trainpipe.contract import dry as dry_run
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.config import M, build, load_file
 from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
@@ -208,6 +209,9 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
 
 
 Core = Callable[[Any, Lineage, Runtime], ComponentResult]
+#: A component's dry run (:mod:`trainpipe.contract.dry`): ``dry(config, lineage, runtime) -> (what it
+#: resolved for its work, a result that did nothing)``, having refused what the step would refuse.
+DryCore = Callable[[Any, Lineage, Runtime], tuple[dict[str, Any], ComponentResult]]
 
 
 def run(
@@ -216,6 +220,7 @@ def run(
     core: Core,
     argv: Sequence[str] | None = None,
     doc: str = "",
+    dry: DryCore | None = None,
 ) -> int:
     """Run one component: parse, validate, run the core, write outputs.
 
@@ -226,6 +231,8 @@ def run(
             inputs, and what the platform set (policy, hardware profile, trusted code).
         argv: Arguments (default: ``sys.argv[1:]``).
         doc: Help text.
+        dry: What the component does in a dry run (``TRAINPIPE_DRY_RUN``); without one, a dry run
+            runs the step's work.
 
     Returns:
         The exit code.
@@ -235,13 +242,16 @@ def run(
     prefix = f"trainpipe {name}"
     t0 = time.perf_counter()
     with _stdout_to_stderr() as result_out:
-        code, payload, result, message = _run(name, model, core, ns, prefix)
-        _push(name, code, time.perf_counter() - t0, ns, payload, result)
+        code, payload, result, message = _run(name, model, core, ns, prefix, dry)
+        dry_now = dry is not None and dry_run.folder() is not None
+        if not dry_now:
+            _push(name, code, time.perf_counter() - t0, ns, payload, result)
         if code != EXIT_OK:
             if ns.get("error_record"):
                 ErrorRecord(component=name, exit_code=code, message=message).write(ns["error_record"])
             return code
-        print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {result.summary()}", file=sys.stderr)
+        said = f"dry run: what it received is in {dry_run.folder()}" if dry_now else result.summary()
+        print(f"{prefix}: ok in {time.perf_counter() - t0:.1f}s: {said}", file=sys.stderr)
         result_out.write(json.dumps(payload, sort_keys=True, default=str) + "\n")
     return EXIT_OK
 
@@ -283,7 +293,7 @@ def _stdout_to_stderr() -> Iterator[typing.TextIO]:
 
 
 def _run(
-    name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str
+    name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str, dry: DryCore | None = None
 ) -> tuple[int, dict[str, Any], Any, str]:
     """Returns ``(exit code, result payload, result, the failure's one line or "")``."""
     payload: dict[str, Any] = {}
@@ -312,7 +322,11 @@ def _run(
         for out in outs:
             artifacts.begin_output(out)
         runtime = runtime.trusting(getattr(config, "trusted_packages", None) or ())  # the step's own setting
-        result = core(config, record, runtime)
+        if dry is not None and dry_run.folder() is not None:
+            received, result = dry(config, record, runtime)
+            dry_run.record(name, config, runtime, ns, received)
+        else:
+            result = core(config, record, runtime)
         if name not in result.lineage.steps:
             result.lineage = result.lineage.with_(steps=[*result.lineage.steps, name])
         payload = result.model_dump(mode="json")
@@ -436,9 +450,9 @@ def _audit(
     audit.append(log, events)
 
 
-def main(name: str, model: type[BaseModel], core: Core, doc: str = "") -> None:
+def main(name: str, model: type[BaseModel], core: Core, doc: str = "", dry: DryCore | None = None) -> None:
     """``python -m`` entry: run and exit with the documented code."""
-    exit_now(run(name, model, core, doc=doc))
+    exit_now(run(name, model, core, doc=doc, dry=dry))
 
 
 def exit_now(code: int) -> None:

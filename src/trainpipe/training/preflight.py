@@ -24,6 +24,13 @@ def check_inputs(config: TrainModelConfig) -> None:
     The data and the training function itself are checked by the ranks (reading the data and
     importing the function import the framework); their errors stop the group at once.
     """
+    check_settings(config)
+    find_dataset(config.data, "data")
+
+
+def check_settings(config: TrainModelConfig) -> None:
+    """What :func:`check_inputs` checks but the data: the backend is installed, the devices asked for exist,
+    the training function's package can be found and a built-in's settings are valid."""
     backend = BACKENDS[config.backend]
     if importlib.util.find_spec(backend.module) is None:
         raise InputError(
@@ -53,7 +60,6 @@ def check_inputs(config: TrainModelConfig) -> None:
             raise InputError(
                 f"train_function: cannot import {top!r} for {fn!r} (is its package installed or on PYTHONPATH?)"
             )
-    find_dataset(config.data, "data")
 
 
 def check_function(config: TrainModelConfig) -> None:
