@@ -73,6 +73,16 @@ class TrainpipeOperator(BaseOperator):
         self.env = dict(env or {})
         self._proc: subprocess.Popen[str] | None = None
 
+    def render_template(
+        self, content: Any, context: Any, jinja_env: Any = None, seen_oids: set[int] | None = None
+    ) -> Any:
+        """Render only what is a template: a DAG that renders native objects would otherwise read every
+        plain string of the settings as a Python literal (a team's ``"1e5"`` or ``"0.10"`` in its
+        ``train_config`` arrived as a float), and a setting is never coerced on the way."""
+        if isinstance(content, str) and not any(mark in content for mark in ("{{", "{%", "{#")):
+            return content
+        return super().render_template(content, context, jinja_env, seen_oids)
+
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> None:
         """The settings are the component's, so a DAG that passes one its spec lacks, a value its type
