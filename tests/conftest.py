@@ -18,9 +18,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_component(
-    name: str, *args: str, env: dict | None = None, timeout: int = 600, cwd: Path | None = None
+    name: str,
+    *args: str,
+    env: dict | None = None,
+    timeout: int = 600,
+    cwd: Path | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run a component's entrypoint as a container would."""
+    """Run a component's entrypoint: in this process (the same ``entrypoint.run`` with the component's model
+    and core, its output captured: :mod:`tests.helpers.entry`), or with ``process`` as a container would, in a
+    new interpreter (the exit status, what the process leaves behind, signals)."""
+    if not process:
+        from tests.helpers.entry import call_component
+
+        return call_component(name, *args, env=env, cwd=cwd)
     return subprocess.run(
         [sys.executable, "-m", f"trainpipe.components.{name}", *args],
         cwd=cwd,
