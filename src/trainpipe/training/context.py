@@ -181,6 +181,11 @@ class BaseContext:
         a resumed run starts at the batch after its checkpoint. Epoch ends (metrics), checkpoints
         and preemption happen inside the iteration. Call it once per run.
 
+        Leaving the loop early (``break``, ``return``: early stopping) ends the run there once the
+        function returns (:meth:`finish`): the partial epoch's line, a checkpoint marked as the run's
+        end (a resume is handed no batch). Every rank must leave at the same batch: decide on what every
+        rank has (``ctx.metrics.history``, a value averaged with ``all_reduce``).
+
         Raises:
             InputError: called twice, or the source has fewer rows than one global batch.
             Preempted: the platform asked the job to stop (a checkpoint was written first).
