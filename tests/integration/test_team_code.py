@@ -147,7 +147,8 @@ def test_early_stopping_on_two_ranks_ends_the_run_where_it_left_through_a_stop_a
     ranks finished): exit 75 with one line, the MLflow run KILLED, never RUNNING. The retry resumes at the end
     the function chose and trains nothing past it: the partial epoch's line, the classes of its rows
     (``no``/``yes``, not indices), the same MLflow run. A rerun into the finished folder logs no second run
-    and its result says where it resumed, as its log does."""
+    and its result says where it resumed, as its log does. Three short runs (about 30 s on two idle cores, over
+    a minute on loaded ones): the stop, the retry and the rerun each need a process of their own."""
     import mlflow
 
     out, db = tmp_path / "m", f"sqlite:///{tmp_path / 'ml.db'}"
