@@ -363,7 +363,7 @@ def final_checkpoint(settings) -> dict:
     return json.loads((newest / "trainer.json").read_text())
 
 
-@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@examples(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     epochs=st.integers(1, 3),
     batch=st.sampled_from([4, 8, 10]),
