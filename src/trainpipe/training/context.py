@@ -11,6 +11,7 @@ supplies the framework parts.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -348,8 +349,6 @@ class BaseContext:
         """This rank's telemetry file: this run's record (where it resumed from, what it used). A rerun
         that found its training already finished (nothing left to step through) carries over the step
         records of the run that did the training (``steps_from_earlier_run``), which profile_training reads."""
-        import json
-
         path = self.out / TELEMETRY_DIR / f"rank{self.rank}.json"
         record = self.telemetry()
         if not record["steps"] and path.exists():
