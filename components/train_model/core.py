@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -42,6 +44,8 @@ from trainpipe.profiles import metrics_port, prices_of
 from trainpipe.tabular import find_dataset
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
+from trainpipe.training.control import PREEMPT_SIGNALS
+from trainpipe.training.faults import Fault
 from trainpipe.training.preflight import check_inputs, rank_env
 
 
@@ -53,6 +57,7 @@ class _Tracking(threading.Thread):
         self.config, self.lineage, self.policy = config, lineage, policy
         self.client: Any = None
         self.run_id = self.exp_id = self.uri = ""
+        self.finished = False  # the run is a finished training's (a rerun of it): a failed rerun leaves it so
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -70,6 +75,8 @@ class _Tracking(threading.Thread):
             snapshot = self.lineage.snapshot
             orchestrator_run = self.lineage.orchestrator.run_id if self.lineage.orchestrator else ""
             self.run_id, reused = _training_run(self.client, self.exp_id, c, snapshot, orchestrator_run)
+            self.finished = reused and self.client.get_run(self.run_id).info.status == "FINISHED"
+            _remember_run(c, self.run_id, self.exp_id, _training_key(c, snapshot))
             if not reused:
                 _log_params_and_input(self.client, self.run_id, c, snapshot)
             # what logging the model needs once the ranks are done, imported while they train (on a
@@ -114,6 +121,17 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         return _as_job(config, lineage, runtime)
     check_inputs(config)
     spending = _Spending(config, runtime.hardware_profile)  # what it spends, against its budget
+    with _PlatformStop() as stop:
+        try:
+            return _train_here(config, lineage, runtime, spending, stop)
+        except _Stopped as exc:
+            raise _stopped(config, stop, exc.signal) from None
+
+
+def _train_here(
+    config: TrainModelConfig, lineage: Lineage, runtime: Runtime, spending: _Spending, stop: _PlatformStop
+) -> TrainModelResult:
+    """Start this node's ranks, wait for them, and (node 0) log what they made."""
     out = Path(config.output_dir)
     chief = launch.node_rank(config) == 0
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)
@@ -124,6 +142,7 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
             config.tracking_uri, runtime.policy
         )  # scheme and TLS, and a server that is down: exit 75 before any rank starts
     tracking_thread = _Tracking(config, lineage, runtime.policy) if chief else None
+    stop.tracking = tracking_thread
     if tracking_thread is not None:
         tracking_thread.start()
     config_path = out / f".train_config.node{launch.node_rank(config)}.json"
@@ -139,6 +158,7 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
         config.train_function,
     )
     spending.start()
+    stop.when = "after its ranks' last step, before the model was logged"  # the launcher has the signals till then
     try:
         abort = (lambda: tracking_thread.error is not None) if tracking_thread is not None else None
         budget = spending.spent if spending.budget is not None else None
@@ -156,9 +176,67 @@ def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | N
     if code != 0 or rank_errors:
         _failed(config, out, code, rank_errors, tracking_thread, spending.reason)
     if tracking_thread is None:
-        return _worker_node_result(config, spending.this.wall_seconds, lineage)
+        return _worker_node_result(config, spending.training_wall or 0.0, lineage)
+    Fault.from_env().after_training()  # fault injection (tests): the platform's stop, just after the last step
     t = tracking_thread.result()
     return _report(config, lineage, t, out, spending, runtime.hardware_profile)
+
+
+class _Stopped(BaseException):
+    """The platform's stop signal, raised where the step was (no rank running): see :class:`_PlatformStop`."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal = signal_name
+
+
+class _PlatformStop:
+    """The platform's stop (SIGTERM: a pod deleted, a preemption; SIGUSR1: Slurm's warning) while no rank
+    trains: before the ranks start, or once they finished while the step logs the model. It ends the step
+    at once, exit 75 and one line, its MLflow run marked KILLED (never left RUNNING) and its checkpoints
+    kept, so the retry resumes (after the last step: it only logs the model). While the ranks run the
+    launcher handles these signals, and passes on to this one a signal the ranks finished before acting on."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.tracking: _Tracking | None = None
+        self.when = "before its ranks started"
+        self._previous: dict[str, Any] = {}
+
+    def __enter__(self) -> _PlatformStop:
+        if threading.current_thread() is threading.main_thread():
+            for name in PREEMPT_SIGNALS:
+                self._previous[name] = signal.signal(getattr(signal, name), self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, handler in self._previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.signal is None:  # one stop: a second signal while it stops changes nothing
+            self.signal = signal.Signals(signum).name
+            raise _Stopped(self.signal)
+
+
+def _stopped(config: TrainModelConfig, stop: _PlatformStop, signal_name: str) -> errors.Preempted:
+    """The step stopped on the platform's signal outside its ranks' training: nothing half-made is left, the
+    run is KILLED, and the one line says where a retry resumes."""
+    from trainpipe.training.checkpoint import checkpoint_name, completed_checkpoints
+
+    out = Path(config.output_dir)
+    _discard_outputs(out)
+    (out / f".train_config.node{launch.node_rank(config)}.json").unlink(missing_ok=True)
+    t = stop.tracking
+    if t is not None:
+        t.join()
+        if t.client is not None and t.run_id and not t.finished:
+            with contextlib.suppress(Exception):  # the line below is what matters now
+                t.client.set_terminated(t.run_id, status="KILLED")
+    done = completed_checkpoints(_checkpoint_dir(config))
+    step = int(done[-1].name.split("-")[1]) if done else None
+    kept = f"a retry resumes from {checkpoint_name(step)}" if step is not None else "a retry starts over"
+    return errors.Preempted(f"preempted by {signal_name} {stop.when}: {kept}", step=step)
 
 
 def _failed(
@@ -171,16 +249,12 @@ def _failed(
     _discard_outputs(out)  # the checkpoints stay: a rerun resumes from them
     if tracking_thread is not None:
         tracking_thread.join()
-        if tracking_thread.client is not None and tracking_thread.run_id:
+        if tracking_thread.client is not None and tracking_thread.run_id and not tracking_thread.finished:
             tracking_thread.client.set_terminated(tracking_thread.run_id, status="KILLED" if preempted else "FAILED")
     if budget is not None and preempted:
-        import re
-
-        said = (err or {}).get("message", "")
-        step, ckpt = re.search(r"at step (\d+)", said), re.search(r"ckpt-\d+", said)
-        where = f"stopped at step {step[1]} with a checkpoint" if step else "stopped"
-        resume = ckpt[0] if ckpt else "its newest checkpoint"
-        raise errors.BudgetReached(f"{budget}; {where}: a rerun with a larger budget resumes from {resume}")
+        raise errors.BudgetReached(f"{budget}; {_where_stopped(err)}")
+    if err is not None and err.get("detail"):  # the team's whole error, for the log; the one line follows
+        print(f"train_model: {config.train_function} raised (its whole error):\n{err['detail']}", file=sys.stderr)
     if err is not None:
         raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
     if preempted:
@@ -191,6 +265,16 @@ def _failed(
         f"training failed: the {config.backend} ranks exited with {code} after up to {config.max_restarts} "
         "restarts (rank logs above)"
     )
+
+
+def _where_stopped(err: dict[str, Any] | None) -> str:
+    """Where a budget's stop left the training, from the ranks' record of it (the step, the checkpoint)."""
+    step, ckpt = (err or {}).get("step"), (err or {}).get("checkpoint")
+    if ckpt:
+        return f"stopped at step {step} with a checkpoint: a rerun with a larger budget resumes from {ckpt}"
+    if err is None:  # the ranks were stopped before they could say where
+        return "stopped: a rerun with a larger budget resumes from the newest checkpoint, if one was written"
+    return f"stopped at step {step or 0}: no checkpoint was written, so a rerun with a larger budget starts over"
 
 
 def _uses_cuda(config: TrainModelConfig) -> bool:
@@ -205,7 +289,8 @@ def _uses_cuda(config: TrainModelConfig) -> bool:
 
 class _Spending:
     """What this training spends, against its budget: every earlier attempt (the record beside its
-    checkpoints) and this one, measured while its ranks run.
+    checkpoints) and this one: its ranks, measured while they run, and this process's own CPU (its
+    start-up, the MLflow run opened beside the ranks, logging the model after them).
 
     Raises:
         InputError: max_cost on a hardware profile without prices.
@@ -230,8 +315,9 @@ class _Spending:
         self.meter = Meter()
 
     def start(self) -> None:
-        """The ranks start now: this attempt is measured from here."""
-        self.meter = Meter()
+        """The ranks start now: this attempt's wall time is measured from here (its own CPU from its start)."""
+        self.meter = Meter(whole_process=True)
+        self.training_wall: float | None = None
 
     def spent(self) -> bool:
         """Whether the budget is spent (the launcher asks once a second)."""
@@ -240,9 +326,12 @@ class _Spending:
         return self.reason is not None
 
     def record(self) -> None:
-        """What this attempt used (``this``) and every attempt so far (``total``, kept beside the checkpoints)."""
+        """What this attempt used so far (``this``) and every attempt so far (``total``, kept beside the
+        checkpoints). The first record, as the ranks end, also fixes the training's wall time."""
         self.this = self.meter.usage(self.gpus)
         self.total = self.this + self.before
+        if self.training_wall is None:
+            self.training_wall = self.this.wall_seconds
         record_spent(self.dir, self.total)
 
 
@@ -308,8 +397,7 @@ def _report(
 
     client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
-    wall, usage, prices = spending.this.wall_seconds, spending.total, spending.prices
-    spent = usage.figures(prices)
+    wall, prices = spending.training_wall or 0.0, spending.prices
     history = [
         json.loads(line) for line in (out / EPOCH_METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()
     ]
@@ -330,16 +418,22 @@ def _report(
             for i in range(0, len(metrics), 1000):
                 client.log_batch(run_id, metrics=metrics[i : i + 1000])
         client.log_metric(run_id, "train_wall_seconds", wall)
+        sha = file_digest(out / MODEL_FILE, "sha256")
+        tags = client.get_run(run_id).data.tags
+        model_uri = tags.get("trainpipe.model_uri", "") if tags.get("trainpipe.model_sha256") == sha else ""
+        if not model_uri:  # a rerun of a finished training whose run holds this very model logs it once
+            for name in (MODEL_META, EPOCH_METRICS_FILE):
+                client.log_artifact(run_id, str(out / name), artifact_path="train_model")
+            model_uri = package.log_model(run_id, out, config.serving_requirements)
+            client.set_tag(run_id, "trainpipe.model_sha256", sha)
+            client.set_tag(run_id, "trainpipe.model_uri", model_uri)
+        spending.record()  # what logging the model used is the step's too: one figure from here on, everywhere
+        usage = spending.total
+        spent = usage.figures(prices)
         for key, value in spent.items():
             client.log_metric(run_id, f"train_{key}", value)
         if prices is not None:
             client.set_tag(run_id, "trainpipe.cost_currency", prices.currency)
-        for name in (MODEL_META, EPOCH_METRICS_FILE):
-            client.log_artifact(run_id, str(out / name), artifact_path="train_model")
-        model_uri = package.log_model(run_id, out, config.serving_requirements)
-        sha = file_digest(out / MODEL_FILE, "sha256")
-        client.set_tag(run_id, "trainpipe.model_sha256", sha)
-        client.set_tag(run_id, "trainpipe.model_uri", model_uri)
         client.set_terminated(run_id, status="FINISHED")
     except errors.TrainpipeError:
         raise
@@ -397,27 +491,72 @@ def _report(
     return result
 
 
+#: Beside the checkpoints: the MLflow run of the training they hold (its id, experiment and the training's key).
+RUN_FILE = "mlflow_run.json"
+
+
+def _training_key(config: TrainModelConfig, snapshot: SnapshotLineage | None) -> str:
+    """What makes two trainings the same: the data's content and every setting but where things are written."""
+    settings = json.dumps(
+        config.model_dump(mode="json", exclude={"output_dir", "checkpoint_dir", "tracking_uri"}), sort_keys=True
+    )
+    return hashlib.sha256(f"{snapshot.md5 if snapshot else ''}|{settings}".encode()).hexdigest()
+
+
+def _checkpoint_dir(config: TrainModelConfig) -> Path:
+    return Path(config.checkpoint_dir or Path(config.output_dir) / CHECKPOINT_DIR)
+
+
+def _remember_run(config: TrainModelConfig, run_id: str, exp_id: str, key: str) -> None:
+    """Keep the training's MLflow run beside its checkpoints: a rerun that resumes from them continues that run."""
+    from trainpipe.contract.io import atomic_write_json
+
+    folder = _checkpoint_dir(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / RUN_FILE, {"run_id": run_id, "experiment_id": exp_id, "key": key})
+
+
+def _remembered_run(client: Any, exp_id: str, config: TrainModelConfig, key: str) -> Any:
+    """The run kept beside the checkpoints, when it is this training's (same data and settings) in this
+    experiment and still there; else None."""
+    try:
+        kept = json.loads((_checkpoint_dir(config) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("key") != key or kept.get("experiment_id") != exp_id:
+        return None
+    try:
+        run = client.get_run(str(kept.get("run_id")))
+    except Exception:  # noqa: BLE001 (deleted, or another server's: a new run is made)
+        return None
+    return run if run.info.lifecycle_stage == "active" else None
+
+
 def _training_run(
     client: Any, exp_id: str, config: TrainModelConfig, snapshot: SnapshotLineage | None, orchestrator_run: str
 ) -> tuple[str, bool]:
     """The MLflow run of this training: a retry of the same orchestrator run on the same data and
-    settings reuses the run its earlier attempt opened, so a retried task makes no duplicate run.
+    settings reuses the run its earlier attempt opened, and so does any rerun into the same checkpoints
+    (by hand, a retry without a run id, a rerun of a finished output folder), so neither makes a
+    duplicate run. A finished run is left finished: its rerun logs into it only what changed.
 
     Returns:
         The run id, and whether it was reused.
     """
-    import hashlib
-
-    settings = json.dumps(
-        config.model_dump(mode="json", exclude={"output_dir", "checkpoint_dir", "tracking_uri"}), sort_keys=True
-    )
     md5 = snapshot.md5 if snapshot else ""
-    key = hashlib.sha256(f"{orchestrator_run}|{md5}|{settings}".encode()).hexdigest()
+    local = _training_key(config, snapshot)
+    key = hashlib.sha256(f"{orchestrator_run}|{local}".encode()).hexdigest()
     if orchestrator_run:
         found = client.search_runs([exp_id], filter_string=f"tags.`trainpipe.attempt_key` = '{key}'", max_results=1)
         if found:
-            client.update_run(found[0].info.run_id, status="RUNNING")
+            if found[0].info.status != "FINISHED":
+                client.update_run(found[0].info.run_id, status="RUNNING")
             return found[0].info.run_id, True
+    kept = _remembered_run(client, exp_id, config, local)
+    if kept is not None:
+        if kept.info.status != "FINISHED":
+            client.update_run(kept.info.run_id, status="RUNNING")
+        return kept.info.run_id, True
     run = client.create_run(
         exp_id,
         tags={

@@ -38,7 +38,9 @@ class TrainModelResult(ComponentResult, TrainingRun):
     )
     wall_seconds: float = Field(description="the training's wall time")
     usage: Usage | None = Field(
-        None, description="what the training used: GPU-seconds, CPU-core-seconds of its ranks, peak memory"
+        None,
+        description="what the training used over every attempt: GPU-seconds, CPU-core-seconds and peak memory of its "
+        "ranks and of the step's own process (start-up, the MLflow run, logging the model)",
     )
     cost: float | None = Field(None, description="what it cost at the hardware profile's prices (unpriced: none)")
     currency: str | None = Field(None, description="the cost's currency")

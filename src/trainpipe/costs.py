@@ -3,8 +3,8 @@
 A hardware profile may declare :class:`Prices` (per GPU-hour, per CPU-core-hour, per node-hour, in a
 named currency). A step measures its :class:`Usage` (wall time, GPU-seconds, CPU-core-seconds of
 its processes, their peak memory) with a :class:`Meter`; where the profile is priced, the usage's
-cost is reported beside it. The figures are the processes' own (the kernel's accounting of every
-rank it waited for), not the requests of the pod.
+cost is reported beside it. The figures are the processes' own (the kernel's accounting of the step's
+own process and of every rank it waited for), not the requests of the pod.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ class Usage(BaseModel):
 
     wall_seconds: float = Field(description="the run's wall time")
     gpu_seconds: float = Field(description="accelerators held × wall seconds (0 on CPU)")
-    cpu_core_seconds: float = Field(description="CPU time (user + system) of every process the run waited for")
+    cpu_core_seconds: float = Field(
+        description="CPU time (user + system) of the step's own process (start-up, the MLflow run, logging the "
+        "model) and of every process it waited for (its ranks)"
+    )
     peak_memory_mb: float = Field(description="the peak resident memory of the largest of its processes")
     nodes: int = Field(1, description="nodes the run held")
 
@@ -72,15 +75,25 @@ class Usage(BaseModel):
 
 
 class Meter:
-    """Measures the processes a step starts and waits for (its ranks), from its making to :meth:`usage`."""
+    """Measures a step: its own process and the processes it starts and waits for (its ranks), from the
+    meter's making to :meth:`usage` (its own process's CPU from the process's start with ``whole_process``:
+    a step's entrypoint, whose start-up is the step's too).
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, whole_process: bool = False) -> None:
         self._t0 = time.perf_counter()
         self._cpu0 = self._children_cpu()
+        self._own0 = 0.0 if whole_process else self._own_cpu()
 
     @staticmethod
     def _children_cpu() -> float:
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    @staticmethod
+    def _own_cpu() -> float:
+        """This process's CPU time, every thread's (the MLflow run opened beside the ranks included)."""
+        ru = resource.getrusage(resource.RUSAGE_SELF)
         return ru.ru_utime + ru.ru_stime
 
     def elapsed(self) -> float:
@@ -107,11 +120,14 @@ class Meter:
     def usage(self, gpus: int = 0, nodes: int = 1, wall_seconds: float | None = None) -> Usage:
         """What was used since the meter started: ``gpus`` accelerators held for the wall time."""
         wall = round(time.perf_counter() - self._t0 if wall_seconds is None else wall_seconds, 3)
-        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: kilobytes
+        peak_kb = max(  # Linux: kilobytes
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        )
+        cpu = max(self._children_cpu() - self._cpu0, 0.0) + max(self._own_cpu() - self._own0, 0.0)
         return Usage(
             wall_seconds=wall,
             gpu_seconds=round(wall * gpus, 3),
-            cpu_core_seconds=round(max(self._children_cpu() - self._cpu0, 0.0), 3),
+            cpu_core_seconds=round(cpu, 3),
             peak_memory_mb=round(peak_kb / 1024, 1),
             nodes=nodes,
         )

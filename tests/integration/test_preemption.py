@@ -174,6 +174,29 @@ def test_a_spent_budget_stops_with_a_checkpoint_exit_9_and_a_larger_one_resumes_
     assert r["cost"] > budget and r["usage"]["wall_seconds"] > r["wall_seconds"]  # both attempts counted
 
 
+def test_a_budget_spent_before_the_first_step_is_one_line_saying_no_checkpoint_was_written(tmp_path, tiny_csv):
+    """Two ranks slow to start (teampkg.early:waits_for_the_stop asks for its first batch once the stop reached
+    it, so the stop comes first on any machine) and a budget the first check finds spent: the stop is said once,
+    not once per rank, and says nothing was kept."""
+    profile = tmp_path / "priced.yaml"
+    profile.write_text("name: per-second\nprices: {currency: EUR, node_hour: 3600}\n")
+    out = tmp_path / "m"
+    stopped = run_component(
+        "train_model",
+        *("--data", str(tiny_csv), "--label-column", "target", "--output-dir", str(out), "--batch-size", "16"),
+        *("--train-function", "teampkg.early:waits_for_the_stop", "--max-cost", "0.01", "--epochs", "1"),
+        *("--tracking-uri", f"sqlite:///{tmp_path / 'ml.db'}"),
+        env={**TEAM, "TRAINPIPE_HARDWARE_PROFILE": str(profile)},
+    )
+    assert stopped.returncode == 9, stopped.stderr[-3000:]
+    said = [line for line in stopped.stderr.splitlines() if "preempted" in line or "budget" in line or "stop" in line]
+    assert len(said) == 1 and said[0].startswith("trainpipe train_model: error: max_cost: spent "), said
+    assert said[0].endswith(
+        "; stopped at step 0: no checkpoint was written, so a rerun with a larger budget starts over"
+    ), said
+    assert not list((out / "checkpoints").glob("ckpt-*"))
+
+
 @pytest.fixture(scope="module")
 def mlp_whole(tmp_path_factory, digits_csv, mlflow_server):
     out = tmp_path_factory.mktemp("mlp-whole") / "m"

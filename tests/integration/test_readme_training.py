@@ -1,5 +1,6 @@
 """The README's training function, as written, trains through train_model (so the example cannot
-rot): its package beside a small model of the test's own, one rank, one epoch on digits."""
+rot): its package beside a small model of the test's own, one rank, on digits, until its early stopping
+leaves the loop (two of three epochs)."""
 
 from __future__ import annotations
 
@@ -57,13 +58,18 @@ def test_the_readme_training_function_trains_as_written(tmp_path, digits_csv, ml
             "--train-function",
             "mypkg.train:train",
             "--train-config",
-            '{"width": 32, "lr": 0.01}',
+            '{"width": 32, "lr": 0.01, "patience": 1, "min_delta": 100}',  # no epoch improves by 100: it stops
             "--nproc-per-node",
             "1",
             "--epochs",
-            "2",
+            "3",
             env={"PYTHONPATH": str(tmp_path)},
         )
     )
     assert r["train_function"] == "mypkg.train:train" and r["metrics"]["loss"] < 1.0
+    assert r["global_steps"] == 2 * 22  # early stopping: it left its loop as the third epoch began (22 steps each)
+    lines = (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [0, 1]
+    newest = sorted((tmp_path / "m" / "checkpoints").glob("ckpt-*"))[-1]
+    assert newest.name == "ckpt-0000000044" and json.loads((newest / "trainer.json").read_text())["ended"]
     assert json.loads((tmp_path / "m" / "model.json").read_text())["builder"] == "mypkg.models:MyNet"

@@ -139,3 +139,51 @@ def test_a_killed_task_stops_its_training_at_a_checkpoint(tmp_path, digits_csv):
         time.sleep(0.5)
     assert not left, f"the killed task's training outlived it: {left}"
     assert list((out / "checkpoints").glob("ckpt-*")), "it stopped without the checkpoint a retry resumes from"
+
+
+def test_early_stopping_on_two_ranks_ends_the_run_where_it_left_through_a_stop_a_retry_and_a_rerun(tmp_path, tiny_csv):
+    """A team's function on arrays of its own leaves its loop (``break``) inside the first epoch, on 2 gloo
+    ranks, and the platform's SIGTERM comes just after (``preempt:after``: the step's own process, once its
+    ranks finished): exit 75 with one line, the MLflow run KILLED, never RUNNING. The retry resumes at the end
+    the function chose and trains nothing past it: the partial epoch's line, the classes of its rows
+    (``no``/``yes``, not indices), the same MLflow run. A rerun into the finished folder logs no second run
+    and its result says where it resumed, as its log does. Three short runs (about 30 s on two idle cores, over
+    a minute on loaded ones): the stop, the retry and the rerun each need a process of their own."""
+    import mlflow
+
+    out, db = tmp_path / "m", f"sqlite:///{tmp_path / 'ml.db'}"
+    cmd = [
+        *("--data", str(tiny_csv), "--label-column", "target", "--output-dir", str(out), "--tracking-uri", db),
+        *("--epochs", "2", "--batch-size", "16", "--train-function", "teampkg.early:train"),
+        *("--train-config", json.dumps({"leave_at_step": 5})),  # 12 steps an epoch: it leaves in the first
+    ]
+    env = {"PYTHONPATH": str(FIXTURES)}
+    stopped = run_component("train_model", *cmd, env={**env, "TRAINPIPE_FAULT": "preempt:after"})
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert (
+        last
+        == (
+            "trainpipe train_model: error: preempted by SIGTERM after its ranks' last step, before the model was "
+            "logged: a retry resumes from ckpt-0000000005"
+        )
+        and "Traceback" not in stopped.stderr
+    )
+    assert "step 5 loss" in stopped.stderr and "(the function left its loop: the run ends here)" in stopped.stderr
+    trainer = json.loads((out / "checkpoints" / "ckpt-0000000005" / "trainer.json").read_text())
+    assert trainer["ended"] and [h["step"] for h in trainer["history"]] == [5]  # the partial epoch's line
+    client = mlflow.MlflowClient(db)
+    (run,) = client.search_runs([client.get_experiment_by_name("trainpipe").experiment_id])
+    assert run.info.status == "KILLED"
+
+    retry = result_of(run_component("train_model", *cmd, env=env))
+    assert (retry["resumed_from_step"], retry["global_steps"], retry["mlflow_run_id"]) == (5, 5, run.info.run_id)
+    assert retry["classes"] == ["no", "yes"] == json.loads((out / "model.json").read_text())["classes"]
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [5]
+
+    rerun = run_component("train_model", *cmd, env=env)
+    again = result_of(rerun)
+    assert "resuming from ckpt-0000000005" in rerun.stderr and again["resumed_from_step"] == 5
+    assert (again["mlflow_run_id"], again["model_uri"]) == (retry["mlflow_run_id"], retry["model_uri"])
+    (run,) = client.search_runs([client.get_experiment_by_name("trainpipe").experiment_id])
+    assert run.info.status == "FINISHED"

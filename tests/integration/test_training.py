@@ -373,10 +373,11 @@ def test_tensorflow_resumes_a_killed_worker_from_its_checkpoint(tmp_path, digits
     )
 
 
-def _one_line(proc, code: int, *needles: str) -> str:
+def _one_line(proc, code: int, *needles: str, traceback: bool = False) -> str:
+    """The failure's one line, last; no traceback in the log unless it is a team's own exception's."""
     assert proc.returncode == code, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in proc.stderr
+    assert ("Traceback" in proc.stderr) == traceback, proc.stderr[-2000:]
     for needle in needles:
         assert needle in last, last
     return last
@@ -425,7 +426,7 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, digits_csv, 
         ),
         (
             "teampkg.bad:raises",
-            ["train_function: teampkg.bad:raises raised ValueError: the team's code broke (bad.py:", "in raises)"],
+            ["train_function: teampkg.bad:raises raised ValueError: the team's code broke … (bad.py:", "in _check)"],
         ),
         ("teampkg.bad:never_steps", ["train_function: teampkg.bad:never_steps returned without calling ctx.step"]),
         ("teampkg.bad:unsaveable", ["save_model: teampkg.bad:unsaveable.<locals>.Local is not importable by name"]),
@@ -449,7 +450,10 @@ def test_a_bad_training_function_is_one_line_permanent_and_nothing_is_registered
         "2",
         env=TEAM,
     )
-    _one_line(proc, 2, *needles)
+    _one_line(proc, 2, *needles, traceback=function == "teampkg.bad:raises")
+    if function == "teampkg.bad:raises":  # the team's whole error is kept in the log, above the one line
+        whole = proc.stderr[proc.stderr.index("teampkg.bad:raises raised (its whole error):") :]
+        assert "in raises\n" in whole and "in _check\n" in whole and "row 9: another" in whole, whole
     assert "restart 1/2" not in proc.stderr  # a permanent error stops the group: restarting cannot fix it
     _nothing_written(out)
     client = mlflow.MlflowClient(mlflow_server)

@@ -229,7 +229,13 @@ import itertools  # noqa: E402
 from trainpipe.training.control import Decision  # noqa: E402
 from trainpipe.training.loop import BatchEnd, Due, due_after, due_now  # noqa: E402
 
-ENDS = [BatchEnd(*flags) for flags in itertools.product([False, True], repeat=4) if not (flags[2] and not flags[1])]
+#: every batch end the loop can meet: the run's last batch ends its epoch, unless the function left the loop
+#: mid-epoch after it (a break: then it is the run's last)
+ENDS = [
+    BatchEnd(stepped, ends_epoch, last, control_point, left)
+    for stepped, ends_epoch, last, control_point, left in itertools.product([False, True], repeat=5)
+    if (ends_epoch or left or not last) and (last or not left)
+]
 AGREED = [None, Decision(None, False), Decision(None, True), Decision("SIGTERM", False), Decision("SIGUSR1", True)]
 
 
@@ -241,8 +247,8 @@ def test_a_plain_batch_is_followed_by_nothing():
 @pytest.mark.parametrize("end", ENDS, ids=str)
 def test_an_epoch_end_is_a_control_point_and_only_a_control_point_agrees(end):
     now = due_now(end)
-    assert now.end_epoch == end.ends_epoch
-    assert now.agree == (end.ends_epoch or end.control_point)
+    assert now.end_epoch == end.ends_epoch  # a function that left mid-epoch ends its partial epoch
+    assert now.agree == (end.ends_epoch or end.control_point or end.left)  # leaving is the run's end: the ranks meet
 
 
 #: every batch end with every answer the ranks can give there (they meet only at a control point)
@@ -254,6 +260,7 @@ def test_each_reason_to_checkpoint_checkpoints_and_only_a_preemption_stops(end, 
     due = due_after(end, agreed, steps_due)
     reasons = [
         end.last,
+        end.left,
         agreed is not None and agreed.preempt is not None,
         agreed is not None and agreed.time_due,
         end.stepped and steps_due,
@@ -261,13 +268,14 @@ def test_each_reason_to_checkpoint_checkpoints_and_only_a_preemption_stops(end, 
     assert due.checkpoint == any(reasons)
     assert due.stop == (agreed.preempt if agreed is not None else None)
     assert not due.stop or due.checkpoint, "a stop always comes after this step's checkpoint"
-    assert due.mid_epoch == (due.checkpoint and not end.ends_epoch)  # the partial sums travel with it
+    assert due.mid_epoch == (due.checkpoint and not (end.ends_epoch or end.left))  # the partial sums travel with it
+    assert due.final == end.left, "a function's leaving is written as the run's end, and only that"
     assert (due.end_epoch, due.agree) == (due_now(end).end_epoch, due_now(end).agree)
 
 
 def test_the_last_batch_checkpoints_even_when_nothing_else_asks():
     last = BatchEnd(stepped=False, ends_epoch=True, last=True, control_point=False)
-    assert due_after(last, Decision(None, False), steps_due=False) == Due(True, True, True, False, None)
+    assert due_after(last, Decision(None, False), steps_due=False) == Due(True, True, True, False, False, None)
     stopped = due_after(last, Decision("SIGTERM", False), steps_due=False)
     assert stopped.checkpoint and stopped.stop == "SIGTERM"  # a preemption at the last step: saved, then stop
 
@@ -293,3 +301,169 @@ def test_metrics_jsonl_holds_each_epoch_as_it_ends_and_a_resumed_run_replaces_wh
         fh.write('{"epoch": 7, "step": 99, "loss": 0.0}\n{"epoch": 8, "st')
     _, ctx2, _ = train(again)
     assert ctx2.resumed_from == 12 and left.read_text() == text
+
+
+def test_a_function_that_leaves_its_loop_ends_the_run_there_whatever_else_is_due():
+    """A ``break`` after a step, mid-epoch (early stopping): its partial epoch ends, the checkpoint is final and
+    carries no partial sums; one right after an epoch's end, before a step, ends no epoch; a signal still stops."""
+    mid = BatchEnd(stepped=True, ends_epoch=True, last=True, control_point=False, left=True)
+    assert due_after(mid, Decision(None, False), steps_due=False) == Due(True, True, True, False, True, None)
+    fresh = BatchEnd(stepped=False, ends_epoch=False, last=True, control_point=False, left=True)
+    assert due_now(fresh) == Due(agree=True)
+    assert due_after(fresh, Decision("SIGTERM", False), steps_due=False) == Due(
+        False, True, True, False, True, "SIGTERM"
+    )
+
+
+# --- early stopping: a function that leaves its loop ---------------------------------------------------
+
+from hypothesis import HealthCheck, given  # noqa: E402
+from hypothesis import settings as examples  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def train_leaving(settings, leave_at: int, before_step: bool = False, fail: bool = False):
+    """A function with early stopping: at global step ``leave_at`` it leaves its loop (``break``), after that
+    step or, with ``before_step``, in the next batch before stepping; then it saves its model and returns and
+    the worker finishes. With ``fail`` it raises there instead (the worker does not finish). The batches it
+    stepped (their row ids) and the context."""
+    ctx = FakeContext(settings)
+    model = {"sum": 0.0}
+    ctx.restore(model=model)
+    seen = []
+    try:
+        for (x,) in ctx.batches((np.arange(ROWS, dtype=np.float64),)):
+            if before_step and ctx.global_step == leave_at:
+                if fail:
+                    raise ValueError("the team's code broke")
+                break
+            model["sum"] += float(x.sum())
+            ctx.step()
+            ctx.log(loss=float(x.mean()))
+            seen.append(x.tolist())
+            if not before_step and ctx.global_step == leave_at:
+                if fail:
+                    raise ValueError("the team's code broke")
+                break
+        ctx.save_model(model)
+    except ValueError:
+        ctx.close()
+        return seen, ctx
+    ctx.finish()
+    return seen, ctx
+
+
+def lines(settings) -> list[dict]:
+    path = Path(settings.output_dir) / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def final_checkpoint(settings) -> dict:
+    newest = sorted((Path(settings.output_dir) / "checkpoints").glob("ckpt-*"))[-1]
+    return json.loads((newest / "trainer.json").read_text())
+
+
+@examples(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    epochs=st.integers(1, 3),
+    batch=st.sampled_from([4, 8, 10]),
+    every_steps=st.sampled_from([0, 1, 3]),
+    where=st.floats(0, 1, exclude_max=True),
+    before_step=st.booleans(),
+)
+def test_leaving_the_loop_early_keeps_the_partial_epoch_and_a_final_checkpoint_a_rerun_does_not_train_past(
+    settings, tmp_path_factory, epochs, batch, every_steps, where, before_step
+):
+    """Early stopping at any step of any run shape (an epoch's first or last batch, before or after its step):
+    metrics.jsonl holds one line per epoch begun, each the mean of exactly the batches stepped in it; the newest
+    checkpoint is the step the function left at, marked final; a rerun resumes there, is handed no batch, and
+    ends with the same history; the worker's finish accepts both."""
+    per_epoch = ROWS // batch
+    total = per_epoch * epochs
+    leave_at = 1 + int(where * (total - 1)) if not before_step else int(where * total)
+    if before_step and leave_at == 0:
+        leave_at = 1  # a function that never stepped is refused: another test
+    out = tmp_path_factory.mktemp("leave") / "out"
+    s = settings(epochs=epochs, batch_size=batch, checkpoint_every_steps=every_steps, output_dir=str(out))
+    seen, ctx = train_leaving(s, leave_at, before_step)
+    assert ctx.global_step == leave_at == len(seen)
+    by_epoch = [seen[e * per_epoch : (e + 1) * per_epoch] for e in range(epochs)]
+    expected = [{"epoch": e, "loss": np.mean(b)} for e, b in enumerate(by_epoch) if b]
+    got = lines(s)
+    assert [(x["epoch"], x["loss"]) for x in got] == [(x["epoch"], pytest.approx(x["loss"])) for x in expected]
+    assert got[-1]["step"] == leave_at
+    trainer = final_checkpoint(s)
+    assert trainer["global_step"] == leave_at and trainer["ended"] and trainer["carried"] == {}
+    assert trainer["history"] == got
+    telemetry = json.loads((out / "telemetry" / "rank0.json").read_text())
+    assert telemetry["resumed_from_step"] == 0 and len(telemetry["steps"]) == leave_at
+    again, ctx2 = train_leaving(s, leave_at=-1)  # the rerun: nothing to leave, nothing handed out
+    assert again == [] and ctx2.resumed_from == leave_at and ctx2.global_step == leave_at
+    assert lines(s) == got and ctx2.step_records == []
+    rerun = json.loads((out / "telemetry" / "rank0.json").read_text())  # what the result reads: this run's place
+    assert rerun["resumed_from_step"] == leave_at and rerun["steps"] == telemetry["steps"]  # steps: the training's
+
+
+def test_an_exception_in_the_loop_is_no_end_of_the_run(settings):
+    """The iterator closes the same way when the function raises: no partial epoch, no final checkpoint; a
+    retry resumes from the last periodic checkpoint and trains on."""
+    s = settings(checkpoint_every_steps=3)
+    _, ctx = train_leaving(s, leave_at=7, fail=True)
+    assert ctx.global_step == 7 and lines(s) == [{"epoch": 0, "step": 5, "loss": pytest.approx(lines(s)[0]["loss"])}]
+    assert final_checkpoint(s)["global_step"] == 6 and not final_checkpoint(s)["ended"]
+    seen, ctx2 = train_leaving(s, leave_at=-1)
+    assert ctx2.resumed_from == 6 and len(seen) == 4 and ctx2.global_step == 10
+
+
+def test_an_iterator_the_function_kept_ends_the_run_when_it_returns(settings):
+    """``it = ctx.batches(...)``, a few ``next(it)`` and a return with ``it`` still held (by the context's
+    owner here): finish ends the run at the last batch stepped."""
+    s = settings()
+    ctx = FakeContext(s)
+    ctx.restore(model={"sum": 0.0})
+    it = ctx.batches((np.arange(ROWS, dtype=np.float64),))
+    for _ in range(3):
+        next(it)
+        ctx.step()
+        ctx.log(loss=1.0)
+    ctx.save_model({})
+    ctx.finish()
+    assert lines(s) == [{"epoch": 0, "step": 3, "loss": 1.0}] and final_checkpoint(s)["ended"]
+
+
+def test_a_preemption_as_the_function_leaves_checkpoints_and_stops(settings):
+    control._received.clear()
+    s = settings()
+    ctx = FakeContext(s)
+    ctx.restore(model={"sum": 0.0})
+    for _ in ctx.batches((np.arange(ROWS, dtype=np.float64),)):
+        ctx.step()
+        if ctx.global_step == 2:
+            control._on_signal(signal.SIGTERM, None)  # the signal comes between control points
+            break
+    ctx.save_model({})
+    try:
+        with pytest.raises(Preempted, match="at step 2: a retry resumes from ckpt-0000000002"):
+            ctx.finish()
+    finally:
+        control._received.clear()
+    assert final_checkpoint(s)["ended"]
+
+
+def test_a_function_on_arrays_of_its_own_keeps_the_classes_of_the_rows_it_read(settings, tmp_path):
+    """``x, y = data.x, data.y`` then ``ctx.batches((x, y))``: the classes are those of the rows ctx.data gave;
+    a function that encoded its labels itself (no ctx.data rows) is asked for them in one line."""
+    from trainpipe.contract.errors import InputError
+
+    csv = tmp_path / "words.csv"
+    csv.write_text("a,label\n" + "".join(f"{i},{['zebra', 'ant', 'mole'][i % 3]}\n" for i in range(ROWS)))
+    s = settings(data=str(csv))
+    ctx = FakeContext(s)
+    with pytest.raises(InputError, match=r"^save_model: give classes= ") as err:
+        ctx._classes(None, "classification")
+    assert "\n" not in str(err.value)
+    assert ctx._classes(None, "regression") is None and ctx._classes(["b", "a"], "classification") == ["b", "a"]
+    data = ctx.data.table()
+    for _ in ctx.batches((data.x, data.y)):  # arrays of its own: not trainpipe's source
+        break
+    assert ctx._classes(None, "classification") == ["ant", "mole", "zebra"] == data.classes

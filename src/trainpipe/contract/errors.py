@@ -52,7 +52,14 @@ class InputError(TrainpipeError):
 
 
 class UserCodeError(InputError):
-    """A team's training function raised: permanent, a rerun runs the same code."""
+    """A team's training function raised: permanent, a rerun runs the same code.
+
+    Its message is one line; ``detail`` keeps the team's whole error (its full message and traceback) for the log.
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class ValidationFailed(TrainpipeError):
@@ -101,6 +108,11 @@ class Preempted(TrainpipeError):
 
     exit_code = EXIT_TRANSIENT
     retryable = True
+
+    def __init__(self, message: str, *, step: int | None = None, checkpoint: str | None = None) -> None:
+        super().__init__(message)
+        #: The step the ranks stopped at, and the checkpoint a retry resumes from (None: none was written).
+        self.step, self.checkpoint = step, checkpoint
 
 
 class NotPermitted(TrainpipeError):

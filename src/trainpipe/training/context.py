@@ -11,6 +11,7 @@ supplies the framework parts.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -181,6 +182,11 @@ class BaseContext:
         a resumed run starts at the batch after its checkpoint. Epoch ends (metrics), checkpoints
         and preemption happen inside the iteration. Call it once per run.
 
+        Leaving the loop early (``break``, ``return``: early stopping) ends the run there once the
+        function returns (:meth:`finish`): the partial epoch's line, a checkpoint marked as the run's
+        end (a resume is handed no batch). Every rank must leave at the same batch: decide on what every
+        rank has (``ctx.metrics.history``, a value averaged with ``all_reduce``).
+
         Raises:
             InputError: called twice, or the source has fewer rows than one global batch.
             Preempted: the platform asked the job to stop (a checkpoint was written first).
@@ -199,7 +205,7 @@ class BaseContext:
             )
         if sources.is_trainpipe_rows(source):
             self._tabular = source
-        yield from self.loop.run(source, self._placement())
+        yield from self.loop.batches(source, self._placement())
 
     def _count_step(self) -> None:
         """One optimizer step taken (a backend's ``step`` calls this last)."""
@@ -262,6 +268,28 @@ class BaseContext:
     ) -> None:
         raise NotImplementedError
 
+    def _source_rows(self) -> Any:
+        """trainpipe's rows the function trained on: the source it gave :meth:`batches`, else what it read
+        through ``ctx.data`` (``table()``, ``stream()``, ``load()``) before making arrays of its own."""
+        return self._tabular if self._tabular is not None else self.data.given
+
+    def _classes(self, classes: list[Any] | None, task: str) -> list[Any] | None:
+        """The label of each output: as given, else the classes of the rows the function read.
+
+        Raises:
+            InputError: a classification function that read its rows some other way (``ctx.data.frame()``,
+                its own files) gave none: its own encoding of the labels is not ours to guess.
+        """
+        if classes is not None or task != "classification":
+            return classes
+        rows = self._source_rows()
+        if rows is None:
+            raise InputError(
+                "save_model: give classes= (the label of each of the model's outputs, in order): the function "
+                "encoded its labels itself, not through ctx.data.table(), .stream() or .load()"
+            )
+        return list(rows.classes)
+
     # --- what live telemetry reads ----------------------------------------------------------------
 
     def progress_ratio(self) -> float | None:
@@ -289,11 +317,14 @@ class BaseContext:
 
     def finish(self) -> None:
         """After the training function returned: its checkpoints written, a step taken and a model
-        saved (else one line), this rank's telemetry written, and no rank gone before rank 0 has
-        written the model (across nodes, the node that reports it may not be the one that wrote it).
+        saved (else one line), the end of a run it left early (a ``break`` out of :meth:`batches`:
+        the partial epoch's metrics, a final checkpoint), this rank's telemetry written, and no rank
+        gone before rank 0 has written the model (across nodes, the node that reports it may not be
+        the one that wrote it).
 
         Raises:
             InputError: the function never stepped or never saved its model.
+            Preempted: the platform asked the job to stop as the run ended early (its checkpoint written first).
         """
         self.wait_for_checkpoints()
         spec = self.settings.train_function
@@ -303,6 +334,7 @@ class BaseContext:
             raise InputError(
                 f"train_function: {spec} returned without calling ctx.save_model: there is no model to register"
             )
+        self.loop.leave()
         self.write_telemetry()
         self._last_barrier()
 
@@ -314,12 +346,18 @@ class BaseContext:
         return self.loop.record(self.dist_name, self._t0)
 
     def write_telemetry(self) -> None:
-        """This rank's telemetry file; a rerun that found its training already finished (nothing
-        left to step through) keeps the steps the run that did the training recorded."""
+        """This rank's telemetry file: this run's record (where it resumed from, what it used). A rerun
+        that found its training already finished (nothing left to step through) carries over the step
+        records of the run that did the training (``steps_from_earlier_run``), which profile_training reads."""
         path = self.out / TELEMETRY_DIR / f"rank{self.rank}.json"
         record = self.telemetry()
         if not record["steps"] and path.exists():
-            return
+            try:
+                earlier = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                earlier = {}
+            if earlier.get("steps"):
+                record["steps"], record["steps_from_earlier_run"] = earlier["steps"], True
         atomic_write_json(path, record)
 
     def close(self) -> None:

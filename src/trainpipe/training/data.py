@@ -401,16 +401,21 @@ class Snapshot:
         self.label_column, self.task = label_column, task
         self.test_fraction, self.seed, self.batch_size = test_fraction, seed, batch_size
         self.streamed = self.path.is_dir()
+        #: The rows it last gave the function (their classes and example describe the saved model, whatever
+        #: arrays the function then made of them).
+        self.given: TabularData | ParquetStream | None = None
 
     def table(self) -> TabularData:
         """The training rows in memory, checked."""
-        return load_table(self.path, self.label_column, self.task, self.test_fraction, self.seed, self.batch_size)
+        self.given = load_table(self.path, self.label_column, self.task, self.test_fraction, self.seed, self.batch_size)
+        return self.given
 
     def stream(self) -> ParquetStream:
         """The training rows of a Parquet dataset as a stream, scanned (checked, scaling and classes learnt)."""
-        return ParquetStream(self.path, self.label_column, self.task, self.test_fraction, self.seed).scan(
+        self.given = ParquetStream(self.path, self.label_column, self.task, self.test_fraction, self.seed).scan(
             self.batch_size
         )
+        return self.given
 
     def load(self) -> TabularData | ParquetStream:
         """:meth:`stream` for a directory of Parquet files, else :meth:`table`."""

@@ -28,7 +28,9 @@ class Fault:
     started are written (so the step a retry resumes from does not depend on the machine's load);
     ``kill_checkpoint:STEP`` SIGKILLs rank 0 half way through writing checkpoint STEP (its data
     written, its metadata not); ``preempt:STEP`` has every rank take a SIGTERM before global step STEP
-    (as the launcher's forwarding would, but at the same step on every machine): any step, the last included.
+    (as the launcher's forwarding would, but at the same step on every machine): any step, the last included;
+    ``preempt:after`` has train_model's own process take a SIGTERM once its ranks finished, as it logs the
+    model (a platform's stop that comes just after the last step).
     """
 
     kind: str = ""
@@ -44,11 +46,15 @@ class Fault:
         try:
             if parts[0] == "kill" and len(parts) == 3:
                 return cls("kill", int(parts[1]), int(parts[2]))
+            if parts[0] == "preempt" and parts[1:] == ["after"]:
+                return cls("preempt_after")
             if parts[0] in ("kill_checkpoint", "preempt") and len(parts) == 2:
                 return cls(parts[0], 0, int(parts[1]))
         except ValueError:
             pass
-        raise InputError(f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP, kill_checkpoint:STEP or preempt:STEP")
+        raise InputError(
+            f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP, kill_checkpoint:STEP, preempt:STEP or preempt:after"
+        )
 
     def maybe_preempt(self, step: int) -> None:
         """Take a SIGTERM now, on this rank, when the fault names this step."""
@@ -56,6 +62,11 @@ class Fault:
             from trainpipe.training import control
 
             control.request(signal.SIGTERM)
+
+    def after_training(self) -> None:
+        """Take a SIGTERM now, in train_model's own process, when the fault is ``preempt:after``."""
+        if self.kind == "preempt_after":
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def maybe_kill(self, kind: str, rank: int, step: int, before: Callable[[], None] | None = None) -> None:
         """SIGKILL this process when the fault names this moment (after ``before``)."""

@@ -356,21 +356,28 @@ class _Preemption:
     def __init__(self, plan: Plan, pid_dir: Path) -> None:
         self.plan, self.pid_dir = plan, pid_dir
         self.signum: int | None = None
+        #: The platform's own signal, when one came (a budget's stop is this launcher's, not the platform's).
+        self.received: int | None = None
         self.deadline = 0.0
         self._signalled: set[int] = set()
         self._parent = os.getppid()
 
-    def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]], why: str = "") -> None:
+    def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]], platform: bool = True) -> None:
+        """Stop the ranks on ``signum``: the platform's (said at once in the log), or this launcher's own for a
+        spent budget (``platform=False``: the step's last line says it, once)."""
         if os.getppid() != self._parent:  # the task that started this step died: nobody reads its output now
             _silence_stdio()
+        if platform and self.received is None:
+            self.received = signum
         if self.signum is None:
             self.signum, self.deadline = signum, time.monotonic() + self.plan.preempt_wait_s
-            print(
-                f"train_model: {why or signal.Signals(signum).name + ' received'}: every rank checkpoints at the end "
-                "of its step and stops",
-                file=sys.stderr,
-                flush=True,
-            )
+            if platform:
+                print(
+                    f"train_model: {signal.Signals(signum).name} received: every rank checkpoints at the end of its "
+                    "step and stops",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if self.plan.label == "torchrun":
                 for p in procs:
                     with contextlib.suppress(ProcessLookupError):
@@ -437,6 +444,9 @@ def run_plan(
     on a preemption signal, pass it on and wait for the ranks' checkpoint (no restart). ``budget`` is
     polled once a second: when it says the budget is spent, the ranks stop as on a preemption.
 
+    A preemption signal the ranks finished before acting on (it came after their last control point,
+    and every rank ended well) is the caller's: it goes on to the handler that was there before.
+
     Returns:
         0 when a run of the group succeeds, 75 when it was preempted, else the failing exit code
         (a permanent error's own).
@@ -458,13 +468,18 @@ def run_plan(
         else {}
     )
     try:
-        return _attempts(plan, procs, relay, errors_dir, abort, preemption, {PIDS_ENV: str(pid_dir)}, budget)
+        code = _attempts(plan, procs, relay, errors_dir, abort, preemption, {PIDS_ENV: str(pid_dir)}, budget)
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
         import shutil
 
         shutil.rmtree(pid_dir, ignore_errors=True)
+    if code == 0 and preemption.received is not None:
+        handler = previous.get(signal.Signals(preemption.received).name)
+        if callable(handler):
+            handler(preemption.received, None)
+    return code
 
 
 def _attempts(
@@ -506,7 +521,7 @@ def _attempts(
             if budget is not None and preemption.signum is None and time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
                 if budget():
-                    preemption.on_signal(signal.SIGTERM, procs, why="the budget is spent")
+                    preemption.on_signal(signal.SIGTERM, procs, platform=False)
             if preemption.signum is not None:
                 preemption.forward()
                 if preemption.over(codes):

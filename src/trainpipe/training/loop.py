@@ -4,7 +4,8 @@ A training function owns its loop (``for batch in ctx.batches(...)``); the drive
 how many batches an epoch has and where a resumed run picks up, the epoch ends (metrics reduced
 over ranks), the control points where the ranks agree on preemption and on the checkpoint
 interval, when a checkpoint is taken (between batches, after the step's ``log`` calls, so a
-resumed run reproduces the metrics too), and stopping when the platform asks. One record per
+resumed run reproduces the metrics too), stopping when the platform asks, and the end of a run
+whose function left its loop early (a ``break`` on early stopping, a ``return``). One record per
 batch goes to the step timer. The context (:mod:`~trainpipe.training.context`) is the function's
 API on top of it; the parts it uses each do one job: :mod:`~trainpipe.training.checkpoint`,
 :mod:`~trainpipe.training.control`, :mod:`~trainpipe.training.timing`,
@@ -13,6 +14,7 @@ API on top of it; the parts it uses each do one job: :mod:`~trainpipe.training.c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -41,9 +43,10 @@ class BatchEnd:
     """Where a batch left the run: what the table of the work between batches reads."""
 
     stepped: bool  # the function took an optimizer step in it
-    ends_epoch: bool  # it was its epoch's last batch (or max_steps is reached)
+    ends_epoch: bool  # it was its epoch's last batch (or max_steps is reached; or the function left mid-epoch)
     last: bool  # it was the run's last batch
     control_point: bool  # the schedule puts a control point after it (about once a second)
+    left: bool = False  # the function left its loop after it (a break, a return): the run ends here
 
 
 @dataclass(frozen=True)
@@ -54,37 +57,46 @@ class Due:
     agree: bool = False  # a control point: the ranks agree on a stop and on the checkpoint clock (a collective)
     checkpoint: bool = False  # write this step's checkpoint, every rank together
     mid_epoch: bool = False  # ... carrying the epoch's partial sums (a resume reproduces the metrics)
+    final: bool = False  # ... marked as the run's end: a resume from it has no batch left
     stop: str | None = None  # then stop with exit 75: the signal the ranks agreed on
 
 
 def due_now(end: BatchEnd) -> Due:
     """What a batch's end asks for before the ranks agree (it needs no collective).
 
-    | the batch                     | end the epoch | agree |
-    |-------------------------------|---------------|-------|
-    | its epoch's last (or the run's)| yes          | yes   |
-    | a control point's             | no            | yes   |
-    | any other                     | no            | no    |
+    | the batch                                              | end the epoch | agree |
+    |--------------------------------------------------------|---------------|-------|
+    | its epoch's last (or the run's)                        | yes           | yes   |
+    | the function left its loop after it, mid-epoch         | yes (partial) | yes   |
+    | the function left its loop after it, its epoch ended   | no            | yes   |
+    | a control point's                                      | no            | yes   |
+    | any other                                              | no            | no    |
     """
-    return Due(end_epoch=end.ends_epoch, agree=end.ends_epoch or end.control_point)
+    return Due(end_epoch=end.ends_epoch, agree=end.ends_epoch or end.control_point or end.left)
 
 
 def due_after(end: BatchEnd, agreed: Decision | None, steps_due: bool) -> Due:
     """The checkpoint and the stop, once the ranks agreed (``agreed`` is None where they did not meet).
 
-    | after the batch                                         | checkpoint | stop            |
-    |---------------------------------------------------------|------------|-----------------|
-    | the run's last                                          | yes        | if agreed       |
-    | the ranks agreed to stop (a preemption signal)          | yes        | its signal      |
-    | the ranks agreed the checkpoint interval passed         | yes        | no              |
-    | a step the step count makes due (checkpoint_every_steps)| yes        | no              |
-    | any other                                               | no         | no              |
+    | after the batch                                         | checkpoint       | stop            |
+    |---------------------------------------------------------|------------------|-----------------|
+    | the one the function left its loop after (its last)     | yes, final       | if agreed       |
+    | the run's last                                          | yes              | if agreed       |
+    | the ranks agreed to stop (a preemption signal)          | yes              | its signal      |
+    | the ranks agreed the checkpoint interval passed         | yes              | no              |
+    | a step the step count makes due (checkpoint_every_steps)| yes              | no              |
+    | any other                                               | no               | no              |
+
+    A checkpoint after the batch the function left on is final: a resume from it has no batch left
+    (the run ended there, whatever its settings planned), and it carries no partial sums (the
+    partial epoch's line was written, or none was under way).
     """
     stop = agreed.preempt if agreed is not None else None
     timed = agreed is not None and agreed.time_due
-    save = end.last or stop is not None or timed or (end.stepped and steps_due)
+    save = end.last or end.left or stop is not None or timed or (end.stepped and steps_due)
     first = due_now(end)
-    return Due(first.end_epoch, first.agree, save, save and not end.ends_epoch, stop)
+    mid_epoch = save and not (end.ends_epoch or end.left)
+    return Due(first.end_epoch, first.agree, save, mid_epoch, save and end.left, stop)
 
 
 class Loop:
@@ -124,6 +136,13 @@ class Loop:
         self.control = Control(world_size)  # the worker installed the preemption signals' handlers
         self.progress: Any = None
         self._prepared = False
+        #: The run ended before its batches ran out: the function left its loop, or it resumed from such an end.
+        self.ended = False
+        #: Batches are being handed out (set while ``run`` is under way; cleared at its end or the function's leaving).
+        self._running = False
+        #: Where the function left its loop: whether it stepped in the batch it had (None: it has not left).
+        self._left_stepped: bool | None = None
+        self._handed: Callable[[], Any] = lambda: None  # the batches' iterator, while the function holds it
         #: The history's lines this process wrote to metrics.jsonl; None until its first write, which replaces the file.
         self._lines_written: int | None = None
 
@@ -152,6 +171,7 @@ class Loop:
             self.batches_done = int(trainer["batches_done"])
             self.metrics.carried = {k: list(v) for k, v in trainer.get("carried", {}).items()}
             self.metrics.history = list(trainer.get("history", []))
+            self.ended = bool(trainer.get("ended", False))  # the function ended the run there (early stopping)
             self._lines_written = None  # the file is rewritten from the checkpoint's history
         # every rank must resume from the same step: a rank that read another folder would diverge
         s1, s2 = self.all_reduce_sum([float(self.global_step), float(self.global_step) ** 2])
@@ -170,6 +190,14 @@ class Loop:
             self.checkpoints.wait()
 
     # --- the loop -------------------------------------------------------------------------------
+
+    def batches(self, source: Any, placement: sources.Placement) -> Iterator[Any]:
+        """:meth:`run`'s iterator, followed (weakly) so that :meth:`leave` can close one the function kept."""
+        import weakref
+
+        it = self.run(source, placement)
+        self._handed = weakref.ref(it)
+        return it
 
     def run(self, source: Any, placement: sources.Placement) -> Iterator[Any]:
         """Every batch of ``source`` from where the run stands, epoch after epoch, this rank's share
@@ -201,7 +229,8 @@ class Loop:
             self.checkpoints.start_clock()
         self.act(self.agree())  # a stop asked for during start-up ends here
         start_epoch, skip = divmod(self.batches_done, per_epoch)
-        for epoch in range(start_epoch, s.epochs):
+        self._running = True
+        for epoch in range(start_epoch, s.epochs if not self.ended else start_epoch):
             if self.done():
                 break
             self.epoch = epoch
@@ -216,13 +245,59 @@ class Loop:
                     self.fault.maybe_preempt(self.global_step)
                 step_before = self.global_step
                 self.timer.mark("ready")
-                yield batch
+                try:
+                    yield batch
+                except GeneratorExit:  # the function left its loop (or raised): see leave()
+                    self._left_in(step_before)
+                    raise
                 self.timer.mark("back")
                 self.after_batch(step_before)
+        self._running = False
+        self._wind_up()
+
+    def _wind_up(self) -> None:
         self.write_history()  # a retry that resumed at the last step ends no epoch: its history is the checkpoint's
         self.wait_for_checkpoints()
         self.timer.drain(wait=True)
         self.progress.finish()
+
+    def _left_in(self, step_before: int) -> None:
+        """The function stopped asking for batches in this one: a ``break`` or a ``return`` (or an exception).
+        Only what is this rank's own happens here (the batch's record, when it stepped: the batch
+        counts), since an exception unwinding through the loop closes the iterator the same way;
+        the end of the run, which takes every rank, waits for :meth:`leave` after the function returned."""
+        if not self._running:
+            return
+        self._running = False
+        stepped = self.global_step > step_before
+        self._left_stepped = stepped
+        if stepped:
+            self.batches_done += 1
+            self.progress.update(self.batches_done)
+            with contextlib.suppress(Exception):  # unwinding a device error: the run's own error is the one to report
+                self.timer.mark("back")
+                self.timer.finish_batch(self.epoch, self.global_step, self._local_batch)
+
+    def leave(self) -> None:
+        """After the function returned: if it left its loop while batches remained (early stopping),
+        the run ends where it left (every rank together, as at the last batch): the partial epoch's
+        line in ``metrics.jsonl``, a final checkpoint (a rerun resumes to this end, not past it),
+        and a stop if the platform asked for one.
+
+        Raises:
+            Preempted: the ranks agreed the platform asked the job to stop (the checkpoint was written first).
+        """
+        it = self._handed()
+        if it is not None:
+            it.close()  # an iterator the function kept: it left the loop all the same
+        stepped, self._left_stepped = self._left_stepped, None
+        if stepped is None:
+            return
+        self.ended = True
+        # the batch it stepped in had its epoch's end to come; one it left unstepped ends the epoch under way, if any
+        unended = stepped or self.batches_done % self.steps_per_epoch != 0
+        self._between(BatchEnd(stepped, unended, last=True, control_point=False, left=True), steps_due=False)
+        self._wind_up()
 
     def after_batch(self, step_before: int) -> None:
         """A batch's record, then the work between batches that :func:`due_now` and :func:`due_after` decide."""
@@ -244,13 +319,17 @@ class Loop:
         end = BatchEnd(
             stepped, ends_epoch, self.done() or (ends_epoch and self.epoch == self._last_epoch), control_point
         )
+        self._between(end, stepped and ckpt is not None and ckpt.steps_due(self.global_step))
+
+    def _between(self, end: BatchEnd, steps_due: bool) -> None:
+        """The work :func:`due_now` and :func:`due_after` decide after a batch, in their order."""
         now = due_now(end)
         if now.end_epoch:
             self.end_epoch()
         agreed = self.agree() if now.agree else None
-        due = due_after(end, agreed, stepped and ckpt is not None and ckpt.steps_due(self.global_step))
-        saved = self.save_checkpoint(mid_epoch=due.mid_epoch) if due.checkpoint else False
-        if now.end_epoch or saved or agreed is not None:
+        due = due_after(end, agreed, steps_due)
+        saved = self.save_checkpoint(mid_epoch=due.mid_epoch, final=due.final) if due.checkpoint else False
+        if (now.end_epoch or saved or agreed is not None) and not end.left:
             self.timer.extend_last()  # what the loop did after the batch (metrics, agreement, staging) is the batch's
         if due.stop is not None:
             self.stop(due.stop)
@@ -269,18 +348,22 @@ class Loop:
         self.wait_for_checkpoints()
         self.barrier()  # no rank leaves before the chief has renamed the checkpoint into place
         ckpt = self.checkpoints
+        written = checkpoint_name(ckpt.last_step) if ckpt is not None and ckpt.last_step is not None else None
         if ckpt is None:
             kept = "the training function registered no state with ctx.restore, so a retry starts over"
-        elif ckpt.last_step is None:
+        elif written is None:
             kept = "nothing was trained yet, so a retry starts over"
         else:
-            kept = f"a retry resumes from {checkpoint_name(ckpt.last_step)}"
-        raise Preempted(f"preempted by {signal_name} at step {self.global_step}: {kept}")
+            kept = f"a retry resumes from {written}"
+        raise Preempted(
+            f"preempted by {signal_name} at step {self.global_step}: {kept}", step=self.global_step, checkpoint=written
+        )
 
-    def save_checkpoint(self, mid_epoch: bool) -> bool:
-        """Checkpoint this step (every rank at once); False when it is the one already written."""
+    def save_checkpoint(self, mid_epoch: bool, final: bool = False) -> bool:
+        """Checkpoint this step (every rank at once); False when it is the one already written (a final
+        one is written again: the one of this step does not say the run ended there)."""
         ckpt = self.checkpoints
-        if ckpt is None or ckpt.last_step == self.global_step:
+        if ckpt is None or (ckpt.last_step == self.global_step and not final):
             return False
         if mid_epoch:
             self.metrics.carry()  # the partial sums travel with the checkpoint
@@ -291,6 +374,7 @@ class Loop:
             "carried": self.metrics.carried,
             "history": self.metrics.history,
             "world_size": self.world_size,
+            "ended": final or self.ended,
         }
         ckpt.save(self.global_step, trainer)
         return True
@@ -324,7 +408,8 @@ class Loop:
         if self.is_chief:
             shown = " ".join(f"{k} {v:.4f}" for k, v in line.items() if k not in ("epoch", "step"))
             head = f"train_model: epoch {self.epoch + 1}/{self.settings.epochs} step {self.global_step}"
-            print(f"{head} {shown}".rstrip(), file=sys.stderr, flush=True)
+            left = " (the function left its loop: the run ends here)" if self.ended else ""
+            print(f"{head} {shown}".rstrip() + left, file=sys.stderr, flush=True)
 
     def done(self) -> bool:
         return self.settings.max_steps is not None and self.global_step >= self.settings.max_steps
@@ -336,6 +421,8 @@ class Loop:
             self.first_step_s, self.first_step_unix = time.perf_counter() - t0, time.time()
 
     def planned_batches(self) -> int:
+        if self.ended:
+            return self.batches_done
         planned = self.steps_per_epoch * self.settings.epochs
         return min(planned, self.settings.max_steps) if self.settings.max_steps else planned
 

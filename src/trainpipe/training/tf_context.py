@@ -166,7 +166,7 @@ class TFContext(BaseContext):
                 "save_model: with backend tensorflow give builder= (a function returning the Keras model) and its "
                 "init_args"
             )
-        example = tf_model.example_frame(input_example, self._tabular, self.data, self.settings.label_column)
+        example = tf_model.example_frame(input_example, self._source_rows(), self.data, self.settings.label_column)
         raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
         if isinstance(builder, str) and builder.startswith("builtin:"):
             weights, raw = tf_model.builtin_weights(model, builder, self._tabular, task, raw)
@@ -175,8 +175,7 @@ class TFContext(BaseContext):
             ref, code = builder_reference(builder)
             weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
             framework = "tensorflow"
-        if classes is None and task == "classification" and self._tabular is not None:
-            classes = list(self._tabular.classes)
+        classes = self._classes(classes, task)
         s = self.settings
         meta = {
             "framework": framework,

@@ -222,9 +222,8 @@ class TorchContext(BaseContext):
         if input_example is None:
             from trainpipe.training.data import example_rows
 
-            input_example = example_rows(self._tabular, self.data, self.settings.label_column)
-        if classes is None and task == "classification" and self._tabular is not None:
-            classes = list(self._tabular.classes)
+            input_example = example_rows(self._source_rows(), self.data, self.settings.label_column)
+        classes = self._classes(classes, task)
         s = self.settings
         meta = {
             "label_column": s.label_column,

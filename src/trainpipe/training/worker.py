@@ -16,13 +16,18 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.contract.errors import TrainpipeError, UserCodeError
+from trainpipe.contract.errors import Preempted, TrainpipeError, UserCodeError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.layout import ERRORS_DIR
 from trainpipe.training.backends import BACKENDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.training.settings import TrainModelConfig
+
+
+#: What a rank's error file carries beside its one line, when the error has it: the team's whole error
+#: (``detail``), where a stop left the run (``step``, and ``checkpoint``: None when none was written).
+ERROR_FIELDS = ("detail", "step", "checkpoint")
 
 
 class PeerFailure(Exception):
@@ -73,6 +78,20 @@ def _where(exc: BaseException, spec: str) -> str:
     return f" ({Path(f.filename).name}:{f.lineno} in {f.name})"
 
 
+def team_error(exc: BaseException, spec: str) -> UserCodeError:
+    """The team's exception as one line (its type, its message's first line, where in the team's code) that
+    keeps the whole: its full message and traceback, from the function's frame down, travel as ``detail``
+    (the launcher prints them to the log above the one line)."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0][:300] if lines else ""
+    more = " …" if len(lines) > 1 or (lines and len(lines[0]) > 300) else ""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the team's function down
+    return UserCodeError(
+        f"train_function: {spec} raised {type(exc).__name__}: {first}{more}{_where(exc, spec)}",
+        detail="".join(traceback.format_exception(type(exc), exc, tb)).rstrip("\n"),
+    )
+
+
 def run(settings: TrainModelConfig) -> None:
     """Train on this rank (the context is closed whatever happens).
 
@@ -102,12 +121,7 @@ def run(settings: TrainModelConfig) -> None:
             raise
         except Exception as exc:
             _peer_failed(ctx, exc)
-            if os.environ.get("TRAINPIPE_DEBUG"):
-                traceback.print_exc()
-            message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            raise UserCodeError(
-                f"train_function: {spec} raised {type(exc).__name__}: {message}{_where(exc, spec)}"
-            ) from None
+            raise team_error(exc, spec) from None
         try:
             ctx.finish()
         except TrainpipeError:
@@ -139,10 +153,9 @@ def _peer_failed(ctx: Any, exc: Exception) -> None:
 def report(settings: TrainModelConfig, exc: TrainpipeError) -> None:
     """The rank's error for the launcher (``<output_dir>/.errors/rank<N>.json``)."""
     rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
-    atomic_write_json(
-        Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json",
-        {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code},
-    )
+    record = {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}
+    record.update({k: v for k, v in vars(exc).items() if k in ERROR_FIELDS})
+    atomic_write_json(Path(settings.output_dir) / ERRORS_DIR / f"rank{rank}.json", record)
 
 
 def _die_with_parent() -> None:
@@ -184,8 +197,9 @@ def main(config_path: str) -> int:
         return 1  # no error file: the launcher (torchrun or trainpipe) restarts the group
     except TrainpipeError as exc:
         report(settings, exc)  # again for an error before the context existed: the same file
-        rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
-        print(f"train_model rank {rank}: error: {exc}", file=sys.stderr, flush=True)
+        if not isinstance(exc, Preempted):  # an agreed stop is every rank's: the launcher says it once
+            rank = os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0"))
+            print(f"train_model rank {rank}: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     return 0
 
