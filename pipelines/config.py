@@ -136,16 +136,12 @@ class TuneSettings(_TuneBase):  # type: ignore[misc, valid-type]
         1, ge=1, le=64, description="parallel workers on the study (KFP dsl.ParallelFor, Airflow .expand)"
     )
 
-    @model_validator(mode="after")
-    def _as_tune_model(self) -> TuneSettings:
-        _same_rules(TuneModelParams, self.model_dump(exclude={"workers"}))
-        return self
-
     def settings(self, train: dict[str, Any]) -> dict[str, Any]:
-        """tune_model's settings (JSON values) for trials on ``train`` (the config's train section)."""
+        """tune_model's settings (JSON values) for trials on ``train`` (the config's train section, less what
+        the space searches), ``tune.train`` over it. Checked as tune_model checks them by the config that holds
+        both (:class:`PipelineConfig`): the space against the training function ``train`` names."""
         out = self.model_dump(mode="json", exclude={"workers"})
-        merged = {k: v for k, v in {**train, **out["train"]}.items() if k not in self.space}
-        out["train"] = merged
+        out["train"] = {**{k: v for k, v in train.items() if k not in self.space}, **out["train"]}
         return out
 
 
@@ -221,6 +217,21 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
         _same_rules(ValidateDataParams, {"features": self.features, "feature_repo": self.feature_repo})
         return self
 
+    @model_validator(mode="after")
+    def _check_tune(self) -> PipelineConfig:
+        # as tune_model checks them, on the trials' settings: the train section under tune.train, so the space
+        # is checked against the function the train section names (its typed config), not the default one
+        if self.tune is not None:
+            try:
+                _same_rules(TuneModelParams, self.tune.settings(self._train_as_written()))
+            except ValueError as exc:
+                raise ValueError(f"tune.{exc}") from None
+        return self
+
+    def _train_as_written(self) -> dict[str, Any]:
+        """The train section's settings the config sets (JSON values); train_model's defaults fill the rest."""
+        return self.train.model_dump(mode="json", exclude_unset=True)
+
     def resolved(self, base: Path | None = None) -> PipelineConfig:
         """A copy with every local path absolute and every default filled in."""
         base = base or Path.cwd()
@@ -253,10 +264,12 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
         """tune_model's settings and its ``workers`` when the pipeline tunes first, else None."""
         if self.tune is None:
             return None
-        train = self.train.model_dump(mode="json", exclude_unset=True)
-        settings = self.tune.settings(train)
+        settings = self.tune.settings(self._train_as_written())
         # the study of each run (named after it) in one SQLite file of the workspace, unless a database is given
         settings["storage"] = settings["storage"] or f"sqlite:///{Path(self.workspace) / 'tune' / 'study.db'}"
+        trusted = self.trusted_code()  # the steps that rebuild the team's model trust its package: the study too
+        if trusted and trusted not in settings["trusted_packages"]:
+            settings["trusted_packages"] = [*settings["trusted_packages"], trusted]
         return {**settings, "workers": self.tune.workers}
 
     def optimizes(self, profile: str | None = None) -> bool:

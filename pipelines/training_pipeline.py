@@ -188,7 +188,7 @@ def build_pipeline(
         trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
         drifted = bind(detect_drift, p, **data, **trust)
         with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
-            tuning = _tuning(p, {**data, **trust}, tune) if tune is not None else []
+            tuning = _tuning(p, data, tune) if tune is not None else []  # its settings trust the team's package
             tuned = {"tuned": tuning[-1].outputs["study"]} if tuning else {}
             trained = bind(train_op, p, **data, **tuned)
             model = trained.outputs["model"]

@@ -222,3 +222,29 @@ def test_a_study_refuses_a_choice_of_the_wrong_type(case):
     train = {"train_function": TYPED, "train_config": {"learning_rate": 0.1}}
     with pytest.raises(InputError, match=rf"space.train_config.{key}'?: .* does not fit"):
         build(TuneModelParams, {"space": space, "train": train}, "tune_model")
+
+
+# --- a pipeline config's tune section searches the function its train section names ------------------------
+
+PIPELINE_TRAIN = {"train_function": TYPED, "train_config": {"learning_rate": 0.1, "hidden": [8]}, "epochs": 1}
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=names, repeated=st.booleans())
+def test_a_pipeline_configs_tune_space_is_checked_against_its_train_sections_function(key, repeated):
+    """Issue 44: the space was checked against builtin:mlp, whatever train.train_function said, unless tune.train
+    repeated it. Now a key of the team's config is searched, one it lacks refused, the train section repeated
+    in tune.train or not."""
+    from trainpipe.pipelines.config import PipelineConfig
+
+    def config(space_key: str) -> dict:
+        space = {f"train_config.{space_key}": {"type": "float", "low": 1e-08, "high": 1e-06}}
+        tune = {"space": space, **({"train": PIPELINE_TRAIN} if repeated else {})}
+        return {"data": "raw.csv", "train": PIPELINE_TRAIN, "tune": tune}
+
+    accepted = build(PipelineConfig, config("eps"), "pipeline config")  # TrainConfig's, not builtin:mlp's
+    assert accepted.tune_settings()["train"]["train_function"] == TYPED
+    assert accepted.tune_settings()["trusted_packages"] == ["teampkg"]  # once, repeated or not
+    with pytest.raises(InputError) as exc:
+        build(PipelineConfig, config(key), "pipeline config")
+    assert f"'tune.space': 'train_config.{key}' is not a key of {TYPED}'s config TrainConfig" in str(exc.value)
