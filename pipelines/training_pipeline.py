@@ -27,11 +27,13 @@ from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.tune_model.kfp_component import tune_model
 from trainpipe.components.tune_model.spec import TuneModelParams
 from trainpipe.components.validate_data.kfp_component import validate_data
+from trainpipe.contract.runtime import PROFILE_ENV
 from trainpipe.faces.kfp_face import accelerated
 from trainpipe.faces.surface import REQUIRED, kfp_params
 from trainpipe.images import RUN_AS
 from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
+from trainpipe.profiles import to_env as profile_env
 
 PIPELINE_NAME = "trainpipe-training"
 
@@ -171,6 +173,7 @@ def build_pipeline(
     from trainpipe.contract.policy import to_env
 
     policy_json = to_env(policy) if policy is not None else "{}"
+    hardware = profile_env(profile)
 
     def steps(p: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
@@ -214,7 +217,8 @@ def build_pipeline(
         for task_ in (validated, snap, drifted):
             _configure(task_, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
-        trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
+        for task_ in (trained, *tuning):  # the steps that read it (PROFILE_STEPS): its content, not a file's path
+            task_.set_env_variable(name=PROFILE_ENV, value=hardware)
         every = [validated, snap, drifted, trained, *later, registered]
         _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":

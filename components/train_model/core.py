@@ -40,7 +40,7 @@ from trainpipe.layout import (
     TELEMETRY_DIR,
     TUNED_SETTINGS_FILE,
 )
-from trainpipe.profiles import metrics_port, prices_of
+from trainpipe.profiles import metrics_port, prices_of, profile_name
 from trainpipe.tabular import find_dataset
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
@@ -154,7 +154,7 @@ def _train_here(
         lineage.orchestrator.run_id
         if lineage.orchestrator and lineage.orchestrator.run_id
         else f"local-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]}",
-        runtime.hardware_profile,
+        profile_name(runtime.hardware_profile),
         config.train_function,
     )
     spending.start()
@@ -301,8 +301,8 @@ class _Spending:
         self.prices = prices_of(hardware_profile)
         if config.max_cost is not None and self.prices is None:
             raise InputError(
-                f"max_cost: the hardware profile {hardware_profile!r} declares no prices (give it prices:, or set "
-                "max_gpu_hours)"
+                f"max_cost: the hardware profile {profile_name(hardware_profile)!r} declares no prices (give it "
+                "prices:, or set max_gpu_hours)"
             )
         self.dir = Path(config.checkpoint_dir or Path(config.output_dir) / CHECKPOINT_DIR)
         self.before = spent_before(self.dir)
@@ -480,7 +480,7 @@ def _report(
             device=result.device,
             world_size=result.world_size,
             precision=config.precision,
-            hardware_profile=hardware_profile,
+            hardware_profile=profile_name(hardware_profile),
             model_sha256=sha,
             final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
             **usage.model_dump(exclude={"nodes"}),  # what every attempt used, as the result says

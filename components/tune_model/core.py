@@ -46,7 +46,7 @@ from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
-from trainpipe.profiles import prices_of
+from trainpipe.profiles import prices_of, profile_name
 from trainpipe.tabular import find_dataset
 from trainpipe.telemetry import TRY_ENV
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
@@ -675,8 +675,8 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
     if uses_cost and prices_of(runtime.hardware_profile) is None:
         field = "max_cost" if config.max_cost is not None else "objectives"
         raise InputError(
-            f"{field}: the hardware profile {runtime.hardware_profile!r} declares no prices, so no trial has a cost "
-            "(give the profile prices:, or use gpu_seconds / max_gpu_hours)"
+            f"{field}: the hardware profile {profile_name(runtime.hardware_profile)!r} declares no prices, so no trial "
+            "has a cost (give the profile prices:, or use gpu_seconds / max_gpu_hours)"
         )
     what = search_of(config, lineage)
     if config.study_name is None:

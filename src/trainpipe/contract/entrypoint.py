@@ -260,6 +260,7 @@ def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dic
     """The run's batch-job figures to the Pushgateway, when the platform set one (never fails the run)."""
     from trainpipe import telemetry
     from trainpipe.contract.runtime import PROFILE_ENV
+    from trainpipe.profiles import profile_name
 
     if not os.environ.get(telemetry.PUSHGATEWAY_ENV):
         return
@@ -270,7 +271,7 @@ def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dic
         seconds,
         run_id,
         result.figures() if result is not None else {},
-        os.environ.get(PROFILE_ENV) or "local",
+        profile_name(os.environ.get(PROFILE_ENV) or "local"),
         series=result.series() if result is not None else [],
     )
 
