@@ -38,7 +38,6 @@ from trainpipe.layout import (
     MODEL_FILE,
     MODEL_META,
     TELEMETRY_DIR,
-    TUNED_SETTINGS_FILE,
 )
 from trainpipe.profiles import metrics_port, prices_of, profile_name
 from trainpipe.tabular import find_dataset
@@ -336,7 +335,8 @@ class _Spending:
 
 
 def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
-    """The settings with tune_model's best trial's applied over them (its ``tuned`` output), checked again.
+    """The settings with tune_model's best trial's applied over them (its ``tuned`` output), checked again
+    (the entrypoint lays them over the flags before it checks them; a core called directly, here).
 
     Raises:
         InputError: the artifact has no best settings, or they do not fit train_model.
@@ -344,15 +344,9 @@ def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
     if not config.tuned:
         return config
     from trainpipe.contract.config import build
+    from trainpipe.contract.entrypoint import lay_settings
 
-    path = Path(config.tuned) / TUNED_SETTINGS_FILE
-    try:
-        best = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise InputError(f"tuned: {str(path)!r} is missing or not JSON (is it tune_model's output?)") from None
-    if not best:
-        raise InputError(f"tuned: {str(path)!r} holds no settings: the study completed no trial")
-    merged = {**config.model_dump(exclude_unset=True), **best, "tuned": None}
+    merged = {**lay_settings(TrainModelConfig, config.model_dump(exclude_unset=True)), "tuned": None}
     return build(TrainModelConfig, merged, where="tuned")
 
 

@@ -248,3 +248,32 @@ def test_a_pipeline_configs_tune_space_is_checked_against_its_train_sections_fun
     with pytest.raises(InputError) as exc:
         build(PipelineConfig, config(key), "pipeline config")
     assert f"'tune.space': 'train_config.{key}' is not a key of {TYPED}'s config TrainConfig" in str(exc.value)
+
+
+def test_a_training_on_tuned_settings_takes_its_typed_config_from_them(tmp_path):
+    """Issue 44: ``--tuned DIR`` without ``--train-config``: the flags' config was checked before the best
+    trial's settings were laid over it, so every required key was missing. The entrypoint lays them first."""
+    import json
+
+    from trainpipe.components.train_model.spec import NAME
+    from trainpipe.contract import artifacts
+    from trainpipe.contract.entrypoint import run
+
+    tuned = tmp_path / "tune"
+    best = {"train_function": TYPED, "train_config": {"schedule": "cosine", "learning_rate": 0.01, "hidden": [16]}}
+    tuned.mkdir()
+    (tuned / "best_settings.json").write_text(json.dumps(best))
+    artifacts.finish_output(str(tuned), "tune_model", {}, {})
+    (tmp_path / "d.csv").write_text("a,label\n1,0\n")
+    given = []
+
+    def core(config, lineage, runtime):  # train_model's core would train here: what reaches it is the point
+        given.append(config)
+        raise InputError("stop")
+
+    argv = ["--data", str(tmp_path / "d.csv"), "--output-dir", str(tmp_path / "m"), "--tuned", str(tuned)]
+    assert run(NAME, TrainModelConfig, core, [*argv, "--train-function", TYPED]) == 2
+    assert [c.train_config for c in given] == [best["train_config"]]
+    assert list(given[0].train_config) == ["schedule", "learning_rate", "hidden"]  # in the study's own order
+    (tuned / "best_settings.json").write_text("{}")
+    assert run(NAME, TrainModelConfig, core, argv) == 2 and len(given) == 1  # no settings: refused before the core
