@@ -41,7 +41,7 @@ from trainpipe.components.tune_model.spec import (
     with_params,
 )
 from trainpipe.contract.errors import EXIT_TRANSIENT, BudgetReached, InputError, ServiceUnavailable, TrainpipeError
-from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
+from trainpipe.contract.io import atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
@@ -830,7 +830,7 @@ def summarize(
             "see the trials' lines above"
         )
     if write:
-        atomic_write_json(out / BEST_FILE, result.best_settings)
+        atomic_write_settings(out / BEST_FILE, result.best_settings)  # the team's train_config in its own key order
         from trainpipe.components.tune_model.report import write_report
 
         atomic_write_text(out / REPORT_FILE, write_report(study, config, result))
