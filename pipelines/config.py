@@ -38,8 +38,9 @@ from trainpipe.profiles import PROFILES, HardwareProfile, get_profile
 NOT_IN_TRAIN = ("label_column", "tracking_uri", "experiment_name", "node_rank", "rdzv_endpoint")
 #: The steps that read their hardware profile (``TRAINPIPE_HARDWARE_PROFILE``, which the KFP pipeline and the
 #: DAGs set on them): train_model for its prices (what it cost, its max_cost) and metrics port, tune_model for
-#: its cost objective or budget and its trials' trainings.
-PROFILE_STEPS = ("train_model", "tune_model")
+#: its cost objective or budget and its trials' trainings, profile_training for the prices its cost per epoch
+#: is figured at.
+PROFILE_STEPS = ("train_model", "tune_model", "profile_training")
 #: optimize_model settings that are not in ``optimize:``: the pipeline's own (the label, the split's seed).
 OPTIMIZE_FROM_PIPELINE = ("label_column", "seed")
 #: Pipeline settings taken from a component's spec, by (component, its field).

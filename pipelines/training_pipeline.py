@@ -217,8 +217,9 @@ def build_pipeline(
         for task_ in (validated, snap, drifted):
             _configure(task_, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
-        for task_ in (trained, *tuning):  # the steps that read it (PROFILE_STEPS): its content, not a file's path
-            task_.set_env_variable(name=PROFILE_ENV, value=hardware)
+        for task_ in (trained, *tuning, profiled):  # the steps that read it (PROFILE_STEPS): its content, not its path
+            if task_ is not None:
+                task_.set_env_variable(name=PROFILE_ENV, value=hardware)
         every = [validated, snap, drifted, trained, *later, registered]
         _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":

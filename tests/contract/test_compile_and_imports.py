@@ -305,10 +305,14 @@ def test_the_compiled_pipeline_gives_the_profile_file_and_the_team_function_to_t
         tasks.update(comp.get("dag", {}).get("tasks", {}))
     tune_tasks = [t for name, t in tasks.items() if name.startswith("tune-model")]
     assert len(tune_tasks) == 2  # the workers (a ParallelFor) and the summary
-    for task in [tasks["train-model"], *tune_tasks]:
+
+    def env(task: dict) -> dict:
         container = executors[spec["components"][task["componentRef"]["name"]]["executorLabel"]]["container"]
-        env = {e["name"]: e["value"] for e in container["env"]}
-        _carries_the_priced_profile(env["TRAINPIPE_HARDWARE_PROFILE"])
+        return {e["name"]: e["value"] for e in container.get("env", [])}
+
+    for task in [tasks["train-model"], tasks["profile-training"], *tune_tasks]:  # PROFILE_STEPS
+        _carries_the_priced_profile(env(task)["TRAINPIPE_HARDWARE_PROFILE"])
+    assert "TRAINPIPE_HARDWARE_PROFILE" not in env(tasks["evaluate-model"])  # it reads none
     for task in tune_tasks:
         params = task["inputs"]["parameters"]
         given = {k: v["runtimeValue"]["constant"] for k, v in params.items() if "runtimeValue" in v}
@@ -349,7 +353,7 @@ def test_the_dags_give_the_profile_file_and_the_team_function_to_the_steps_that_
         )
     tune_ids = [t for t in dag.task_dict if t.startswith("tune_model")]
     assert len(tune_ids) == (2 if mode == "local" else 3)  # workers mapped, or one pod task each; the summary
-    for task_id in ["train_model", *tune_ids]:
+    for task_id in ["train_model", "profile_training", *tune_ids]:  # PROFILE_STEPS
         _carries_the_priced_profile(_env_of(dag.task_dict[task_id])["TRAINPIPE_HARDWARE_PROFILE"])
     assert "TRAINPIPE_HARDWARE_PROFILE" not in _env_of(dag.task_dict["evaluate_model"])  # it reads none
     if mode == "local":
