@@ -202,7 +202,10 @@ def build_pipeline(
                 optimized = None
                 if optimize is not None:  # compile-time settings; an unset one (None) is left to the face's default
                     settings = {k: v for k, v in optimize.items() if v is not None}
-                    optimized = bind(optimize_model, p, model=model, **data, **settings, **trust)
+                    # the optimize section's trusted packages and the team's, once
+                    packages = [*settings.pop("trusted_packages", []), *trust.get("trusted_packages", [])]
+                    settings["trusted_packages"] = list(dict.fromkeys(packages))
+                    optimized = bind(optimize_model, p, model=model, **data, **settings)
                     extra["optimized"] = optimized.outputs["optimized"]
                 decision = evaluated.outputs["decision"]
                 move = not require_approval  # a compiled constant: no run parameter can skip the approval

@@ -274,7 +274,14 @@ def team_config(tmp_path, monkeypatch):
         "train": TEAM_TRAIN,
     }
     path = folder / "pipeline.yaml"
-    path.write_text(yaml.safe_dump({"data": "raw.csv", "profile": "priced.yaml", "train": TEAM_TRAIN, "tune": tune}))
+    config = {
+        "data": "raw.csv",
+        "profile": "priced.yaml",
+        "train": TEAM_TRAIN,
+        "tune": tune,
+        "optimize": {"enabled": True},
+    }
+    path.write_text(yaml.safe_dump(config))
     monkeypatch.chdir(tmp_path)
     return path, load_pipeline_config(path)
 
@@ -291,13 +298,20 @@ def test_the_compiled_pipeline_gives_the_profile_file_and_the_team_function_to_t
     team_config, tmp_path
 ):
     """Issue 44: the KFP pipeline told train_model the profile's name (its prices were lost in the pod), and a
-    tune section repeating the train section failed to compile (trusted_packages passed twice)."""
+    tune section repeating the train section, or optimize_model, failed to compile with a team's function
+    (trusted_packages passed twice)."""
     import json
 
     from trainpipe.pipelines.compile import compile_pipeline
 
     _, cfg = team_config
-    out = compile_pipeline(tmp_path / "p.yaml", cfg.profile, trusted_code=cfg.trusted_code(), tune=cfg.tune_settings())
+    out = compile_pipeline(
+        tmp_path / "p.yaml",
+        cfg.profile,
+        trusted_code=cfg.trusted_code(),
+        tune=cfg.tune_settings(),
+        optimize=cfg.optimize,
+    )
     spec = next(yaml.safe_load_all(out.read_text()))
     executors = spec["deploymentSpec"]["executors"]
     tasks = {}
@@ -313,12 +327,17 @@ def test_the_compiled_pipeline_gives_the_profile_file_and_the_team_function_to_t
     for task in [tasks["train-model"], tasks["profile-training"], *tune_tasks]:  # PROFILE_STEPS
         _carries_the_priced_profile(env(task)["TRAINPIPE_HARDWARE_PROFILE"])
     assert "TRAINPIPE_HARDWARE_PROFILE" not in env(tasks["evaluate-model"])  # it reads none
+
+    def given(task: dict) -> dict:
+        return {
+            k: v["runtimeValue"]["constant"] for k, v in task["inputs"]["parameters"].items() if "runtimeValue" in v
+        }
+
+    for task in [*tune_tasks, tasks["optimize-model"]]:  # the team's package trusted once (it was passed twice)
+        assert given(task)["trusted_packages"] == ["teampkg"]
     for task in tune_tasks:
-        params = task["inputs"]["parameters"]
-        given = {k: v["runtimeValue"]["constant"] for k, v in params.items() if "runtimeValue" in v}
-        assert given["trusted_packages"] == ["teampkg"]
-        assert json.loads(given["train"])["train_function"] == "teampkg.typed:train"
-        assert "pruner" not in given  # unset: none for the two objectives, as Optuna allows
+        assert json.loads(given(task)["train"])["train_function"] == "teampkg.typed:train"
+        assert "pruner" not in given(task)  # unset: none for the two objectives, as Optuna allows
 
 
 def _env_of(task) -> dict:
