@@ -28,12 +28,19 @@ from trainpipe.components.train_model.spec import TrainModelParams
 from trainpipe.components.tune_model.spec import TuneModelParams
 from trainpipe.components.validate_data.spec import ValidateDataParams
 from trainpipe.contract.config import StrictModel, build, load_file
+from trainpipe.contract.errors import InputError
 from trainpipe.contract.policy import Policy
 from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params, kfp_value
+from trainpipe.profiles import PROFILES, HardwareProfile, get_profile
 
 #: train_model settings that are not in ``train:``: the pipeline sets them once for every step
 #: (label_column, tracking_uri, experiment_name) or a multi-node launcher sets them per node.
 NOT_IN_TRAIN = ("label_column", "tracking_uri", "experiment_name", "node_rank", "rdzv_endpoint")
+#: The steps that read their hardware profile (``TRAINPIPE_HARDWARE_PROFILE``, which the KFP pipeline and the
+#: DAGs set on them): train_model for its prices (what it cost, its max_cost) and metrics port, tune_model for
+#: its cost objective or budget and its trials' trainings, profile_training for the prices its cost per epoch
+#: is figured at.
+PROFILE_STEPS = ("train_model", "tune_model", "profile_training")
 #: optimize_model settings that are not in ``optimize:``: the pipeline's own (the label, the split's seed).
 OPTIMIZE_FROM_PIPELINE = ("label_column", "seed")
 #: Pipeline settings taken from a component's spec, by (component, its field).
@@ -136,16 +143,12 @@ class TuneSettings(_TuneBase):  # type: ignore[misc, valid-type]
         1, ge=1, le=64, description="parallel workers on the study (KFP dsl.ParallelFor, Airflow .expand)"
     )
 
-    @model_validator(mode="after")
-    def _as_tune_model(self) -> TuneSettings:
-        _same_rules(TuneModelParams, self.model_dump(exclude={"workers"}))
-        return self
-
     def settings(self, train: dict[str, Any]) -> dict[str, Any]:
-        """tune_model's settings (JSON values) for trials on ``train`` (the config's train section)."""
+        """tune_model's settings (JSON values) for trials on ``train`` (the config's train section, less what
+        the space searches), ``tune.train`` over it. Checked as tune_model checks them by the config that holds
+        both (:class:`PipelineConfig`): the space against the training function ``train`` names."""
         out = self.model_dump(mode="json", exclude={"workers"})
-        merged = {k: v for k, v in {**train, **out["train"]}.items() if k not in self.space}
-        out["train"] = merged
+        out["train"] = {**{k: v for k, v in train.items() if k not in self.space}, **out["train"]}
         return out
 
 
@@ -221,12 +224,30 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
         _same_rules(ValidateDataParams, {"features": self.features, "feature_repo": self.feature_repo})
         return self
 
+    @model_validator(mode="after")
+    def _check_tune(self) -> PipelineConfig:
+        # as tune_model checks them, on the trials' settings: the train section under tune.train, so the space
+        # is checked against the function the train section names (its typed config), not the default one
+        if self.tune is not None:
+            try:
+                _same_rules(TuneModelParams, self.tune.settings(self._train_as_written()))
+            except ValueError as exc:
+                raise ValueError(f"tune.{exc}") from None
+        return self
+
+    def _train_as_written(self) -> dict[str, Any]:
+        """The train section's settings the config sets (JSON values); train_model's defaults fill the rest."""
+        return self.train.model_dump(mode="json", exclude_unset=True)
+
     def resolved(self, base: Path | None = None) -> PipelineConfig:
         """A copy with every local path absolute and every default filled in."""
         base = base or Path.cwd()
 
         def absolute(p: str) -> str:
             return p if "://" in p or p.startswith("builtin:") else str((base / p).resolve())
+
+        def profile(p: str) -> str:  # a file beside the config; a built-in's name (or a mistake) as written
+            return absolute(p) if p not in PROFILES and p.endswith((".yaml", ".yml", ".json")) else p
 
         ws = Path(absolute(self.workspace))
         tracking = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{ws / 'mlflow.db'}"
@@ -239,24 +260,50 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
                 "dvc_repo_dir": absolute(self.dvc_repo_dir) if self.dvc_repo_dir else str(ws / "dvc-repo"),
                 "dvc_remote_url": absolute(self.dvc_remote_url) if self.dvc_remote_url else str(ws / "dvc-remote"),
                 "tracking_uri": tracking,
+                "profile": profile(self.profile),
             }
         )
+
+    def check_profile(self, profile: str | None = None) -> HardwareProfile:
+        """The hardware profile the pipeline runs under (``profile``, default the config's), read now, and
+        the settings that need what it declares: a budget in money (``max_cost``) or a cost objective needs
+        its ``prices``. Refused here, before any step runs; each step checks again where it runs.
+
+        Raises:
+            InputError: the profile cannot be read, or a cost setting on a profile without prices.
+        """
+        hardware = get_profile(profile or self.profile)
+        if hardware.prices is not None:
+            return hardware
+        tune = self.tune
+        costly = {"train.max_cost": self.train.max_cost is not None}
+        if tune is not None:
+            costly["tune.train.max_cost"] = tune.train.get("max_cost") is not None
+            costly["tune.max_cost"] = tune.max_cost is not None
+            costly["tune.objectives"] = any(o.metric == "cost" for o in tune.objectives)
+        for field, needs_prices in costly.items():
+            if needs_prices:
+                raise InputError(
+                    f"pipeline config field {field!r}: the hardware profile {hardware.name!r} declares no prices, so "
+                    "nothing has a cost (give the profile prices:, or budget in GPU-hours: max_gpu_hours, gpu_seconds)"
+                )
+        return hardware
 
     def optimize_settings(self, profile: str | None = None) -> dict[str, Any] | None:
         """optimize_model's settings when the pipeline runs it under ``profile`` (default the config's):
         ``optimize.enabled``, else the hardware profile's ``optimize``; else None."""
-        from trainpipe.profiles import get_profile
-
         return self.optimize.for_profile(get_profile(profile or self.profile))
 
     def tune_settings(self) -> dict[str, Any] | None:
         """tune_model's settings and its ``workers`` when the pipeline tunes first, else None."""
         if self.tune is None:
             return None
-        train = self.train.model_dump(mode="json", exclude_unset=True)
-        settings = self.tune.settings(train)
+        settings = self.tune.settings(self._train_as_written())
         # the study of each run (named after it) in one SQLite file of the workspace, unless a database is given
         settings["storage"] = settings["storage"] or f"sqlite:///{Path(self.workspace) / 'tune' / 'study.db'}"
+        trusted = self.trusted_code()  # the steps that rebuild the team's model trust its package: the study too
+        if trusted and trusted not in settings["trusted_packages"]:
+            settings["trusted_packages"] = [*settings["trusted_packages"], trusted]
         return {**settings, "workers": self.tune.workers}
 
     def optimizes(self, profile: str | None = None) -> bool:
@@ -373,4 +420,6 @@ def load_pipeline_config(path: str | os.PathLike[str] | None = None, **overrides
     data: dict[str, Any] = load_file(path) if path else {}
     data.update({k: v for k, v in overrides.items() if v is not None})
     base = Path(path).resolve().parent if path else Path.cwd()
-    return build(PipelineConfig, data, where="pipeline config").resolved(base)
+    config = build(PipelineConfig, data, where="pipeline config").resolved(base)
+    config.check_profile()
+    return config

@@ -26,6 +26,7 @@ from trainpipe.contract.entrypoint import input_fields, output_fields
 from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator, component_task
 from trainpipe.pipelines.config import (
     NOT_PIPELINE_PARAMETERS,
+    PROFILE_STEPS,
     PipelineConfig,
     TrainSettings,
     load_pipeline_config,
@@ -335,8 +336,8 @@ class DagSettings:
     def _placement(
         self, operator_cls: type[TrainpipeOperator], task_id: str, kwargs: dict[str, Any]
     ) -> tuple[Any, Any]:
-        """The task's queue, its environment (the policy) and, on Kubernetes,
-        its resources and image."""
+        """The task's queue, its environment (the policy; the hardware profile where the step reads it) and,
+        on Kubernetes, its resources and image."""
         kwargs.setdefault("queue", self.profile.train_queue if task_id == "train_model" else self.profile.queue)
         resources = image = None
         if self.mode == "kubernetes":
@@ -349,6 +350,11 @@ class DagSettings:
             from trainpipe.contract.policy import ENV, to_env
 
             env[ENV] = to_env(self.config.policy)
+        if operator_cls.component in PROFILE_STEPS:  # the hardware profile, to the steps that read it: its content
+            from trainpipe.contract.runtime import PROFILE_ENV
+            from trainpipe.profiles import to_env as profile_env
+
+            env[PROFILE_ENV] = profile_env(self.profile)
         if env:
             key = "env_vars" if self.mode == "kubernetes" else "env"
             kwargs[key] = {**env, **kwargs.get(key, {})}

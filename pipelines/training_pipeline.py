@@ -27,11 +27,13 @@ from trainpipe.components.train_model.kfp_component import train_model
 from trainpipe.components.tune_model.kfp_component import tune_model
 from trainpipe.components.tune_model.spec import TuneModelParams
 from trainpipe.components.validate_data.kfp_component import validate_data
+from trainpipe.contract.runtime import PROFILE_ENV
 from trainpipe.faces.kfp_face import accelerated
 from trainpipe.faces.surface import REQUIRED, kfp_params
 from trainpipe.images import RUN_AS
 from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
+from trainpipe.profiles import to_env as profile_env
 
 PIPELINE_NAME = "trainpipe-training"
 
@@ -171,6 +173,7 @@ def build_pipeline(
     from trainpipe.contract.policy import to_env
 
     policy_json = to_env(policy) if policy is not None else "{}"
+    hardware = profile_env(profile)
 
     def steps(p: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
@@ -188,7 +191,7 @@ def build_pipeline(
         trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
         drifted = bind(detect_drift, p, **data, **trust)
         with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
-            tuning = _tuning(p, {**data, **trust}, tune) if tune is not None else []
+            tuning = _tuning(p, data, tune) if tune is not None else []  # its settings trust the team's package
             tuned = {"tuned": tuning[-1].outputs["study"]} if tuning else {}
             trained = bind(train_op, p, **data, **tuned)
             model = trained.outputs["model"]
@@ -199,7 +202,10 @@ def build_pipeline(
                 optimized = None
                 if optimize is not None:  # compile-time settings; an unset one (None) is left to the face's default
                     settings = {k: v for k, v in optimize.items() if v is not None}
-                    optimized = bind(optimize_model, p, model=model, **data, **settings, **trust)
+                    # the optimize section's trusted packages and the team's, once
+                    packages = [*settings.pop("trusted_packages", []), *trust.get("trusted_packages", [])]
+                    settings["trusted_packages"] = list(dict.fromkeys(packages))
+                    optimized = bind(optimize_model, p, model=model, **data, **settings)
                     extra["optimized"] = optimized.outputs["optimized"]
                 decision = evaluated.outputs["decision"]
                 move = not require_approval  # a compiled constant: no run parameter can skip the approval
@@ -214,7 +220,9 @@ def build_pipeline(
         for task_ in (validated, snap, drifted):
             _configure(task_, profile.default, profile, caching=False)
         _configure(trained, profile.train, profile)
-        trained.set_env_variable(name="TRAINPIPE_HARDWARE_PROFILE", value=profile.name)  # recorded in the lineage
+        for task_ in (trained, *tuning, profiled):  # the steps that read it (PROFILE_STEPS): its content, not its path
+            if task_ is not None:
+                task_.set_env_variable(name=PROFILE_ENV, value=hardware)
         every = [validated, snap, drifted, trained, *later, registered]
         _kubernetes_settings(profile, trained, every)
         if policy_json != "{}":

@@ -38,9 +38,8 @@ from trainpipe.layout import (
     MODEL_FILE,
     MODEL_META,
     TELEMETRY_DIR,
-    TUNED_SETTINGS_FILE,
 )
-from trainpipe.profiles import metrics_port, prices_of
+from trainpipe.profiles import metrics_port, prices_of, profile_name
 from trainpipe.tabular import find_dataset
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
@@ -154,7 +153,7 @@ def _train_here(
         lineage.orchestrator.run_id
         if lineage.orchestrator and lineage.orchestrator.run_id
         else f"local-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]}",
-        runtime.hardware_profile,
+        profile_name(runtime.hardware_profile),
         config.train_function,
     )
     spending.start()
@@ -301,8 +300,8 @@ class _Spending:
         self.prices = prices_of(hardware_profile)
         if config.max_cost is not None and self.prices is None:
             raise InputError(
-                f"max_cost: the hardware profile {hardware_profile!r} declares no prices (give it prices:, or set "
-                "max_gpu_hours)"
+                f"max_cost: the hardware profile {profile_name(hardware_profile)!r} declares no prices (give it "
+                "prices:, or set max_gpu_hours)"
             )
         self.dir = Path(config.checkpoint_dir or Path(config.output_dir) / CHECKPOINT_DIR)
         self.before = spent_before(self.dir)
@@ -336,7 +335,8 @@ class _Spending:
 
 
 def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
-    """The settings with tune_model's best trial's applied over them (its ``tuned`` output), checked again.
+    """The settings with tune_model's best trial's applied over them (its ``tuned`` output), checked again
+    (the entrypoint lays them over the flags before it checks them; a core called directly, here).
 
     Raises:
         InputError: the artifact has no best settings, or they do not fit train_model.
@@ -344,15 +344,9 @@ def with_tuned(config: TrainModelConfig) -> TrainModelConfig:
     if not config.tuned:
         return config
     from trainpipe.contract.config import build
+    from trainpipe.contract.entrypoint import lay_settings
 
-    path = Path(config.tuned) / TUNED_SETTINGS_FILE
-    try:
-        best = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise InputError(f"tuned: {str(path)!r} is missing or not JSON (is it tune_model's output?)") from None
-    if not best:
-        raise InputError(f"tuned: {str(path)!r} holds no settings: the study completed no trial")
-    merged = {**config.model_dump(exclude_unset=True), **best, "tuned": None}
+    merged = {**lay_settings(TrainModelConfig, config.model_dump(exclude_unset=True)), "tuned": None}
     return build(TrainModelConfig, merged, where="tuned")
 
 
@@ -480,7 +474,7 @@ def _report(
             device=result.device,
             world_size=result.world_size,
             precision=config.precision,
-            hardware_profile=hardware_profile,
+            hardware_profile=profile_name(hardware_profile),
             model_sha256=sha,
             final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
             **usage.model_dump(exclude={"nodes"}),  # what every attempt used, as the result says

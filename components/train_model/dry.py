@@ -9,6 +9,7 @@ from trainpipe.components.train_model.spec import TrainModelConfig, TrainModelRe
 from trainpipe.contract import dry
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.profiles import profile_name
 from trainpipe.training.preflight import check_settings
 
 
@@ -35,7 +36,7 @@ def dry_run(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) -> tup
         task=config.task,
         backend=config.backend,
         precision=config.precision,
-        hardware_profile=runtime.hardware_profile,
+        hardware_profile=profile_name(runtime.hardware_profile),
         model_sha256="dry",
     )
     return received, result

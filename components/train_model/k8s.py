@@ -39,8 +39,9 @@ from trainpipe.contract.errors import Cancelled, InputError, ServiceUnavailable,
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import Policy
-from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.runtime import PROFILE_ENV, Runtime
 from trainpipe.profiles import HardwareProfile, get_profile
+from trainpipe.profiles import to_env as profile_env
 from trainpipe.tabular import find_dataset
 
 TRAINER_GROUP, TRAINER_VERSION, TRAINER_PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -56,12 +57,14 @@ def job_name(run_id: str, output_dir: str, prefix: str = "trainpipe-train") -> s
     return f"{prefix}-{digest}"
 
 
-def _job_env(policy: Policy | None) -> dict[str, str]:
-    """What every node gets besides the profile's secrets: the platform policy the step runs under."""
+def _job_env(policy: Policy | None, profile: HardwareProfile | None = None) -> dict[str, str]:
+    """What every node gets besides the profile's secrets: the platform policy the step runs under, and the
+    job's hardware profile itself (node 0 reports the training's cost at its prices)."""
     from trainpipe.contract.policy import ENV, to_env
 
     rules = to_env(policy) if policy is not None else "{}"
-    return {ENV: rules} if rules != "{}" else {}
+    env = {ENV: rules} if rules != "{}" else {}
+    return {**env, PROFILE_ENV: profile_env(profile)} if profile is not None else env
 
 
 def _check_name(name: str) -> None:
@@ -258,7 +261,7 @@ def manifest_for(config: TrainModelConfig, name: str, workdir: Path, policy: Pol
         profile,
         image,
         max_restarts=config.max_restarts,
-        env=_job_env(policy),
+        env=_job_env(policy, profile),
         metrics_port=port,
     )
     return pytorchjob_manifest(job) if cluster.launcher == "pytorchjob" else trainjob_manifest(job)

@@ -40,8 +40,9 @@ from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import ENV as POLICY_ENV
 from trainpipe.contract.policy import to_env
 from trainpipe.contract.result import ErrorRecord
-from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.runtime import PROFILE_ENV, Runtime
 from trainpipe.profiles import get_profile
+from trainpipe.profiles import to_env as profile_env
 from trainpipe.tabular import find_dataset
 
 #: Set by the Airflow face after its deferral: collect this job (ended by now), never submit another.
@@ -106,7 +107,8 @@ def batch_job(config: TrainModelConfig, workdir: Path, name: str, orchestrator: 
     body = [
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f"export MASTER_ADDR MASTER_PORT={job.rdzv_port} TRAINPIPE_JOB_ID={name}-$SLURM_JOB_ID",
-        f"export TRAINPIPE_HARDWARE_PROFILE={shlex.quote(profile.name)}  # the lineage records the profile used",
+        # the profile itself (a file here need not be on the nodes): the lineage records it, the cost is at its prices
+        f"export {PROFILE_ENV}={shlex.quote(profile_env(profile))}",
         'echo "trainpipe: job $SLURM_JOB_ID, attempt $((${SLURM_RESTART_COUNT:-0} + 1)), nodes $SLURM_JOB_NODELIST"',
         f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c {shlex.quote(node)} {shlex.quote(python)} "
         f"{shlex.quote(str(workdir))}",

@@ -41,12 +41,12 @@ from trainpipe.components.tune_model.spec import (
     with_params,
 )
 from trainpipe.contract.errors import EXIT_TRANSIENT, BudgetReached, InputError, ServiceUnavailable, TrainpipeError
-from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
+from trainpipe.contract.io import atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
-from trainpipe.profiles import prices_of
+from trainpipe.profiles import prices_of, profile_name
 from trainpipe.tabular import find_dataset
 from trainpipe.telemetry import TRY_ENV
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
@@ -675,8 +675,8 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
     if uses_cost and prices_of(runtime.hardware_profile) is None:
         field = "max_cost" if config.max_cost is not None else "objectives"
         raise InputError(
-            f"{field}: the hardware profile {runtime.hardware_profile!r} declares no prices, so no trial has a cost "
-            "(give the profile prices:, or use gpu_seconds / max_gpu_hours)"
+            f"{field}: the hardware profile {profile_name(runtime.hardware_profile)!r} declares no prices, so no trial "
+            "has a cost (give the profile prices:, or use gpu_seconds / max_gpu_hours)"
         )
     what = search_of(config, lineage)
     if config.study_name is None:
@@ -830,7 +830,7 @@ def summarize(
             "see the trials' lines above"
         )
     if write:
-        atomic_write_json(out / BEST_FILE, result.best_settings)
+        atomic_write_settings(out / BEST_FILE, result.best_settings)  # the team's train_config in its own key order
         from trainpipe.components.tune_model.report import write_report
 
         atomic_write_text(out / REPORT_FILE, write_report(study, config, result))

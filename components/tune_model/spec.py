@@ -192,8 +192,10 @@ class TuneModelParams(StrictModel):
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="the sampler's seed (worker i uses seed + i)")
     worker: int = Field(0, ge=0, le=1024, description="this worker's index among the parallel workers")
-    pruner: Literal["median", "none"] = Field(
-        "median", description="median: stop a trial whose training curve is below the median of earlier trials'"
+    pruner: Literal["median", "none"] | None = Field(
+        None,
+        description="median: stop a trial whose training curve is below the median of earlier trials'; default: "
+        "median for one objective, none for several (Optuna prunes single-objective studies only)",
     )
     pruner_warmup_epochs: int = Field(1, ge=0, le=10_000, description="epochs a trial runs before it can be pruned")
     validation_fraction: float = Field(
@@ -211,6 +213,16 @@ class TuneModelParams(StrictModel):
         "trainpipe-tuning", min_length=1, description="the MLflow experiment of the study's parent and trial runs"
     )
     trusted_packages: TrustedPackages
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_pruner(cls, data: Any) -> Any:
+        """The pruner unset: median where it can prune (one objective), none for a Pareto front."""
+        if isinstance(data, dict) and data.get("pruner") is None:
+            objectives = data.get("objectives")
+            several = isinstance(objectives, (list, tuple)) and len(objectives) > 1
+            data = {**data, "pruner": "none" if several else "median"}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TuneModelParams:
@@ -237,7 +249,9 @@ class TuneModelParams(StrictModel):
                 raise ValueError(f"train: {name!r} is also in space; set it in one of them")
         self._check_trials_fit()
         if len(self.objectives) > 1 and self.pruner != "none":
-            raise ValueError("pruner: Optuna prunes single-objective studies only; set none for several objectives")
+            raise ValueError(
+                "pruner: Optuna prunes single-objective studies only; leave it unset (or none) for several objectives"
+            )
         if len({o.metric for o in self.objectives}) != len(self.objectives):
             raise ValueError("objectives: each metric once")
         return self

@@ -7,11 +7,13 @@ load from YAML with the same fields.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field
 
-from trainpipe.contract.config import StrictModel, build, load_file
+from trainpipe.contract.config import StrictModel, build, load_file, parse_json
+from trainpipe.contract.errors import InputError
 from trainpipe.costs import Prices
 
 
@@ -170,42 +172,71 @@ PROFILES: dict[str, HardwareProfile] = {
 }
 
 
-def metrics_port(name_or_path: str) -> int:
+def _readable(value: str) -> bool:
+    """Whether ``value`` names a profile (a built-in's name, its JSON, a file) rather than none ("local")."""
+    return value in PROFILES or value.lstrip().startswith("{") or value.endswith((".yaml", ".yml", ".json"))
+
+
+def read_profile(value: str) -> HardwareProfile | None:
+    """The profile a step was told it runs on (``TRAINPIPE_HARDWARE_PROFILE``: see :func:`get_profile`);
+    None for a local run, which has no profile, and for one that cannot be read (reporting a cost, a metric
+    label or a port never fails a run)."""
+    if not _readable(value):
+        return None
+    try:
+        return get_profile(value)
+    except (InputError, OSError):
+        return None
+
+
+def metrics_port(value: str) -> int:
     """The port a training step's ranks serve metrics on under this profile; 0 (off) for a local
     run, which has no profile, and for one that cannot be read (telemetry never fails a run)."""
-    if name_or_path in PROFILES or name_or_path.endswith((".yaml", ".yml", ".json")):
-        from trainpipe.contract.errors import InputError
-
-        try:
-            return get_profile(name_or_path).metrics_port
-        except (InputError, OSError):
-            return 0
-    return 0
+    profile = read_profile(value)
+    return profile.metrics_port if profile is not None else 0
 
 
-def prices_of(name_or_path: str) -> Prices | None:
+def prices_of(value: str) -> Prices | None:
     """The prices the step's hardware profile declares; None for a local run (no profile), an unpriced
     profile, or one that cannot be read (reporting a cost never fails a run)."""
-    if name_or_path in PROFILES or name_or_path.endswith((".yaml", ".yml", ".json")):
-        from trainpipe.contract.errors import InputError
-
-        try:
-            return get_profile(name_or_path).prices
-        except (InputError, OSError):
-            return None
-    return None
+    profile = read_profile(value)
+    return profile.prices if profile is not None else None
 
 
-def get_profile(name_or_path: str) -> HardwareProfile:
-    """A built-in profile by name, or one loaded from a YAML file.
+def profile_name(value: str) -> str:
+    """What a step records as its hardware profile (the lineage, metric labels): the profile's own name
+    where ``value`` is its content or its file; else ``value`` itself (``local``: no profile)."""
+    profile = read_profile(value)
+    return profile.name if profile is not None else value
+
+
+#: What a profile says of the pods' credentials: the pod has them already; a step's environment never names them.
+CREDENTIAL_FIELDS = frozenset({"secrets_as_env", "image_pull_secrets"})
+
+
+def to_env(profile: HardwareProfile) -> str:
+    """What ``TRAINPIPE_HARDWARE_PROFILE`` carries onto a step: a built-in profile by its name, any other
+    by its content as compact JSON, less the names of the secrets it mounts. A profile file exists on the
+    machine that compiled the pipeline or parsed the DAG, not in the step's pod: its content travels instead."""
+    if PROFILES.get(profile.name) == profile:
+        return profile.name
+    content = profile.model_dump(mode="json", exclude_defaults=True, exclude=set(CREDENTIAL_FIELDS))
+    return json.dumps(content, sort_keys=True, separators=(",", ":"))
+
+
+def get_profile(value: str) -> HardwareProfile:
+    """A built-in profile by name, one loaded from a YAML (or JSON) file, or a profile's JSON itself
+    (what :func:`to_env` carries onto a step).
 
     Raises:
-        InputError: unknown name, or an invalid profile file.
+        InputError: unknown name, or an invalid profile file or JSON.
     """
-    if name_or_path in PROFILES:
-        return PROFILES[name_or_path]
-    if name_or_path.endswith((".yaml", ".yml", ".json")):
-        return build(HardwareProfile, load_file(name_or_path), where="profile")
-    from trainpipe.contract.errors import InputError
-
-    raise InputError(f"profile: unknown profile {name_or_path!r} (built in: {', '.join(PROFILES)}; or a YAML file)")
+    if value in PROFILES:
+        return PROFILES[value]
+    if value.lstrip().startswith("{"):
+        return build(HardwareProfile, parse_json(value, "profile"), where="profile")
+    if value.endswith((".yaml", ".yml", ".json")):
+        return build(HardwareProfile, load_file(value), where="profile")
+    raise InputError(
+        f"profile: unknown profile {value!r} (built in: {', '.join(PROFILES)}; or a YAML file, or a profile's JSON)"
+    )

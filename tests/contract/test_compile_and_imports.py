@@ -241,3 +241,140 @@ def test_every_component_ships_in_the_distribution():
     for name in COMPONENTS:
         assert f"trainpipe.components.{name}" in setuptools["packages"], name
         assert setuptools["package-data"][f"trainpipe.components.{name}"] == ["*.yaml", "*.md"], name
+
+
+TEAM_TRAIN = {
+    "train_function": "teampkg.typed:train",
+    "train_config": {"learning_rate": 0.01, "hidden": [16]},
+    "epochs": 1,
+    "nproc_per_node": 1,
+}
+
+
+@pytest.fixture
+def team_config(tmp_path, monkeypatch):
+    """What a new team writes from the docs: its typed function, a priced profile file beside the config, and a
+    tune section that searches a key of the function's own config, repeats the train section in full, and has
+    the README's two objectives, one of them the cost. Read from another folder, as ``trainpipe run`` does."""
+    from trainpipe.pipelines.config import load_pipeline_config
+    from trainpipe.training import config_types
+
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "fixtures"))
+    config_types.config_model.cache_clear()
+    folder = tmp_path / "team"
+    folder.mkdir()
+    (folder / "priced.yaml").write_text(
+        "name: team-cpu-priced\nprices: {currency: EUR, cpu_core_hour: 0.05, node_hour: 0.1}\n"
+        "secrets_as_env: {mlflow-creds: {password: MLFLOW_TRACKING_PASSWORD}}\n"
+    )
+    tune = {
+        "workers": 2,
+        "objectives": [{"metric": "val_loss", "direction": "minimize"}, {"metric": "cost"}],
+        "space": {"train_config.eps": {"type": "float", "low": 1e-08, "high": 1e-06, "log": True}},
+        "train": TEAM_TRAIN,
+    }
+    path = folder / "pipeline.yaml"
+    config = {
+        "data": "raw.csv",
+        "profile": "priced.yaml",
+        "train": TEAM_TRAIN,
+        "tune": tune,
+        "optimize": {"enabled": True},
+    }
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(tmp_path)
+    return path, load_pipeline_config(path)
+
+
+def _carries_the_priced_profile(value: str) -> None:
+    import json
+
+    profile = json.loads(value)
+    assert profile["name"] == "team-cpu-priced" and profile["prices"]["currency"] == "EUR", value
+    assert "MLFLOW_TRACKING_PASSWORD" not in value  # a profile travels without the names of its secrets
+
+
+def test_the_compiled_pipeline_gives_the_profile_file_and_the_team_function_to_the_steps_that_use_them(
+    team_config, tmp_path
+):
+    """Issue 44: the KFP pipeline told train_model the profile's name (its prices were lost in the pod), and a
+    tune section repeating the train section, or optimize_model, failed to compile with a team's function
+    (trusted_packages passed twice)."""
+    import json
+
+    from trainpipe.pipelines.compile import compile_pipeline
+
+    _, cfg = team_config
+    out = compile_pipeline(
+        tmp_path / "p.yaml",
+        cfg.profile,
+        trusted_code=cfg.trusted_code(),
+        tune=cfg.tune_settings(),
+        optimize=cfg.optimize,
+    )
+    spec = next(yaml.safe_load_all(out.read_text()))
+    executors = spec["deploymentSpec"]["executors"]
+    tasks = {}
+    for comp in [spec["root"], *spec["components"].values()]:
+        tasks.update(comp.get("dag", {}).get("tasks", {}))
+    tune_tasks = [t for name, t in tasks.items() if name.startswith("tune-model")]
+    assert len(tune_tasks) == 2  # the workers (a ParallelFor) and the summary
+
+    def env(task: dict) -> dict:
+        container = executors[spec["components"][task["componentRef"]["name"]]["executorLabel"]]["container"]
+        return {e["name"]: e["value"] for e in container.get("env", [])}
+
+    for task in [tasks["train-model"], tasks["profile-training"], *tune_tasks]:  # PROFILE_STEPS
+        _carries_the_priced_profile(env(task)["TRAINPIPE_HARDWARE_PROFILE"])
+    assert "TRAINPIPE_HARDWARE_PROFILE" not in env(tasks["evaluate-model"])  # it reads none
+
+    def given(task: dict) -> dict:
+        return {
+            k: v["runtimeValue"]["constant"] for k, v in task["inputs"]["parameters"].items() if "runtimeValue" in v
+        }
+
+    for task in [*tune_tasks, tasks["optimize-model"]]:  # the team's package trusted once (it was passed twice)
+        assert given(task)["trusted_packages"] == ["teampkg"]
+    for task in tune_tasks:
+        assert json.loads(given(task)["train"])["train_function"] == "teampkg.typed:train"
+        assert "pruner" not in given(task)  # unset: none for the two objectives, as Optuna allows
+
+
+def _env_of(task) -> dict:
+    """A task's environment: a local operator's ``env``, a pod's ``env_vars``, a mapped task's partial ones."""
+    if hasattr(task, "partial_kwargs"):
+        return dict(task.partial_kwargs.get("env") or {})
+    if hasattr(task, "env_vars"):
+        return {e.name: e.value for e in task.env_vars}
+    return dict(task.env)
+
+
+@pytest.mark.parametrize("mode", ["local", "kubernetes"])
+def test_the_dags_give_the_profile_file_and_the_team_function_to_the_steps_that_use_them(
+    team_config, monkeypatch, mode
+):
+    """The same on Airflow, in both modes: the DAG's train_model and tune_model tasks (the mapped workers too)
+    carry the profile's content (the DAG set none, so a step ran as ``local``, unpriced), and tune_model's
+    settings name the team's function and trust its package."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from trainpipe.pipelines.dag_topology import DagSettings, model_steps
+
+    path, _ = team_config
+    monkeypatch.setenv("TRAINPIPE_CONFIG", str(path))
+    monkeypatch.setenv("TRAINPIPE_AIRFLOW_MODE", mode)
+    settings = DagSettings()
+    with DAG(dag_id=f"team_{mode}", schedule=None, start_date=datetime(2026, 1, 1), params=settings.params()) as dag:
+        model_steps(
+            settings.step, snapshot_dir="/s", run_dir="/r", tune=settings.config.tune_settings(), mapped=settings.mapped
+        )
+    tune_ids = [t for t in dag.task_dict if t.startswith("tune_model")]
+    assert len(tune_ids) == (2 if mode == "local" else 3)  # workers mapped, or one pod task each; the summary
+    for task_id in ["train_model", "profile_training", *tune_ids]:  # PROFILE_STEPS
+        _carries_the_priced_profile(_env_of(dag.task_dict[task_id])["TRAINPIPE_HARDWARE_PROFILE"])
+    assert "TRAINPIPE_HARDWARE_PROFILE" not in _env_of(dag.task_dict["evaluate_model"])  # it reads none
+    if mode == "local":
+        tune = dag.task_dict["tune_model"].settings
+        assert tune["trusted_packages"] == ["teampkg"] and tune["train"]["train_function"] == "teampkg.typed:train"

@@ -170,6 +170,38 @@ def by_tune_trial(cfg: dict, tmp: Path) -> dict:
     return got
 
 
+def by_tuned(cfg: dict, tmp: Path) -> dict:
+    """A training on a study's best trial (``--tuned``): tune_model writes the trial's settings to its output
+    (best_settings.json) and train_model's entrypoint lays them over its own flags."""
+    from unittest import mock
+
+    import optuna
+
+    from trainpipe.components.tune_model import core as tune_core
+    from trainpipe.components.tune_model.spec import TuneModelConfig
+    from trainpipe.contract.entrypoint import lay_settings
+    from trainpipe.contract.lineage import Lineage
+
+    out = tmp / "tune"
+    space = {"train_config.sampled": {"type": "categorical", "choices": [1, 2]}}
+    tune = build(
+        TuneModelConfig,
+        {"data": str(tmp / "d.csv"), "output_dir": str(out), "space": space, "train": {"train_function": UNTYPED}},
+    ).model_copy(update={"study_name": "s"})
+    settings = {"train_function": UNTYPED, "train_config": cfg}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"settings": settings, "params": {}}))
+    out.mkdir(parents=True, exist_ok=True)
+    with mock.patch("trainpipe.components.tune_model.report.write_report", return_value=""):  # no figures here
+        tune_core.summarize(study, tune, 1, "", Lineage(), out, write=True)
+    paths = {"data": str(tmp / "d.csv"), "output_dir": str(tmp / "m"), "tuned": str(out)}
+    cmd = component_command(NAME, paths, orchestrator="manual")
+    ns = vars(make_parser(NAME, TrainModelConfig, "").parse_args(cmd[cmd.index("--orchestrator") :]))
+    read = lay_settings(TrainModelConfig, read_settings(TrainModelConfig, ns, NAME))  # as the entrypoint reads them
+    return build(TrainModelConfig, read, where=NAME).train_config
+
+
 PATHS = [
     by_flags,
     by_json_file,
@@ -181,6 +213,7 @@ PATHS = [
     by_kubernetes_job,
     by_slurm_job,
     by_tune_trial,
+    by_tuned,
 ]
 
 

@@ -104,3 +104,86 @@ def test_max_cost_on_an_unpriced_profile_is_one_line(tmp_path):
     with pytest.raises(InputError, match=r"^max_cost: the hardware profile 'cpu' declares no prices"):
         _Spending(config, "cpu")
     assert _Spending(config.model_copy(update={"max_cost": None, "max_gpu_hours": 1.0}), "cpu").budget is not None
+
+
+prices = st.builds(
+    Prices,
+    currency=st.sampled_from(["EUR", "USD", "AED"]),
+    gpu_hour=price,
+    cpu_core_hour=price,
+    node_hour=price,
+)
+
+
+@given(prices=prices, port=st.integers(0, 65_535))
+def test_a_profile_file_travels_to_a_step_as_its_content_without_its_secrets(prices, port):
+    """A profile file lies on the machine that compiled the pipeline or parsed the DAG, not in the step's pod:
+    TRAINPIPE_HARDWARE_PROFILE carries its content (what the KFP pipeline and the DAGs set), and the step
+    reads its prices, port and name from it; the names of the secrets it mounts stay out."""
+    from trainpipe.profiles import HardwareProfile, metrics_port, profile_name, to_env
+
+    team = HardwareProfile(
+        name="team-a100",
+        prices=prices,
+        metrics_port=port,
+        secrets_as_env={"mlflow-creds": {"password": "MLFLOW_TRACKING_PASSWORD"}},
+        image_pull_secrets=["regcred"],
+    )
+    carried = to_env(team)
+    assert "MLFLOW_TRACKING_PASSWORD" not in carried and "regcred" not in carried
+    assert get_profile(carried) == team.model_copy(update={"secrets_as_env": {}, "image_pull_secrets": []})
+    assert prices_of(carried) == prices and metrics_port(carried) == port and profile_name(carried) == "team-a100"
+
+
+def test_a_built_in_profile_travels_by_its_name():
+    from trainpipe.profiles import PROFILES, profile_name, to_env
+
+    assert [to_env(p) for p in PROFILES.values()] == list(PROFILES)
+    assert profile_name("local") == "local" and prices_of("{not json") is None  # no profile, or none readable
+
+
+def _pipeline_config(tmp_path, profile: str | None, **sections) -> str:
+    """A pipeline config in a folder of its own (its profile file beside it), read from another folder."""
+    import yaml
+
+    folder = tmp_path / "team"
+    folder.mkdir(exist_ok=True)
+    (folder / "priced.yaml").write_text("name: team-cpu-priced\nprices: {currency: EUR, cpu_core_hour: 0.05}\n")
+    (folder / "unpriced.yaml").write_text("name: team-cpu\n")
+    config = {"data": "raw.csv", **({"profile": profile} if profile else {}), **sections}
+    (folder / "pipeline.yaml").write_text(yaml.safe_dump(config))
+    return str(folder / "pipeline.yaml")
+
+
+SPACE = {"train_config.learning_rate": {"type": "float", "low": 0.01, "high": 0.1}}
+COSTLY = {
+    "train.max_cost": {"train": {"max_cost": 5}},
+    "tune.max_cost": {"tune": {"space": SPACE, "max_cost": 40}},
+    "tune.objectives": {"tune": {"space": SPACE, "objectives": [{"metric": "accuracy"}, {"metric": "cost"}]}},
+    "tune.train.max_cost": {"tune": {"space": SPACE, "train": {"max_cost": 5}}},
+}
+
+
+@pytest.mark.parametrize("field", COSTLY)
+@pytest.mark.parametrize("profile", [None, "unpriced.yaml"])
+def test_a_cost_setting_on_a_profile_without_prices_is_refused_when_the_config_is_read(
+    tmp_path, monkeypatch, field, profile
+):
+    from trainpipe.pipelines.config import load_pipeline_config
+
+    monkeypatch.chdir(tmp_path)  # the profile file is found beside the config, not in the working folder
+    with pytest.raises(InputError) as exc:
+        load_pipeline_config(_pipeline_config(tmp_path, profile, **COSTLY[field]))
+    said = str(exc.value)
+    assert said.startswith(f"pipeline config field {field!r}: the hardware profile ") and "declares no prices" in said
+    assert "\n" not in said
+
+
+@pytest.mark.parametrize("field", COSTLY)
+def test_a_cost_setting_on_a_priced_profile_file_beside_the_config_is_accepted(tmp_path, monkeypatch, field):
+    from trainpipe.pipelines.config import load_pipeline_config
+
+    monkeypatch.chdir(tmp_path)
+    config = load_pipeline_config(_pipeline_config(tmp_path, "priced.yaml", **COSTLY[field]))
+    assert config.profile == str(tmp_path / "team" / "priced.yaml")
+    assert get_profile(config.profile).prices.currency == "EUR"

@@ -222,3 +222,58 @@ def test_a_study_refuses_a_choice_of_the_wrong_type(case):
     train = {"train_function": TYPED, "train_config": {"learning_rate": 0.1}}
     with pytest.raises(InputError, match=rf"space.train_config.{key}'?: .* does not fit"):
         build(TuneModelParams, {"space": space, "train": train}, "tune_model")
+
+
+# --- a pipeline config's tune section searches the function its train section names ------------------------
+
+PIPELINE_TRAIN = {"train_function": TYPED, "train_config": {"learning_rate": 0.1, "hidden": [8]}, "epochs": 1}
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=names, repeated=st.booleans())
+def test_a_pipeline_configs_tune_space_is_checked_against_its_train_sections_function(key, repeated):
+    """Issue 44: the space was checked against builtin:mlp, whatever train.train_function said, unless tune.train
+    repeated it. Now a key of the team's config is searched, one it lacks refused, the train section repeated
+    in tune.train or not."""
+    from trainpipe.pipelines.config import PipelineConfig
+
+    def config(space_key: str) -> dict:
+        space = {f"train_config.{space_key}": {"type": "float", "low": 1e-08, "high": 1e-06}}
+        tune = {"space": space, **({"train": PIPELINE_TRAIN} if repeated else {})}
+        return {"data": "raw.csv", "train": PIPELINE_TRAIN, "tune": tune}
+
+    accepted = build(PipelineConfig, config("eps"), "pipeline config")  # TrainConfig's, not builtin:mlp's
+    assert accepted.tune_settings()["train"]["train_function"] == TYPED
+    assert accepted.tune_settings()["trusted_packages"] == ["teampkg"]  # once, repeated or not
+    with pytest.raises(InputError) as exc:
+        build(PipelineConfig, config(key), "pipeline config")
+    assert f"'tune.space': 'train_config.{key}' is not a key of {TYPED}'s config TrainConfig" in str(exc.value)
+
+
+def test_a_training_on_tuned_settings_takes_its_typed_config_from_them(tmp_path):
+    """Issue 44: ``--tuned DIR`` without ``--train-config``: the flags' config was checked before the best
+    trial's settings were laid over it, so every required key was missing. The entrypoint lays them first."""
+    import json
+
+    from trainpipe.components.train_model.spec import NAME
+    from trainpipe.contract import artifacts
+    from trainpipe.contract.entrypoint import run
+
+    tuned = tmp_path / "tune"
+    best = {"train_function": TYPED, "train_config": {"schedule": "cosine", "learning_rate": 0.01, "hidden": [16]}}
+    tuned.mkdir()
+    (tuned / "best_settings.json").write_text(json.dumps(best))
+    artifacts.finish_output(str(tuned), "tune_model", {}, {})
+    (tmp_path / "d.csv").write_text("a,label\n1,0\n")
+    given = []
+
+    def core(config, lineage, runtime):  # train_model's core would train here: what reaches it is the point
+        given.append(config)
+        raise InputError("stop")
+
+    argv = ["--data", str(tmp_path / "d.csv"), "--output-dir", str(tmp_path / "m"), "--tuned", str(tuned)]
+    assert run(NAME, TrainModelConfig, core, [*argv, "--train-function", TYPED]) == 2
+    assert [c.train_config for c in given] == [best["train_config"]]
+    assert list(given[0].train_config) == ["schedule", "learning_rate", "hidden"]  # in the study's own order
+    (tuned / "best_settings.json").write_text("{}")
+    assert run(NAME, TrainModelConfig, core, argv) == 2 and len(given) == 1  # no settings: refused before the core

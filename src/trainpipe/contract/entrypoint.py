@@ -41,6 +41,12 @@ SOURCE = {"role": "input", "source": True}
 OUTPUT = {"role": "output"}
 
 
+def settings_input(file: str, made_by: str) -> dict[str, Any]:
+    """An input artifact that holds settings of this step (``file`` in it, written by the step ``made_by``):
+    laid over the step's own before they are checked (:func:`lay_settings`; train_model's ``tuned``)."""
+    return {**INPUT, "settings": file, "made_by": made_by}
+
+
 def _role_fields(model: type[BaseModel], role: str) -> list[str]:
     out = []
     for name, f in model.model_fields.items():
@@ -157,6 +163,32 @@ def read_settings(model: type[BaseModel], args: dict[str, Any], where: str) -> d
     return data
 
 
+def lay_settings(model: type[BaseModel], settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` as read (not yet checked) with what each settings input they name holds laid over them
+    (:func:`settings_input`: tune_model's best trial's over train_model's flags), in that file's own key order.
+    They are then checked once, whole: a typed ``train_config`` the flags leave out is the artifact's.
+
+    Raises:
+        InputError: a settings input whose file is missing, not JSON or empty.
+    """
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        where = settings.get(name)
+        if not extra.get("settings") or not where or not isinstance(where, str):
+            continue
+        path = Path(where) / extra["settings"]
+        try:
+            held = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise InputError(
+                f"{name}: {str(path)!r} is missing or not JSON (is it {extra['made_by']}'s output?)"
+            ) from None
+        if not held or not isinstance(held, dict):
+            raise InputError(f"{name}: {str(path)!r} holds no settings ({extra['made_by']} gave none)")
+        settings = {**settings, **held}
+    return settings
+
+
 def metavar(annotation: Any) -> str:
     """What a flag takes, for ``--help``: a closed setting names every choice (``{fp32|bf16|fp16}``,
     a list of them, ``true|false``), an open one its kind (TEXT, INT, NUMBER, JSON)."""
@@ -260,6 +292,7 @@ def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dic
     """The run's batch-job figures to the Pushgateway, when the platform set one (never fails the run)."""
     from trainpipe import telemetry
     from trainpipe.contract.runtime import PROFILE_ENV
+    from trainpipe.profiles import profile_name
 
     if not os.environ.get(telemetry.PUSHGATEWAY_ENV):
         return
@@ -270,7 +303,7 @@ def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dic
         seconds,
         run_id,
         result.figures() if result is not None else {},
-        os.environ.get(PROFILE_ENV) or "local",
+        profile_name(os.environ.get(PROFILE_ENV) or "local"),
         series=result.series() if result is not None else [],
     )
 
@@ -307,7 +340,7 @@ def _run(
         audit_log = audit.log_path(policy.audit_log)
         if audit_log is None and policy.require_audit:
             raise InputError(f"audit_log: the policy requires an audit log; set {audit.ENV} or the policy's audit_log")
-        config = build(model, read_settings(model, ns, name), where=name)
+        config = build(model, lay_settings(model, read_settings(model, ns, name)), where=name)
         check_artifact_paths(model, config)
         sources = source_fields(model)
         upstream = [

@@ -13,7 +13,8 @@ from pydantic import Field, StringConstraints
 
 from trainpipe.contract.policy import Policy, load_policy
 
-#: The hardware profile a step runs on (the compiler and the DAG set it on the training step).
+#: The hardware profile a step runs on: a built-in's name, a profile file's path, or a profile's JSON (the
+#: compiled pipeline and the DAGs set a file's content on the steps that read it: ``trainpipe.profiles.to_env``).
 PROFILE_ENV = "TRAINPIPE_HARDWARE_PROFILE"
 #: Team packages whose model code steps may import to rebuild a model (comma-separated).
 TRUSTED_CODE_ENV = "TRAINPIPE_TRUSTED_MODEL_CODE"

@@ -11,7 +11,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
+from trainpipe.contract.entrypoint import OUTPUT, SOURCE, settings_input
+from trainpipe.layout import TUNED_SETTINGS_FILE
 from trainpipe.tasks import Task
 from trainpipe.training.backends import BACKENDS, BackendName
 from trainpipe.training.builtin import NAMES as BUILTIN_FUNCTIONS
@@ -275,5 +276,5 @@ class TrainModelConfig(TrainModelParams):
     tuned: str | None = Field(
         None,
         description="tune_model's output: its best trial's settings override these (lineage records the study)",
-        json_schema_extra=INPUT,
+        json_schema_extra=settings_input(TUNED_SETTINGS_FILE, made_by="tune_model"),  # laid over these, then checked
     )
