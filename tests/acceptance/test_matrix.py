@@ -18,15 +18,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 #: Cells that fail on ea00aeb, each until its defect's fix lands (strict: a cell that passes must leave this list).
-TRUST_RECORDED = (
-    "tune_model trusts its function's package in its core (its received trusted_code has it), after the "
-    "entrypoint recorded the runtime's trusted_code, which has only the step's own trusted_packages"
-)
-KNOWN_DEFECTS: dict[tuple[str, str], str] = {
-    ("trust", "tune-trial"): TRUST_RECORDED,
-    ("trust", "cli"): TRUST_RECORDED,
-    ("trust", "module"): TRUST_RECORDED,
-}
+KNOWN_DEFECTS: dict[tuple[str, str], str] = {}
 
 CHECKED = [
     pytest.param(f, e, id=f"{f}@{e}", marks=[pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[f, e])])

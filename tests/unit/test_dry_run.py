@@ -68,6 +68,22 @@ def test_what_a_step_received_is_recorded_in_its_order_and_read_back_oldest_firs
     assert dry.read(tmp_path / "dry", "tune_model") == []
 
 
+def test_a_step_that_trusts_more_than_the_platform_records_what_it_trusts(tmp_path, monkeypatch):
+    """tune_model trusts the package of the function it trains, beside the platform's and its own setting's."""
+    monkeypatch.setenv(dry.ENV, str(tmp_path))
+
+    class Settings(BaseModel):
+        pass
+
+    runtime = Runtime(trusted_code=("platformpkg",))
+    dry.record("tune_model", Settings(), runtime, {}, {"trusted_code": ["platformpkg", "acme"]})
+    dry.record("evaluate_model", Settings(), runtime, {}, {})
+    assert [r["trusted_code"] for r in (*dry.read(tmp_path, "tune_model"), *dry.read(tmp_path, "evaluate_model"))] == [
+        ["platformpkg", "acme"],
+        ["platformpkg"],
+    ]
+
+
 def test_outside_a_dry_run_there_is_no_folder(monkeypatch):
     monkeypatch.delenv(dry.ENV, raising=False)
     assert dry.folder() is None

@@ -89,7 +89,8 @@ def record(name: str, settings: BaseModel, runtime: Any, ns: dict[str, Any], rec
         "run_id": ns.get("run_id"),
         "settings": settings.model_dump(mode="json"),
         "hardware_profile": runtime.hardware_profile,
-        "trusted_code": list(runtime.trusted_code),
+        # a step that trusts more than the platform and its setting say (tune_model: its function's package) says so
+        "trusted_code": received.get("trusted_code", list(runtime.trusted_code)),
         "policy": runtime.policy.model_dump(mode="json", exclude_defaults=True),
         "received": received,
     }
