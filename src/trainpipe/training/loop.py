@@ -99,6 +99,37 @@ def due_after(end: BatchEnd, agreed: Decision | None, steps_due: bool) -> Due:
     return Due(first.end_epoch, first.agree, save, mid_epoch, save and end.left, stop)
 
 
+class HistoryFile:
+    """``metrics.jsonl``: one line per epoch. The first write of a process replaces the file atomically (a resumed
+    run's history is its checkpoint's, whatever a failed attempt wrote after it); later epochs append their own
+    line in one ``write``, so an epoch end costs one small write, not a rewrite of every line (0.7 ms an epoch
+    here, which a small model's short epoch paid on every step). Nothing is fsynced: the checkpoints hold the
+    history durably. A reader that opens the file mid-append may see a last line without its newline; tune_model
+    reads it again on the next line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        #: The lines this process wrote; None until its first write, which replaces the file.
+        self._lines_written: int | None = None
+
+    def restart(self) -> None:
+        """The next write replaces the file (the history was read back from a checkpoint)."""
+        self._lines_written = None
+
+    def write(self, history: list[dict[str, Any]]) -> None:
+        done = self._lines_written if self.path.is_file() else None
+        text = "".join(json.dumps(h, sort_keys=True) + "\n" for h in history[done or 0 :])
+        if done is None:
+            atomic_write_text(self.path, text, durable=False)
+        elif text:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+        self._lines_written = len(history)
+
+
 class Loop:
     """A rank's position in the run and the work between its batches.
 
@@ -143,8 +174,7 @@ class Loop:
         #: Where the function left its loop: whether it stepped in the batch it had (None: it has not left).
         self._left_stepped: bool | None = None
         self._handed: Callable[[], Any] = lambda: None  # the batches' iterator, while the function holds it
-        #: The history's lines this process wrote to metrics.jsonl; None until its first write, which replaces the file.
-        self._lines_written: int | None = None
+        self.history_file = HistoryFile(out / EPOCH_METRICS_FILE)
 
     # --- resuming -------------------------------------------------------------------------------
 
@@ -172,7 +202,7 @@ class Loop:
             self.metrics.carried = {k: list(v) for k, v in trainer.get("carried", {}).items()}
             self.metrics.history = list(trainer.get("history", []))
             self.ended = bool(trainer.get("ended", False))  # the function ended the run there (early stopping)
-            self._lines_written = None  # the file is rewritten from the checkpoint's history
+            self.history_file.restart()  # the file is rewritten from the checkpoint's history
         # every rank must resume from the same step: a rank that read another folder would diverge
         s1, s2 = self.all_reduce_sum([float(self.global_step), float(self.global_step) ** 2])
         if s1 * s1 != self.world_size * s2:
@@ -380,27 +410,9 @@ class Loop:
         return True
 
     def write_history(self) -> None:
-        """The epochs' lines so far (``metrics.jsonl``), written by the chief. The first write of a process
-        replaces the file atomically (a resumed run's history is its checkpoint's, whatever a failed attempt
-        wrote after it); later epochs append their own line in one ``write``, so an epoch end costs one small
-        write, not a rewrite of every line (0.7 ms an epoch here, which a small model's short epoch paid on
-        every step). Nothing is fsynced: the checkpoints hold the history durably. A reader that opens the
-        file mid-append may see a last line without its newline; tune_model reads it again on the next line."""
-        if not self.is_chief:
-            return
-        path = self.out / EPOCH_METRICS_FILE
-        done = self._lines_written if path.is_file() else None
-        history = self.metrics.history
-        text = "".join(json.dumps(h, sort_keys=True) + "\n" for h in history[done or 0 :])
-        if done is None:
-            atomic_write_text(path, text, durable=False)
-        elif text:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, text.encode("utf-8"))
-            finally:
-                os.close(fd)
-        self._lines_written = len(history)
+        """The epochs' lines so far (``metrics.jsonl``), written by the chief (:class:`HistoryFile`)."""
+        if self.is_chief:
+            self.history_file.write(self.metrics.history)
 
     def end_epoch(self) -> None:
         line = self.metrics.end_epoch(self.epoch, self.global_step)
