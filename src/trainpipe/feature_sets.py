@@ -115,9 +115,33 @@ def _all_views(store: Any) -> list[Any]:
 
 def fingerprint(view: Any) -> str:
     """sha256 of a feature view's definition (its spec as Feast stores it: features, entities,
-    source, TTL), not of when it was applied: the same definition has the same fingerprint."""
+    source, TTL), not of when it was applied: the same definition has the same fingerprint, also
+    when it is applied again after a change.
+
+    Feast's protos keep what it records of an object's life (when it was created and last updated,
+    the event times it has seen) in a ``meta`` message beside the definition; a view's spec holds
+    its data source whole, ``meta`` included, so every such message is left out, at any depth."""
     spec = view.to_proto().spec
+    _drop_meta(spec)
     return hashlib.sha256(spec.SerializeToString(deterministic=True)).hexdigest()
+
+
+def _drop_meta(message: Any) -> None:
+    """Clear every ``meta`` field of a Feast type ``…Meta`` in ``message`` and the messages it holds."""
+    for desc, value in message.ListFields():
+        if desc.message_type is None:
+            continue
+        if desc.name == "meta" and desc.message_type.name.endswith("Meta"):
+            message.ClearField(desc.name)
+        elif desc.message_type.GetOptions().map_entry:
+            if desc.message_type.fields_by_name["value"].message_type is not None:
+                for item in value.values():
+                    _drop_meta(item)
+        elif hasattr(value, "ListFields"):
+            _drop_meta(value)
+        else:  # a repeated field of messages
+            for item in value:
+                _drop_meta(item)
 
 
 def _entity_table(path: Path, timestamp_column: str) -> Any:
