@@ -282,6 +282,8 @@ def _validate(
     out = Path(config.output_dir).absolute()  # GX's store backends take absolute directories only
     checkpoint, docs_tmp = _gx_checkpoint(config, suite_doc, out)
     validations, outcomes, rows, columns = _run_suite(checkpoint, files, suite_doc, config, src)
+    if built is not None:
+        _name_views(outcomes, built)
     docs = out / DOCS_DIR
     shutil.rmtree(docs, ignore_errors=True)
     os.replace(docs_tmp, docs)
@@ -300,9 +302,19 @@ def _validate(
         docs_index=f"{DOCS_DIR}/index.html",
         docs_page=str(pages[-1].relative_to(out)) if pages else f"{DOCS_DIR}/index.html",
     )
-    uri = str((entity_table or src).resolve())
+    # the raw data: the dataset validated, or the entity table a training set was joined from
+    source = (
+        SourceLineage(uri=str(src.resolve()), md5=result.data_md5, rows=result.rows, columns=result.columns)
+        if built is None
+        else SourceLineage(
+            uri=str(Path(entity_table or src).resolve()),
+            md5=built.entity_md5,
+            rows=built.entity_rows,
+            columns=built.entity_columns,
+        )
+    )
     result.lineage = Lineage.of(lineage).with_(
-        source=SourceLineage(uri=uri, md5=result.data_md5, rows=result.rows, columns=result.columns),
+        source=source,
         features=None if built is None else _features_lineage(built),
         validation=ValidationLineage(
             suite=result.suite_name, success=result.success, evaluated=result.evaluated, successful=result.successful
@@ -312,6 +324,14 @@ def _validate(
     atomic_write_json(out / VALIDATION_FILE, {"result": result.model_dump(mode="json"), "gx": gx_results})
     _hand_on(result, src, out / src.name)
     return result
+
+
+def _name_views(outcomes: list[ExpectationOutcome], built: Any) -> None:
+    """A feature column's missing values name the feature view that had none at those rows' moments:
+    the column alone does not say which view of the feature store to look at."""
+    for outcome in outcomes:
+        if not outcome.success and outcome.type == "expect_column_values_to_not_be_null":
+            outcome.origin = built.why_missing(str(outcome.kwargs.get("column")))
 
 
 def _features_lineage(built: Any) -> FeaturesLineage:

@@ -94,6 +94,11 @@ class ExpectationOutcome(BaseModel):
         None, description="a training precondition that failed: what train_model would say (column, row, value)"
     )
     exception: str | None = None
+    origin: str | None = Field(
+        None,
+        description="where a feature column's missing values come from (a training set from a feature store): the "
+        "feature view that had no value at those rows' moments",
+    )
 
     def describe(self) -> str:
         """One short phrase: ``expect_x(column=label): 3 unexpected (first: row 4 holds 'N/A')``."""
@@ -110,6 +115,8 @@ class ExpectationOutcome(BaseModel):
             tail = f": {self.exception}"
         if self.reason:
             tail = f": {self.reason}"
+        if self.origin:
+            tail += f", {self.origin}"
         return f"{self.type}({args}){tail}"
 
 

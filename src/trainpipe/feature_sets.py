@@ -1,13 +1,15 @@
 """Training sets from a Feast feature store: an entity table joined point-in-time to feature views.
 
 The entity table (a CSV or Parquet file: the join keys, an event timestamp per row and the label)
-is joined through Feast's ``get_historical_features``: each row gets every feature's value as of
-its own timestamp, never a newer one. The set keeps the entity table's row order (so the same
-inputs give the same bytes, and the same DVC hash) and its columns but the join keys and the
-timestamp, which stay in the lineage (the entity table's hash). Every entity row is kept: rows with
-the same keys and moment get the same features, and a row with no feature value yet keeps it empty
-(the default suite then says so), whatever the offline store does with them. Any offline store Feast supports
-works; the embedded default is Feast's local provider with Parquet sources and a file offline store.
+is joined through Feast's ``get_historical_features``, one feature view at a time: each feature gets
+its view's latest value at or before the row's own moment, within the view's ttl, never a newer one;
+a view with no such value leaves its own features empty and no other view's. The set keeps the
+entity table's row order (so the same inputs give the same bytes, and the same DVC hash) and its
+columns but the join keys and the timestamp, which stay in the lineage (the entity table's hash).
+Every entity row is kept: rows with the same keys and moment get the same features, whatever the
+offline store does with them (Feast's file store keeps one of several equal rows, and drops a row
+that any view it joins has no value for yet). Any offline store Feast supports works; the embedded
+default is Feast's local provider with Parquet sources and a file offline store.
 
 Feast and pandas are imported inside the functions: importing this module is cheap.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,34 @@ class FeatureSet:
     timestamp_column: str
     as_of_min: str
     as_of_max: str
+    #: the entity table's own shape (the raw data the set was joined from)
+    entity_rows: int = 0
+    entity_columns: int = 0
+    #: each view's ttl in seconds (None: no limit), for what a missing value means
+    ttls: dict[str, float | None] = field(default_factory=dict)
+
+    def view_of(self, column: str) -> str | None:
+        """The feature view a column of the set came from (None: the entity table's own column)."""
+        return next((name for name, view in self.views.items() if column in view["features"]), None)
+
+    def why_missing(self, column: str) -> str | None:
+        """What a missing value in a feature column means: its view had no value for the row at or
+        before the row's moment (within the view's ttl). None for the entity table's own columns."""
+        name = self.view_of(column)
+        if name is None:
+            return None
+        ttl = self.ttls.get(name)
+        within = f" within its ttl ({_duration(ttl)})" if ttl else ""
+        return f"from feature view {name!r}, which has no value for those rows at or before their moment{within}"
+
+
+def _duration(seconds: float) -> str:
+    """A ttl in its largest whole unit (days, hours, minutes or seconds)."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds:g} seconds"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -144,6 +174,17 @@ def _drop_meta(message: Any) -> None:
                 _drop_meta(item)
 
 
+def _join_keys(view: Any) -> list[str]:
+    return list(getattr(view, "join_keys", None) or [c.name for c in view.entity_columns])
+
+
+def _ttl_seconds(view: Any) -> float | None:
+    ttl = getattr(view, "ttl", None)  # an on-demand view has none: its sources' apply
+    if ttl is None or not ttl.total_seconds():
+        return None
+    return ttl.total_seconds()
+
+
 def _entity_table(path: Path, timestamp_column: str) -> Any:
     """The entity table with its timestamps parsed (UTC).
 
@@ -178,48 +219,42 @@ def build_training_set(
     """Join the entity table to the features point-in-time and write the set as one Parquet file.
 
     Raises:
-        InputError: a bad repository, feature reference or entity table; a join key missing; Feast's
-            own complaint about the join, in one line.
+        InputError: a bad repository, feature reference or entity table; a join key missing; two views
+            with a feature of the same name; Feast's own complaint about the join, in one line.
     """
-    import pandas as pd
-
     from trainpipe.contract.io import atomic_write_bytes, file_digest
 
     store = open_store(repo)
-    wanted, service, by_view = resolve_features(store, features)
+    _, service, by_view = resolve_features(store, features)
     source = Path(entity_table)
     entity_md5 = file_digest(source)
     df = _entity_table(source, timestamp_column)
     views = {v.name: v for v in _all_views(store)}
-    join_keys: list[str] = []
-    for name in by_view:
-        for key in getattr(views[name], "join_keys", None) or [c.name for c in views[name].entity_columns]:
+    owner: dict[str, str] = {}
+    for name, feats in by_view.items():
+        for key in _join_keys(views[name]):
             if key not in df.columns:
                 raise InputError(
                     f"data: the entity table lacks {key!r}, the join key of feature view {name!r} (it has: "
                     f"{', '.join(map(str, df.columns))})"
                 )
-            if key not in join_keys:
-                join_keys.append(key)
-    # Feast is asked once per distinct (join keys, moment): its file store keeps one of several equal
-    # entity rows and drops a row that has no feature value yet; rows are put back below
-    moments = [*join_keys, timestamp_column]
-    group = df.groupby(moments, sort=False, dropna=False).ngroup().to_numpy()
-    first = ~pd.Series(group).duplicated().to_numpy()
-    entity = df.loc[first, moments].assign(**{_ROW: group[first]}).rename(columns={timestamp_column: _FEAST_TS})
-    try:
-        joined = store.get_historical_features(entity_df=entity, features=wanted).to_df()
-    except Exception as exc:  # Feast's own complaint (a name clash, a source it cannot read)
-        raise InputError(f"features: Feast could not build the training set: {_first_line(exc)}") from None
-    # every entity row, in the entity table's order, with its own values and its moment's features
-    feature_columns = [c for c in joined.columns if c not in entity.columns]
-    by_moment = joined[[_ROW, *feature_columns]].drop_duplicates(_ROW).set_index(_ROW)
-    rows = by_moment.reindex(group).reset_index(drop=True)
+        for feat in feats:
+            if owner.setdefault(feat, name) != name:
+                raise InputError(
+                    f"features: feature views {owner[feat]!r} and {name!r} both have a feature {feat!r}, and the "
+                    "set's columns are feature names: name it from one view only"
+                )
+    moments = {*(k for name in by_view for k in _join_keys(views[name])), timestamp_column}
     kept = [c for c in df.columns if c not in moments]
-    clash = sorted(set(kept) & set(feature_columns))
+    clash = sorted(set(kept) & set(owner))
     if clash:
         raise InputError(f"data: the entity table's column {clash[0]!r} has the name of a feature it is joined to")
-    out = df[kept].reset_index(drop=True).join(rows)
+    # one query per view: Feast's file store drops an entity row that any view it joins has no value
+    # for yet, so a view queried beside another could empty this one's values
+    columns = [df[kept].reset_index(drop=True)]
+    for name, feats in by_view.items():
+        columns.append(_join_view(store, df, timestamp_column, _join_keys(views[name]), name, feats))
+    out = columns[0].join(columns[1:]) if len(columns) > 1 else columns[0]
     buf = io.BytesIO()
     out.to_parquet(buf, index=False)
     atomic_write_bytes(dest, buf.getvalue())
@@ -235,7 +270,34 @@ def build_training_set(
         timestamp_column=timestamp_column,
         as_of_min=stamps.min().isoformat(),
         as_of_max=stamps.max().isoformat(),
+        entity_rows=len(df),
+        entity_columns=len(df.columns),
+        ttls={name: _ttl_seconds(views[name]) for name in by_view},
     )
+
+
+def _join_view(store: Any, df: Any, timestamp_column: str, keys: list[str], view: str, feats: list[str]) -> Any:
+    """One view's features for every entity row, in the entity table's order: the view's latest value
+    at or before the row's moment within its ttl, or empty.
+
+    Feast is asked once per distinct (join keys, moment): its file store keeps one of several equal
+    entity rows and drops a row that has no value yet; every row is put back from its moment's answer.
+
+    Raises:
+        InputError: Feast's own complaint (a source it cannot read), in one line.
+    """
+    import pandas as pd
+
+    moment = [*keys, timestamp_column]
+    group = df.groupby(moment, sort=False, dropna=False).ngroup().to_numpy()
+    first = ~pd.Series(group).duplicated().to_numpy()
+    entity = df.loc[first, moment].assign(**{_ROW: group[first]}).rename(columns={timestamp_column: _FEAST_TS})
+    try:
+        joined = store.get_historical_features(entity_df=entity, features=[f"{view}:{f}" for f in feats]).to_df()
+    except Exception as exc:  # Feast's own complaint (a source it cannot read)
+        raise InputError(f"features: Feast could not build the training set: {_first_line(exc)}") from None
+    by_moment = joined[[_ROW, *feats]].drop_duplicates(_ROW).set_index(_ROW)
+    return by_moment.reindex(group).reset_index(drop=True)
 
 
 __all__ = ["FeatureSet", "build_training_set", "fingerprint", "open_store", "resolve_features"]

@@ -13,6 +13,7 @@ import yaml
 
 from tests.helpers.feast_repo import make_feature_repo
 from tests.helpers.pipeline import run_pipeline
+from trainpipe.contract.io import file_digest
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +87,9 @@ def test_a_feature_service_trains_registers_and_its_lineage_names_the_features(
     assert tags["lineage.features.service"] == "digits_training"
     assert len(tags["lineage.features.views.pixels.fingerprint"]) == 64
     assert tags["lineage.features.as_of_max"].startswith("2026-03-02")
-    assert tags["lineage.snapshot.md5"] == tags["lineage.source.md5"]
+    # the snapshot versions the joined set; the raw data is the entity table, its own bytes
+    assert tags["lineage.snapshot.md5"] == file_digest(validated)
+    assert tags["lineage.source.md5"] == tags["lineage.features.entity_md5"] == file_digest(entities)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     lineage = subprocess.run(
         [sys.executable, "-m", "trainpipe.app.cli", "lineage", f"models:/{model}@champion"],
@@ -100,3 +103,5 @@ def test_a_feature_service_trains_registers_and_its_lineage_names_the_features(
     assert lineage.returncode == 0, lineage.stderr[-2000:]
     assert "  features   Feast project shop service digits_training at " in lineage.stdout, lineage.stdout
     assert "    view     pixels: pixel_0_0, pixel_0_1," in lineage.stdout and "verify     OK" in lineage.stdout
+    raw = next(line for line in lineage.stdout.splitlines() if line.startswith("  raw data"))
+    assert raw.endswith(f"entities.csv md5 {file_digest(entities)}"), raw

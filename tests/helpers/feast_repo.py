@@ -34,10 +34,15 @@ def make_feature_repo(
     service: str = "training",
     project: str = "shop",
     ttl_days: int = 3650,
+    ttls: dict[str, float] | None = None,
+    services: dict[str, list[str]] | None = None,
 ) -> Path:
     """A feature repository whose views are these DataFrames (``key``, ``event_timestamp`` and the
     features; a float column is Float64, an integer one Int64), one entity keyed by ``key`` and a
-    feature service with every view; applied."""
+    feature service ``service`` with every view (or the ``services`` named, each with its views);
+    applied. Each view's ttl is ``ttl_days``, or its own in ``ttls`` (seconds; 0: none). A view's
+    source is its Parquet file ``data/<view>.parquet``, read when Feast is asked: writing another
+    there changes the view's rows, not its definition."""
     data = repo / "data"
     data.mkdir(parents=True, exist_ok=True)
     (repo / "feature_store.yaml").write_text(FEATURE_STORE_YAML.format(project=project))
@@ -56,11 +61,13 @@ def make_feature_repo(
             if c not in (key, "event_timestamp")
         )
         lines += [
-            f"{name} = FeatureView(name={name!r}, entities=[entity], ttl=timedelta(days={ttl_days}), "
+            f"{name} = FeatureView(name={name!r}, entities=[entity], "
+            f"ttl=timedelta(seconds={(ttls or {}).get(name, ttl_days * 86400)!r}), "
             f"schema=[{fields}], online=False, "
             f"source=FileSource(path={str(data / (name + '.parquet'))!r}, timestamp_field='event_timestamp'))",
         ]
-    lines.append(f"{service} = FeatureService(name={service!r}, features=[{', '.join(views)}])")
+    for i, (name, members) in enumerate((services or {service: list(views)}).items()):
+        lines.append(f"service_{i} = FeatureService(name={name!r}, features=[{', '.join(members)}])")
     (repo / "features.py").write_text("\n".join(lines) + "\n")
     feast_apply(repo)
     return repo

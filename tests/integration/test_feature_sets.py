@@ -30,6 +30,30 @@ def _days(n):
     return pd.Timestamp(T0) + pd.to_timedelta(n, unit="D")
 
 
+HOUR = 3600
+#: Three views of one entity, each with its own ttl in seconds (0: none) and its own feature.
+VIEWS = {"recent": 6 * HOUR, "daily": 30 * HOUR, "ever": 0}
+FEATURE = {"recent": "r", "daily": "d", "ever": "e"}
+
+
+def _source(view, updates):
+    """A view's rows: one per (customer, hour) listed, so a pair listed twice is a duplicate row, equal
+    in every column; the value names its customer and hour, so a wrong pick shows. ``daily`` is an
+    integer feature, the others floats. (The timestamps are UTC: Feast 0.67's file store fails on a
+    view with naive ones when no entity row's key is in it, with or without trainpipe.)"""
+    import pandas as pd
+
+    stamps = pd.Series([pd.Timestamp(T0) + pd.Timedelta(hours=h) for _, h in updates], dtype="datetime64[ns, UTC]")
+    values = [h * 100 + c for c, h in updates]
+    return pd.DataFrame(
+        {
+            "customer_id": [c for c, _ in updates],
+            "event_timestamp": stamps,
+            FEATURE[view]: values if view == "daily" else [v + 0.5 for v in values],
+        }
+    )
+
+
 @pytest.fixture(scope="module")
 def history():
     """Each customer's feature rows: four updates at random days; ``day`` is the update's own day, so a
@@ -47,7 +71,14 @@ def history():
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, history):
-    return make_feature_repo(tmp_path_factory.mktemp("feast") / "repo", {"activity": history}, key="customer_id")
+    """The module's one repository (applied once): ``activity`` (service ``training``) and VIEWS (service
+    ``views``), whose rows a test writes into their source files first."""
+    clash = history[["customer_id", "event_timestamp", "day"]]  # a feature named as one of activity's
+    views = {"activity": history, "clash": clash, **{view: _source(view, [(0, 0)]) for view in VIEWS}}
+    services = {"training": ["activity"], "views": list(VIEWS)}
+    return make_feature_repo(
+        tmp_path_factory.mktemp("feast") / "repo", views, key="customer_id", ttls=VIEWS, services=services
+    )
 
 
 def _entity(customers, days, labels=None):
@@ -68,42 +99,142 @@ def _leaks(entity, built) -> list[int]:
     return [i for i, (d, r) in enumerate(zip(built["day"], row_day, strict=True)) if d == d and d > r]
 
 
-def _as_of(entity, history):
-    """What point-in-time correctness means, written independently of Feast: each row's latest
-    update at or before its timestamp (NaN before the first)."""
+def _write_sources(repo, sources):
+    for view, updates in sources.items():
+        _source(view, updates).to_parquet(repo / "data" / f"{view}.parquet", index=False)
+
+
+def _as_of_each_view(entity, sources):
+    """What the join means, written independently of Feast, per view: ``merge_asof`` backward by
+    customer, ttl as tolerance: each feature's latest value at or before the row's moment within its
+    view's ttl, empty when that view has none (whatever the other views have)."""
     import pandas as pd
 
-    left = entity.reset_index().sort_values("event_timestamp")
-    right = history.sort_values("event_timestamp")
-    joined = pd.merge_asof(left, right, on="event_timestamp", by="customer_id", direction="backward")
-    return joined.sort_values("index").reset_index(drop=True)
+    def utc(stamps):
+        return pd.to_datetime(stamps, utc=True).astype("datetime64[ns, UTC]")
+
+    left = entity.assign(at=utc(entity["event_timestamp"])).reset_index()[["index", "customer_id", "at"]]
+    left = left.sort_values("at", kind="stable")
+    expected = pd.DataFrame(index=entity.index)
+    for view, ttl in VIEWS.items():
+        right = _source(view, sources[view])
+        right = right.assign(at=utc(right["event_timestamp"])).drop(columns="event_timestamp").sort_values("at")
+        tolerance = pd.Timedelta(seconds=ttl) if ttl else None
+        joined = pd.merge_asof(left, right, on="at", by="customer_id", direction="backward", tolerance=tolerance)
+        expected[FEATURE[view]] = joined.set_index("index")[FEATURE[view]].sort_index()
+    return expected
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_updates = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 72)), min_size=1, max_size=10)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    rows=st.lists(
-        st.tuples(st.integers(0, CUSTOMERS - 1), st.integers(0, 110) | st.floats(0, 110)), min_size=1, max_size=40
-    )
+    sources=st.fixed_dictionaries(dict.fromkeys(VIEWS, _updates)),
+    rows=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 160)), min_size=1, max_size=30),
+    zone=st.sampled_from(["UTC", "Asia/Kolkata", "America/New_York"]),
+    suffix=st.sampled_from([".parquet", ".csv"]),
 )
-@example(rows=[(0, 100), (0, 100), (1, 0.5), (0, 100)])  # equal rows, and one before its customer's first update
-def test_each_row_gets_its_features_as_of_its_timestamp_and_never_a_newer_value(tmp_path, repo, history, rows):
-    """Generated entity tables (any customers, any moments, equal rows, rows before the first update):
-    every row gets the latest value at or before its own timestamp, in the entity table's order. (Feast's
-    file store alone drops equal rows and rows with no value yet: trainpipe keeps every row.)"""
+@example(  # the issue's shape: a value in one view and none yet in another; a ttl's edge; equal rows
+    sources={"recent": [(0, 10), (0, 10)], "daily": [(0, 20), (1, 0)], "ever": [(1, 5)]},
+    rows=[(0, 24), (0, 32), (0, 34), (0, 40), (0, 40), (1, 10), (6, 40)],
+    zone="Asia/Kolkata",
+    suffix=".csv",
+)
+def test_each_feature_gets_its_views_value_as_of_the_rows_moment_within_its_ttl(
+    tmp_path, repo, sources, rows, zone, suffix
+):
+    """Generated views (any customers covered or not, updates at any hour, duplicate rows, each view its
+    own ttl) and entity tables (any customers, any half hour, equal rows, timestamps in any time zone, CSV
+    or Parquet): every cell is what a per-view ``merge_asof`` gives, rows in the entity table's order.
+    (Feast's file store alone drops equal rows, and a row that any view has no value for yet: trainpipe
+    keeps every row and each view's own values.)"""
+    import numpy as np
     import pandas as pd
 
     from trainpipe.feature_sets import build_training_set
 
-    entity = _entity([c for c, _ in rows], [d for _, d in rows])
-    path = tmp_path / "entity.parquet"
-    entity.to_parquet(path, index=False)
-    built = build_training_set(str(repo), "training", path, "event_timestamp", tmp_path / "set.parquet")
+    _write_sources(repo, sources)
+    stamps = pd.Series([pd.Timestamp(T0) + pd.Timedelta(minutes=30 * m) for _, m in rows])
+    entity = pd.DataFrame(
+        {
+            "customer_id": [c for c, _ in rows],
+            "event_timestamp": stamps.dt.tz_convert(zone),
+            "label": [i % 2 for i in range(len(rows))],
+        }
+    )
+    path = tmp_path / f"entity{suffix}"
+    if suffix == ".csv":
+        entity.to_csv(path, index=False)
+    else:
+        entity.to_parquet(path, index=False)
+    built = build_training_set(str(repo), "views", path, "event_timestamp", tmp_path / "set.parquet")
     got = pd.read_parquet(tmp_path / "set.parquet")
-    assert built.rows == len(entity) and list(got.columns) == ["label", "day", "visits"]
-    assert not _leaks(entity, got)
-    expected = _as_of(entity, history)
-    pd.testing.assert_series_equal(got["day"], expected["day"], check_names=False)
+    assert built.rows == len(entity) and list(got.columns) == ["label", "r", "d", "e"]
     assert got["label"].tolist() == entity["label"].tolist()
+    expected = _as_of_each_view(entity, sources)
+    for column in expected.columns:
+        have, want = got[column].astype("float64").to_numpy(), expected[column].astype("float64").to_numpy()
+        wrong = [
+            (int(i), float(have[i]), float(want[i]))
+            for i in np.flatnonzero(~((have == want) | (np.isnan(have) & np.isnan(want))))
+        ]
+        assert not wrong, f"column {column!r}: (row, got, merge_asof) {wrong[:5]} of {len(wrong)}"
+
+
+def test_missing_values_name_the_feature_view_that_has_none_and_no_other_views_columns(tmp_path, repo):
+    """Customers 3 and 7 have no ``daily`` value yet at their rows' moment, and values in the other views:
+    only ``daily``'s column is empty there, and validate_data's line names that view and its ttl (run in
+    process: the suite's message is what the entrypoint prints)."""
+    import pandas as pd
+
+    from trainpipe.components.validate_data.core import validate_data
+    from trainpipe.components.validate_data.spec import ValidateDataConfig
+    from trainpipe.contract.artifacts import begin_output
+    from trainpipe.contract.errors import ValidationFailed
+
+    late = {3, 7}
+    _write_sources(
+        repo,
+        {
+            "recent": [(c, 9) for c in range(CUSTOMERS)],
+            "daily": [(c, 30 if c in late else 0) for c in range(CUSTOMERS)],
+            "ever": [(c, 0) for c in range(CUSTOMERS)],
+        },
+    )
+    entity = tmp_path / "entities.csv"
+    rows = 48
+    pd.DataFrame(
+        {
+            "customer_id": [i % CUSTOMERS for i in range(rows)],
+            "event_timestamp": [f"{T0[:10]}T10:00:00Z"] * rows,
+            "label": [(i // 3) % 2 for i in range(rows)],
+        }
+    ).to_csv(entity, index=False)
+    out = tmp_path / "v"
+    begin_output(out)  # as the entrypoint does
+    config = ValidateDataConfig(
+        data=str(entity), output_dir=str(out), features="views", feature_repo=str(repo), batch_size=8
+    )
+    with pytest.raises(ValidationFailed) as failed:
+        validate_data(config, {})
+    says = str(failed.value)
+    assert (
+        "feature column 'd' has 8 missing values (first at row 3), from feature view 'daily', which has no value "
+        "for those rows at or before their moment within its ttl (30 hours)" in says
+    ), says
+    assert "'r'" not in says and "'e'" not in says and "failed 1 of" in says, says
+
+
+def test_two_views_with_a_feature_of_one_name_are_refused_before_feast_is_asked(tmp_path, repo):
+    """The set's columns are feature names: one name from two views is refused in one line, naming both."""
+    from trainpipe.feature_sets import build_training_set
+
+    entity = tmp_path / "entities.csv"
+    _entity([0], [50]).to_csv(entity, index=False)
+    with pytest.raises(InputError, match=r"^features: feature views 'activity' and 'clash' both have a feature 'day'"):
+        build_training_set(str(repo), "activity:day,clash:day", entity, "event_timestamp", tmp_path / "set.parquet")
+    assert not (tmp_path / "set.parquet").exists()
 
 
 def test_a_plain_join_leaks_what_the_point_in_time_join_does_not(tmp_path, repo, history):
@@ -169,7 +300,13 @@ def test_validate_data_builds_the_set_and_its_lineage_says_which_features_as_of_
     assert feats["service"] == "training" and feats["project"] == "shop" and feats["repo"] == str(repo.resolve())
     assert feats["entity_md5"] == file_digest(entity_csv) and feats["timestamp_column"] == "event_timestamp"
     assert feats["as_of_min"].startswith("2026-04-11") and feats["as_of_max"].startswith("2026-04-19")
-    assert marker["lineage"]["source"]["uri"] == str(entity_csv.resolve())
+    # the raw data is the entity table, its own bytes (the set's are the snapshot's and data_md5)
+    assert marker["lineage"]["source"] == {
+        "uri": str(entity_csv.resolve()),
+        "md5": file_digest(entity_csv),
+        "rows": 48,
+        "columns": 3,
+    }
     assert not list((tmp_path / "v1").glob(".training_set.*")), "the staging folder was left behind"
 
     snap = result_of(
@@ -211,12 +348,14 @@ def test_a_changed_view_definition_has_another_fingerprint_and_the_first_one_bac
         (
             ["--features", "no_such_service"],
             None,
-            "error: features: feature service 'no_such_service' does not exist in project 'shop' (known: training)",
+            "error: features: feature service 'no_such_service' does not exist in project 'shop' "
+            "(known: training, views)",
         ),
         (
             ["--features", "activity:day,stale:spend"],
             None,
-            "error: features: feature view 'stale' does not exist in project 'shop' (known: activity)",
+            "error: features: feature view 'stale' does not exist in project 'shop' "
+            "(known: activity, clash, daily, ever, recent)",
         ),
         (
             ["--features", "training", "--entity-timestamp-column", "as_of"],

@@ -33,7 +33,7 @@ class Section(BaseModel):
 
 
 class SourceLineage(Section):
-    """The raw data validate_data read."""
+    """The raw data validate_data read: the dataset, or the entity table a training set was joined from."""
 
     uri: str
     md5: str = Field(description="md5 of the file, or DVC's .dir hash of a folder of Parquet files")
