@@ -115,8 +115,9 @@ def verify_snapshot(lineage: dict[str, Any]) -> dict[str, Any]:
 
 
 def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, Any] | None) -> str:
-    """The chain, newest first: model version → gate → evaluation → training → snapshot → validation →
-    features (when the data came from a feature store) → raw data."""
+    """The chain, newest first: model version → gate → evaluation → training (and what it cost) →
+    snapshot → validation → features (when the data came from a feature store) → raw data (the
+    dataset validated, or the entity table a training set was joined from)."""
     reg, ev, tr = lineage.get("registration", {}), lineage.get("evaluation", {}), lineage.get("training", {})
     prof, snap, val, src = (
         lineage.get("training_profile", {}),
@@ -126,6 +127,10 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
     )
     code, orch = lineage.get("code", {}), lineage.get("orchestrator", {})
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in (ev.get("metrics") or {}).items() if isinstance(v, (int, float)))
+    feats = lineage.get("features")
+    # with features the raw data is the entity table; records from before ``source`` described it held the
+    # set's md5 there, so its own is read from ``features`` (which holds it in every record)
+    raw_md5 = (feats or {}).get("entity_md5") or src.get("md5", "-")
     lines = [
         f"model      {name} version {version.version}  aliases: {', '.join(sorted(version.aliases)) or '-'}",
         f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; champion compared: version "
@@ -135,24 +140,55 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
         f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on "
         f"{tr.get('device')} ({tr.get('dist_backend')}), hardware profile {tr.get('hardware_profile', '-')}, "
         f"{tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
+        f"  cost       {_cost(tr, prof, lineage.get('tuning') or {})}",
         f"  snapshot   DVC md5 {snap.get('md5')} rev {str(snap.get('rev', ''))[:10]} path {snap.get('path')} remote "
         f"{snap.get('remote')}",
         f"  validation suite {val.get('suite', '-')}: "
         f"{'passed' if val.get('success', val.get('passed')) else val.get('success', '-')}",
-        f"  raw data   {src.get('uri', '-')} md5 {src.get('md5', '-')}",
+        f"  raw data   {src.get('uri', '-')} md5 {raw_md5}",
         f"  code       git {code.get('git_commit', '-')} trainpipe {code.get('trainpipe', '-')}, image "
         f"{lineage.get('image', '-')}",
         f"  run        {orch.get('name', '-')} {orch.get('run_id', '')}",
     ]
     if reg:
         lines.insert(1, f"  registered {reg.get('model_name')} v{reg.get('version')}")
-    feats = lineage.get("features")
     if feats:
         at = next(i for i, line in enumerate(lines) if line.startswith("  raw data"))
         lines[at:at] = _feature_lines(feats)
     if check is not None:
         lines.append(f"verify     {'OK' if check['ok'] else 'FAILED'}: {check['message']}")
     return "\n".join(lines)
+
+
+def _money(value: float, currency: str | None, digits: int = 4) -> str:
+    return f"{value:.{digits}f} {currency}" if currency else f"{value:.{digits}f}"
+
+
+def _cost(training: dict[str, Any], profile: dict[str, Any], tuning: dict[str, Any]) -> str:
+    """What the model cost: its training at the hardware profile's prices and what it used, the
+    tuning study's trials, and the profiled cost per epoch (each when the record has it)."""
+    parts = []
+    if training:
+        used = ", ".join(
+            f"{training[key]:g} {unit}"
+            for key, unit in (
+                ("wall_seconds", "s wall"),
+                ("gpu_seconds", "GPU-seconds"),
+                ("cpu_core_seconds", "CPU-core-seconds"),
+            )
+            if isinstance(training.get(key), (int, float))
+        )
+        parts.append(
+            f"training {_money(training['cost'], training.get('currency'))}"
+            if training.get("cost") is not None
+            else f"training not priced: hardware profile {training.get('hardware_profile', '-')} declares no prices"
+        )
+        parts[-1] += f" ({used})" if used else ""
+    if tuning.get("cost") is not None:
+        parts.append(f"tuning study {_money(tuning['cost'], tuning.get('currency'))}")
+    if profile.get("cost_per_epoch") is not None:
+        parts.append(f"{_money(profile['cost_per_epoch'], profile.get('currency'), 6)} per epoch when profiled")
+    return "; ".join(parts) or "-"
 
 
 def _feature_lines(feats: dict[str, Any]) -> list[str]:

@@ -105,3 +105,4 @@ def test_a_feature_service_trains_registers_and_its_lineage_names_the_features(
     assert "    view     pixels: pixel_0_0, pixel_0_1," in lineage.stdout and "verify     OK" in lineage.stdout
     raw = next(line for line in lineage.stdout.splitlines() if line.startswith("  raw data"))
     assert raw.endswith(f"entities.csv md5 {file_digest(entities)}"), raw
+    assert "\n  cost       training " in lineage.stdout, lineage.stdout
