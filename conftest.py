@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+#: The docs' examples are tests too (tests/docs): a plugin, so that it collects README.md and docs/ at this level.
+pytest_plugins = ("tests.docs.plugin",)
+
 TIERS = ("unit", "contract", "integration", "e2e", "cuda")
 #: A test slower than this says in its docstring why it must be.
 SLOW_S = 60.0
