@@ -385,6 +385,8 @@ NOT_FROM_PIPELINE: dict[tuple[str, str], str] = {
         "train",
     ): "the settings of its own profiling pass; in a pipeline it profiles train_model's run",
     ("tune_model", "train"): "the trials' fixed settings: the config's train section, compiled in",
+    ("tune_model", "max_cost"): "the study's budget: the tune section's own, compiled in (train's is each training's)",
+    ("tune_model", "max_gpu_hours"): "the study's budget: the tune section's own (train's is each training's)",
 }
 
 

@@ -338,6 +338,9 @@ def test_the_compiled_pipeline_gives_the_profile_file_and_the_team_function_to_t
     for task in tune_tasks:
         assert json.loads(given(task)["train"])["train_function"] == "teampkg.typed:train"
         assert "pruner" not in given(task)  # unset: none for the two objectives, as Optuna allows
+        # the study's budget is the tune section's own: train's max_cost (each training's) was bound to it
+        for budget in ("max_cost", "max_gpu_hours"):
+            assert task["inputs"]["parameters"].get(budget, {}).get("componentInputParameter") is None, budget
 
 
 def _env_of(task) -> dict:
@@ -378,3 +381,4 @@ def test_the_dags_give_the_profile_file_and_the_team_function_to_the_steps_that_
     if mode == "local":
         tune = dag.task_dict["tune_model"].settings
         assert tune["trusted_packages"] == ["teampkg"] and tune["train"]["train_function"] == "teampkg.typed:train"
+        assert "max_cost" not in tune and "max_gpu_hours" not in tune  # train's budget is each training's
