@@ -9,8 +9,14 @@ import sys
 from pathlib import Path
 
 
-def run_pipeline(config: Path, engine: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+def run_pipeline(
+    config: Path, engine: str, tmp_path: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {
+        **(os.environ if env is None else env),
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
     return subprocess.run(
         [sys.executable, "-m", "trainpipe.app.cli", "run", "--config", str(config), "--engine", engine],
         capture_output=True,
