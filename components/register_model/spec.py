@@ -9,7 +9,6 @@ from pydantic import Field
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT
 from trainpipe.contract.result import ComponentResult
-from trainpipe.contract.runtime import TrustedPackages
 from trainpipe.registry import ALIAS_PATTERN, CHALLENGER, DEFAULT_ALIAS
 
 NAME = "register_model"
@@ -49,7 +48,6 @@ class RegisterModelParams(StrictModel):
         description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: "
         "<model_name>-onnx)",
     )
-    trusted_packages: TrustedPackages
 
 
 class RegisterModelConfig(RegisterModelParams):
