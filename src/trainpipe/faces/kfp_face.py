@@ -168,8 +168,10 @@ class Face:
         return comp
 
     def check_train_config(self, kwargs: dict[str, Any], late: frozenset[str]) -> None:
-        """A constant ``train_config`` against its training function's typed config (a key holding a
-        pipeline parameter by name only); raises TypeError, one line, as KFP's own check of a call does."""
+        """A ``train_config`` against its training function's typed config: a constant key as it is, a key
+        holding a pipeline parameter (``late``) by its name and its parameter's type (a ``str`` parameter
+        where the model takes a float is refused; its value is the step's to check when KFP fills it);
+        raises TypeError, one line, as KFP's own check of a call does."""
         import json
 
         from trainpipe.contract.errors import InputError
@@ -189,7 +191,7 @@ class Face:
         if "{{channel:" in json.dumps(known):
             return
         try:
-            config_types.check(function, known, where=f"{self.name} train_config", ignore=late)
+            config_types.check(function, surface.standins(config), where=f"{self.name} train_config", typed=late)
         except InputError as exc:
             raise TypeError(str(exc)) from None
 

@@ -177,6 +177,23 @@ def _filled(value: Any) -> Any:
     return value
 
 
+#: A value of each slot's type, for checking at compile time what a parameter will fill.
+_STANDINS = {"String": "", "Integer": 0, "Float": 0.0, "Boolean": False}
+
+
+def standins(value: Any) -> Any:
+    """Read-back JSON text (:func:`to_kfp_text`'s) with each pipeline parameter's slot replaced by a value of
+    its type: what a check at compile time sees of a value KFP fills when the task runs (its type, not
+    the value)."""
+    if isinstance(value, dict):
+        if set(value) == {SLOT, "text"} and value[SLOT] in SLOT_TYPES:
+            return _STANDINS[value[SLOT]]
+        return {k: standins(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [standins(v) for v in value]
+    return value
+
+
 def from_kfp_text(text: str) -> str:
     """JSON text KFP delivered, its pipeline parameters' slots read back as their types (text that is not
     JSON goes on unchanged: the entrypoint names the setting and what is wrong)."""
