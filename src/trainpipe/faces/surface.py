@@ -118,7 +118,8 @@ SLOT = "$kfp_parameter"
 SLOT_TYPES = ("String", "Integer", "Float", "Boolean")
 
 
-def _is_channel(value: Any) -> bool:
+def is_channel(value: Any) -> bool:
+    """Whether a value is a KFP pipeline channel (a pipeline parameter, a task's output)."""
     return hasattr(value, "channel_type") and hasattr(value, "pattern")
 
 
@@ -137,7 +138,7 @@ def to_kfp_text(value: Any, name: str) -> tuple[Any, frozenset[str]]:
     late: set[str] = set()
 
     def slot(v: Any, top: str | None) -> Any:
-        if _is_channel(v):
+        if is_channel(v):
             kind = str(v.channel_type)
             if kind not in SLOT_TYPES:
                 raise TypeError(
