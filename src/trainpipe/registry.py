@@ -161,7 +161,7 @@ def _acquire(client: Any, lease: str, owner: str, ttl_s: float, wait_s: float, p
             raise tracking.classify(exc, what, "cannot be taken") from None
         holder = held[0] or holder
         time.sleep(delay * (0.5 + random.random()))  # noqa: S311 (jitter, not a secret)
-        delay = min(delay * 2, 0.5)
+        delay = min(delay * 2, 0.25)
     raise ServiceUnavailable(f"{what} is still held by {holder} after {wait_s:.0f} s: another step is moving them")
 
 

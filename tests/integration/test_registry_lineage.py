@@ -299,7 +299,7 @@ def test_two_registrations_released_together_move_the_alias_once(mlflow_server_p
     client, config = _alias_race_setup(mlflow_server_postgres, name)
     champion = _new_version(client, name)
     client.set_registered_model_alias(name, "champion", champion)
-    for _ in range(8):
+    for _ in range(6):
         decision = {"passed": True, "beats_champion": True, "champion": {"version": champion}, "model_name": name}
         versions = [_new_version(client, name), _new_version(client, name)]
         outcomes = _released_together(mlflow_server_postgres, config, decision, versions)
