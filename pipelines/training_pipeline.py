@@ -210,7 +210,7 @@ def build_pipeline(
                 decision = evaluated.outputs["decision"]
                 move = not require_approval  # a compiled constant: no run parameter can skip the approval
                 registered = bind(
-                    register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra, **trust
+                    register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra
                 )
                 _configure(registered, profile.default, profile, caching=False)
         later = [t for t in (*tuning, profiled, evaluated, optimized) if t is not None]

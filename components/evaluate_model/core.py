@@ -45,6 +45,7 @@ def decide(
     min_improvement: dict[str, float] | None = None,
     max_regression: dict[str, float] | None = None,
     lower_is_better: frozenset[str] = LOWER_IS_BETTER,
+    alias: str = registry.DEFAULT_ALIAS,
 ) -> GateDecision:
     """The gate: absolute thresholds, then the comparison with the champion.
 
@@ -61,6 +62,7 @@ def decide(
         min_improvement: Per metric, how much better than the champion the model must be.
         max_regression: Per metric, how much worse than the champion it may be.
         lower_is_better: The metrics that are better when lower.
+        alias: The serving alias whose holder ``champion`` is: the reasons name it.
     """
     reasons: list[str] = []
     failures: list[str] = []
@@ -84,10 +86,10 @@ def decide(
         reasons.append("no thresholds configured")
     compared = False
     if champion is None:
-        reasons.append("no champion yet: decided by the absolute thresholds alone")
+        reasons.append(f"no {alias} yet: decided by the absolute thresholds alone")
     elif champion.get("skipped"):
         reasons.append(
-            f"champion version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute "
+            f"{alias} version {champion.get('version')} not compared ({champion['skipped']}): decided by the absolute "
             "thresholds alone"
         )
     else:
@@ -96,18 +98,18 @@ def decide(
         rules = [(n, "min_improvement", v) for n, v in sorted((min_improvement or {}).items())]
         rules += [(n, "max_regression", v) for n, v in sorted((max_regression or {}).items())]
         if not rules:
-            reasons.append(f"champion version {champion['version']}: no comparison rules configured")
+            reasons.append(f"{alias} version {champion['version']}: no comparison rules configured")
         for name, kind, margin in rules:
             mine, theirs = metrics.get(name), ref.get(name)
             if _bad(mine) or _bad(theirs):
-                check(False, f"{name} vs champion version {champion['version']}: missing or NaN, fails closed")
+                check(False, f"{name} vs {alias} version {champion['version']}: missing or NaN, fails closed")
                 continue
             delta = _better(name, mine, theirs, lower_is_better)
             ok = delta >= margin if kind == "min_improvement" else delta >= -margin
             need = f"needs >= {margin:+.4f}" if kind == "min_improvement" else f"may regress by <= {margin:.4f}"
             check(
                 ok,
-                f"{name} {mine:.4f} vs champion version {champion['version']} {theirs:.4f}: "
+                f"{name} {mine:.4f} vs {alias} version {champion['version']} {theirs:.4f}: "
                 f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): "
                 f"{'ok' if ok else 'fails'}",
             )
@@ -353,7 +355,7 @@ def evaluate_model(
     metrics = scores["metrics"]
     champion = champion_scores(config, model, x_test, y_raw, runtime)
     lower = config.lower_better()
-    decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower).model_copy(
+    decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower, config.alias).model_copy(
         update={"model_name": config.model_name, "alias": config.alias}
     )
     result = EvaluateModelResult(

@@ -15,13 +15,16 @@ from trainpipe.components.register_model.spec import (
     RegisterModelResult,
 )
 from trainpipe.contract import lineage as lineage_mod
-from trainpipe.contract.errors import InputError, ServiceUnavailable
+from trainpipe.contract.errors import AliasMoved, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest, read_json
 from trainpipe.contract.lineage import Lineage, RegistrationLineage
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import DECISION_FILE, MODEL_FILE, MODEL_META, ONNX_FILE, OPTIMIZATION_FILE, OPTIMIZED_MODEL_DIR
 
 HASH_TAG = registry.HASH_TAG
+#: The sections of the chain a model may come without (a team's DAG without those steps): the registration
+#: names the ones it lacks, and the model card says what that means.
+CHAIN = ("validation", "snapshot")
 DATA_TAG = registry.DATA_TAG
 
 
@@ -59,22 +62,37 @@ def check_same_alias(config: RegisterModelConfig, decision: dict[str, Any]) -> N
             )
 
 
-def should_move_champion(decision: dict[str, Any], current: Any | None, version: str) -> tuple[bool, str]:
-    """The serving alias moves only when the gate decided against its current holder, or nobody holds it."""
-    if current is None:
-        return True, "no champion yet: this version becomes champion"
-    if str(current.version) == str(version):
-        return False, "this version already is champion"
+def should_move_champion(
+    decision: dict[str, Any], current: Any | None, version: str, alias: str = registry.DEFAULT_ALIAS
+) -> tuple[bool, str]:
+    """Whether the serving alias moves to ``version``: only when the gate decided against its holder
+    now (``current``), or nobody held it when the gate looked and nobody holds it now. Called under the
+    alias's lease, so the holder cannot change between this and the move.
+
+    Returns:
+        ``(move, why)``.
+
+    Raises:
+        AliasMoved: the gate decided to move it, but against another holder than ``current`` (it
+            moved since the gate compared; the model stays challenger).
+    """
     champ = decision.get("champion") or {}
-    if decision.get("beats_champion") and str(champ.get("version")) == str(current.version):
-        return True, f"the gate compared it with champion version {current.version} and it passed"
-    if decision.get("beats_champion"):
-        return (
-            False,
-            f"the gate compared it with version {champ.get('version')}, but champion is now version {current.version}: "
-            "champion not moved",
+    if current is None:
+        return True, f"no {alias} yet: this version becomes {alias}"
+    if str(current.version) == str(version):
+        return False, f"this version already is {alias}"
+    compared = str(champ.get("version")) if champ else None
+    if decision.get("beats_champion") and compared == str(current.version):
+        return True, f"the gate compared it with {alias} version {current.version} and it passed"
+    saw_none = decision.get("model_name") and not champ and decision.get("passed")  # it looked: nobody held it
+    if decision.get("beats_champion") or saw_none:
+        raise AliasMoved(
+            f"alias: the gate compared the model with {f'version {compared}' if champ else 'no version'} under "
+            f"{alias!r}, but {alias} is now version {current.version} (another registration or a promotion moved it "
+            f"since): not moved to version {version}, which is registered; evaluate it again against version "
+            f"{current.version}"
         )
-    return False, f"the gate did not decide against champion version {current.version}: registered as challenger only"
+    return False, f"the gate did not decide against {alias} version {current.version}: registered as challenger only"
 
 
 def model_card(
@@ -89,17 +107,28 @@ def model_card(
     )
     reasons = "\n".join(f"- {r}" for r in decision.get("reasons", []))
     champ = decision.get("champion") or {}
+    alias = decision.get("alias") or config.alias
     compared = (
-        f"Compared with champion version {champ.get('version')} on the same held-out rows."
+        f"Compared with {alias} version {champ.get('version')} on the same held-out rows."
         if decision.get("compared_with_champion")
-        else "Not compared with a champion (none existed, or it could not be scored): decided by the absolute "
-        "thresholds."
+        else f"Not compared with a {alias} version (none existed, or it could not be scored): decided by the "
+        "absolute thresholds."
     )
     classes = ", classes: " + ", ".join(map(str, meta["classes"])) if meta.get("classes") else ""
     columns = meta.get("feature_columns", [])
     shown = ", ".join(columns[:8]) + (", …" if len(columns) > 8 else "")
     ran = f"{train.get('backend')} on {train.get('world_size')} x {train.get('device')} ({train.get('dist_backend')})"
-    suite = lineage.get("validation", {}).get("suite", "")
+    validated = (
+        f"validated by suite `{lineage['validation'].get('suite', '')}`"
+        if lineage.get("validation")
+        else "not validated (no validate_data ran)"
+    )
+    snapshot = (
+        f"DVC md5 `{snap.get('md5')}`, revision `{snap.get('rev', '')}`, remote `{snap.get('remote', '')}`"
+        if snap
+        else "none (no snapshot_dataset ran): the exact training data cannot be fetched again, nor this lineage "
+        "verified"
+    )
     split = meta.get("split", {})
     return f"""# Model card: {config.model_name} version {version}
 
@@ -114,8 +143,8 @@ def model_card(
 - Weights sha256: `{train.get("model_sha256")}`; MLflow training run `{train.get("mlflow_run_id")}`
 
 ## Data
-- Source: `{source.get("uri", "")}` (md5 `{source.get("md5", "")}`), validated by suite `{suite}`
-- Snapshot: DVC md5 `{snap.get("md5")}`, revision `{snap.get("rev", "")}`, remote `{snap.get("remote", "")}`
+- Source: `{source.get("uri", "")}` (md5 `{source.get("md5", "")}`), {validated}
+- Snapshot: {snapshot}
 - Held-out split: {int(100 * split.get("test_fraction", 0))}% (seed {split.get("seed")}), {ev.get("n_test")} rows
 
 ## Evaluation
@@ -154,7 +183,8 @@ def register_model(
 
     Raises:
         InputError: the decision or model artifact is unreadable.
-        ServiceUnavailable: MLflow cannot be reached.
+        AliasMoved: the gate decided to move the serving alias, but it moved since (the version is registered).
+        ServiceUnavailable: MLflow cannot be reached, or another registration held the alias's lease too long.
     """
     decision = read_json(Path(config.decision) / DECISION_FILE)
     check_same_alias(config, decision)
@@ -163,8 +193,11 @@ def register_model(
     if not decision.get("passed"):
         return _not_registered(config, decision, lineage)
     training, snapshot = lineage.training, lineage.snapshot
-    if training is None or snapshot is None:
-        raise InputError("model: its lineage lacks the training run or the snapshot; it was not made by this pipeline")
+    if training is None:
+        raise InputError("model: its lineage lacks the training run; it was not made by train_model")
+    md5 = snapshot.md5 if snapshot is not None else ""  # with the model's hash, what makes a rerun find its version
+    lacks = [section for section in CHAIN if getattr(lineage, section) is None] or None
+    lineage = lineage.with_(registration=RegistrationLineage(lacks=lacks)) if lacks else lineage  # on the version too
     sha = file_digest(Path(config.model) / MODEL_FILE, "sha256")
     if sha != training.model_sha256:
         raise InputError(
@@ -177,12 +210,12 @@ def register_model(
     client = tracking.connect(config.tracking_uri, policy)
     tracking.prepare_artifact_store(client, policy, training.mlflow_run_id)
     try:
-        existing = find_existing(client, config.model_name, sha, snapshot.md5)
+        existing = find_existing(client, config.model_name, sha, md5)
         created = existing is None
         version = (
             existing.version
             if existing is not None
-            else _create_version(client, config, lineage, decision, meta, sha, snapshot.md5, training.mlflow_run_id)
+            else _create_version(client, config, lineage, decision, meta, sha, md5, training.mlflow_run_id)
         )
         version = str(version)
         # signed before any alias points at it: a serving alias never names an unsigned version
@@ -191,14 +224,11 @@ def register_model(
             if signing.signing_enabled()
             else None
         )
-        move, why, aliases_set = _set_aliases(client, config, decision, version, created)
+        optimized = register_optimized(client, config, lineage, version, md5, training) if config.optimized else None
+        variant = (optimized[0], optimized[1]) if optimized else None
+        move, why, aliases_set = set_aliases(client, config, decision, version, created, variant)
         aliases = sorted(client.get_model_version(config.model_name, version).aliases)
-        optimized = (
-            register_optimized(client, config, lineage, version, aliases_set, snapshot.md5, training)
-            if config.optimized
-            else None
-        )
-    except (InputError, ServiceUnavailable):
+    except TrainpipeError:
         raise
     except Exception as exc:
         raise tracking.classify(exc, f"tracking_uri: registering {config.model_name!r} in MLflow", "failed") from None
@@ -215,6 +245,7 @@ def register_model(
             aliases=aliases,
             champion_moved=move,
             signature_sha256=signature,
+            lacks=lacks,
         )
     )
     if optimized is not None and lineage.optimization is not None:
@@ -258,23 +289,55 @@ def _not_registered(config: RegisterModelConfig, decision: dict[str, Any], linea
     )
 
 
-def _set_aliases(
-    client: Any, config: RegisterModelConfig, decision: dict[str, Any], version: str, created: bool
+def set_aliases(
+    client: Any,
+    config: RegisterModelConfig,
+    decision: dict[str, Any],
+    version: str,
+    created: bool,
+    variant: tuple[str, str] | None,
 ) -> tuple[bool, str, list[str]]:
     """The challenger alias on a new version, and the serving alias when the gate decided against its
-    holder (or there is none) and no approval is required: ``(moved, why, the aliases set)``."""
-    current = registry.alias_version(client, config.model_name, config.alias)
-    move, why = should_move_champion(decision, current, version)
-    if move and not config.move_alias:
-        move = False
-        why = (
-            f"registered as challenger only: with require_approval the {config.alias} alias moves after a person "
-            f"approves (`trainpipe promote models:/{config.model_name}/{version}`)"
-        )
-    aliases_set = ([config.challenger_alias] if created else []) + ([config.alias] if move else [])
-    for name in aliases_set:
-        client.set_registered_model_alias(config.model_name, name, version)
-    return move, why, aliases_set
+    holder (or there is none) and no approval is required, each on the version and its optimized
+    ``variant`` (``(name, version)``) alike: ``(moved, why, the aliases set)``.
+
+    Every alias is set under the model's lease (:func:`trainpipe.registry.alias_lease`), which
+    ``trainpipe promote`` holds too: the serving alias moves by compare-and-set (its holder read again
+    under the lease, so no other move comes between what the gate compared with and the move), and two
+    registrations never set the challenger alias at once (MLflow's upsert of an alias then fails on its
+    unique key).
+
+    Raises:
+        AliasMoved: the holder is not the version the gate compared with (the challenger alias is set).
+    """
+    targets = [(config.model_name, version), *([variant] if variant else [])]
+    aliases_set = [config.challenger_alias] if created else []
+    with registry.alias_lease(client, config.model_name):
+        for name, v in targets:
+            for alias in aliases_set:
+                client.set_registered_model_alias(name, alias, v)
+        current = registry.alias_version(client, config.model_name, config.alias)
+        if not config.move_alias:
+            return False, _held_for_approval(config, decision, current, version), aliases_set
+        move, why = should_move_champion(decision, current, version, config.alias)
+        for name, v in targets if move else ():
+            client.set_registered_model_alias(name, config.alias, v)
+    return move, why, aliases_set + ([config.alias] if move else [])
+
+
+def _held_for_approval(config: RegisterModelConfig, decision: dict[str, Any], current: Any, version: str) -> str:
+    """Why the serving alias did not move with ``move_alias`` off: a person approves first, or the gate
+    did not decide to move it."""
+    try:
+        move, why = should_move_champion(decision, current, version, config.alias)
+    except AliasMoved as exc:
+        return str(exc)
+    if not move:
+        return why
+    return (
+        f"registered as challenger only: with require_approval the {config.alias} alias moves after a person approves "
+        f"(`trainpipe promote models:/{config.model_name}/{version}`)"
+    )
 
 
 def register_optimized(
@@ -282,13 +345,13 @@ def register_optimized(
     config: RegisterModelConfig,
     lineage: Lineage,
     parent_version: str,
-    aliases_set: list[str],
     md5: str,
     training: Any,
 ) -> tuple[str, str, str | None] | None:
     """Register optimize_model's accepted variant as a version of ``optimized_model_name`` (an MLflow
-    pyfunc on onnxruntime), tagged with its parent version, with the aliases this run set on the parent;
-    the parent version is tagged with it. Idempotent like the parent. None when no variant was accepted.
+    pyfunc on onnxruntime), tagged with its parent version; the parent version is tagged with it (the
+    aliases set on the parent go on it too, :func:`set_aliases`). Idempotent like the parent. None when
+    no variant was accepted.
 
     Raises:
         InputError: the optimized artifact is incomplete, changed since optimize_model wrote it, or was
@@ -328,8 +391,6 @@ def register_optimized(
             f"(optimize_model; figures in the lineage tags)",
         )
     signature = registry.sign_version(client, name, version, sha, ONNX_FILE) if signing.signing_enabled() else None
-    for alias in aliases_set:
-        client.set_registered_model_alias(name, alias, version)
     client.set_model_version_tag(config.model_name, parent_version, registry.OPTIMIZED_TAG, f"{name}/{version}")
     return name, version, signature
 

@@ -7,9 +7,8 @@ from typing import Any
 from pydantic import Field
 
 from trainpipe.contract.config import StrictModel
-from trainpipe.contract.entrypoint import INPUT, OUTPUT
+from trainpipe.contract.entrypoint import INPUT, OUTPUT, SAME_AS_PRODUCER
 from trainpipe.contract.result import ComponentResult
-from trainpipe.contract.runtime import TrustedPackages
 from trainpipe.registry import ALIAS_PATTERN, CHALLENGER, DEFAULT_ALIAS
 
 NAME = "register_model"
@@ -21,13 +20,17 @@ class RegisterModelParams(StrictModel):
     """Settings of register_model that are not artifacts."""
 
     model_name: str = Field(
-        "trainpipe-model", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$", description="registered model name"
+        "trainpipe-model",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$",
+        description="registered model name",
+        json_schema_extra={SAME_AS_PRODUCER: "decision"},  # the model the gate compared with
     )
     alias: str = Field(
         DEFAULT_ALIAS,
         pattern=ALIAS_PATTERN,
         description="the serving alias: it moves to the new version only when the gate decided against the current "
         "holder (or none exists)",
+        json_schema_extra={SAME_AS_PRODUCER: "decision"},  # the alias whose holder the gate compared with
     )
     challenger_alias: str = Field(CHALLENGER, pattern=ALIAS_PATTERN, description="alias every new registration gets")
     intended_use: str = Field(
@@ -49,7 +52,6 @@ class RegisterModelParams(StrictModel):
         description="registered model the optimized (ONNX) variant goes to, beside the fp32 one (default: "
         "<model_name>-onnx)",
     )
-    trusted_packages: TrustedPackages
 
 
 class RegisterModelConfig(RegisterModelParams):

@@ -19,6 +19,7 @@ from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest,
 from trainpipe.contract.lineage import Lineage, SnapshotLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.text import redact
 from trainpipe.tabular import SUPPORTED_SUFFIXES, find_dataset
 
 _GIT_ID = ["-c", "user.name=trainpipe", "-c", "user.email=trainpipe@localhost", "-c", "commit.gpgsign=false"]
@@ -228,7 +229,7 @@ def snapshot_dataset(
         pushed = int(repo.push(targets=[str(target)], remote=config.remote_name) or 0)
     except Exception as exc:
         raise ServiceUnavailable(
-            f"remote_url: pushing to DVC remote {config.remote_url!r} failed: {_first_line(exc)}"
+            f"remote_url: pushing to DVC remote {redact(config.remote_url)!r} failed: {_first_line(exc)}"
         ) from None
     dvc_file = rel.with_name(rel.name + ".dvc")
     _git(repo_dir, "add", "--", ".dvc/config", ".dvcignore", ".dvc/.gitignore", str(dvc_file))

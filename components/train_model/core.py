@@ -30,6 +30,7 @@ from trainpipe.contract.io import atomic_write_settings, file_digest
 from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.text import redact
 from trainpipe.costs import Budget, Meter, record_spent, spent_before
 from trainpipe.layout import (
     CHECKPOINT_DIR,
@@ -432,16 +433,14 @@ def _report(
     except errors.TrainpipeError:
         raise
     except Exception as exc:
-        raise tracking.classify(
-            exc, f"tracking_uri: logging the training run to {tracking.redact(t.uri)!r}", "failed"
-        ) from None
+        raise tracking.classify(exc, f"tracking_uri: logging the training run to {redact(t.uri)!r}", "failed") from None
     telemetry0 = json.loads((out / TELEMETRY_DIR / "rank0.json").read_text(encoding="utf-8"))
     result = TrainModelResult(
         model_file=MODEL_FILE,
         model_sha256=sha,
         model_uri=model_uri,
         mlflow_run_id=run_id,
-        tracking_uri=tracking.redact(t.uri),
+        tracking_uri=redact(t.uri),
         experiment_id=t.exp_id,
         train_function=config.train_function,
         task=config.task,

@@ -45,6 +45,7 @@ from trainpipe.contract.io import atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.text import redact
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.profiles import prices_of, profile_name
 from trainpipe.tabular import find_dataset
@@ -81,12 +82,6 @@ def search_of(config: TuneModelConfig, lineage: Lineage) -> dict[str, str]:
 
 def storage_url(config: TuneModelConfig) -> str:
     return config.storage or f"sqlite:///{(Path(config.output_dir) / 'study.db').resolve()}"
-
-
-def _redact(url: str) -> str:
-    from trainpipe.tracking import redact
-
-    return redact(url)
 
 
 @contextlib.contextmanager
@@ -156,7 +151,7 @@ def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, ru
         except Exception as exc:
             from trainpipe.tracking import first_line
 
-            raise ServiceUnavailable(f"storage: cannot open {_redact(url)}: {first_line(exc)}") from None
+            raise ServiceUnavailable(f"storage: cannot open {redact(url)}: {first_line(exc)}") from None
         try:
             made_before = config.study_name in optuna.get_all_study_names(storage)
             study = optuna.create_study(
@@ -173,7 +168,7 @@ def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, ru
             _claim(study, config, search, run_id, made_before, url)
     if [d.name.lower() for d in study.directions] != directions:
         raise InputError(
-            f"objectives: study {config.study_name!r} in {_redact(url)} was made with directions "
+            f"objectives: study {config.study_name!r} in {redact(url)} was made with directions "
             f"{[d.name.lower() for d in study.directions]}, not {directions}"
         )
     return study
@@ -192,7 +187,7 @@ def _claim(
     if made_for is not None and made_for != search:
         differs = [k for k in search if made_for.get(k) != search[k]]
         raise InputError(
-            f"study_name: study {config.study_name!r} in {_redact(url)} was made for another search (its "
+            f"study_name: study {config.study_name!r} in {redact(url)} was made for another search (its "
             f"{', '.join(differs)} differ); give another study_name, or delete that study to start it again"
         )
     owner = study.user_attrs.get(OWNER_ATTR)
@@ -203,7 +198,7 @@ def _claim(
     done = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
     by = f"run {owner!r}" if owner else "another run"
     raise InputError(
-        f"study_name: study {config.study_name!r} in {_redact(url)} was made by {by} and has {done} finished "
+        f"study_name: study {config.study_name!r} in {redact(url)} was made by {by} and has {done} finished "
         "trials; set resume: true to continue it, or give another study_name"
     )
 
@@ -735,7 +730,7 @@ def parent_run(study: Any, config: TuneModelConfig, runtime: Runtime) -> str:
                     "mlflow.runName": f"study-{config.study_name}",
                     "trainpipe.component": NAME,
                     "trainpipe.study": config.study_name,
-                    "trainpipe.storage": _redact(storage_url(config)),
+                    "trainpipe.storage": redact(storage_url(config)),
                 },
             )
             from mlflow.entities import Param as MlflowParam
@@ -770,7 +765,7 @@ def summarize(
     objectives = [o.metric for o in config.objectives]
     result = TuneModelResult(
         study_name=config.study_name,
-        storage=_redact(storage_url(config)),
+        storage=redact(storage_url(config)),
         objectives=objectives,
         directions=[o.resolved() for o in config.objectives],
         ran_here=ran,

@@ -29,6 +29,7 @@ from trainpipe.contract.lineage import (
     ValidationLineage,
 )
 from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.text import plain
 from trainpipe.tabular import dataset_columns, find_data_file, find_dataset, parquet_files, read_table
 
 #: Table-level expectations whose outcome over a Parquet directory is decided on all its files together.
@@ -182,11 +183,6 @@ def _first_per_column(failed: list[ExpectationOutcome]) -> list[str]:
     return lines
 
 
-def _number(value: Any) -> Any:
-    """A NumPy scalar as the Python number it holds: a message says 1, not np.int64(1)."""
-    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
-
-
 def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
     out = []
     for r in validation["results"]:
@@ -194,8 +190,8 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
         exc = r.get("exception_info") or {}
         message = exc.get("exception_message") if exc.get("raised_exception") else None
         res = r.get("result") or {}
-        values = [_number(v) for v in res.get("partial_unexpected_list") or []]
-        rows = [_number(v) for v in res.get("partial_unexpected_index_list") or []]
+        values = [plain(v) for v in res.get("partial_unexpected_list") or []]
+        rows = [plain(v) for v in res.get("partial_unexpected_index_list") or []]
         example = None
         if values:
             example = (
@@ -204,7 +200,7 @@ def _outcomes(validation: dict[str, Any]) -> list[ExpectationOutcome]:
                 else (f"row {rows[0]} is empty" if rows else None)
             )
         elif not r["success"] and res.get("observed_value") is not None:
-            example = f"observed {_number(res['observed_value'])!r}"
+            example = f"observed {plain(res['observed_value'])!r}"
         out.append(
             ExpectationOutcome(
                 type=cfg["type"],
@@ -419,9 +415,7 @@ def _run_suite(
         rows += int(df.shape[0])
         for col in aggregated_columns:
             if col in df.columns:
-                distinct.setdefault(col, set()).update(
-                    v.item() if hasattr(v, "item") else v for v in df[col].dropna().unique()
-                )
+                distinct.setdefault(col, set()).update(plain(v) for v in df[col].dropna().unique())
         del df
         if progress is not None:
             progress.update(rows)

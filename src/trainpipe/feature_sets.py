@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.text import plain
 
 #: The entity table's row number while Feast joins (its offline stores do not keep row order).
 _ROW = "__trainpipe_row"
@@ -206,7 +207,8 @@ def _entity_table(path: Path, timestamp_column: str) -> Any:
     if bad.any():
         row = int(bad.to_numpy().nonzero()[0][0])
         raise InputError(
-            f"data: column {timestamp_column!r} row {row} holds {df[timestamp_column].iloc[row]!r}, not a timestamp"
+            f"data: column {timestamp_column!r} row {row} holds {plain(df[timestamp_column].iloc[row])!r}, not a "
+            "timestamp"
         )
     if _ROW in df.columns:
         raise InputError(f"data: the entity table has a column named {_ROW!r}, which trainpipe uses while it joins")

@@ -133,8 +133,8 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
     raw_md5 = (feats or {}).get("entity_md5") or src.get("md5", "-")
     lines = [
         f"model      {name} version {version.version}  aliases: {', '.join(sorted(version.aliases)) or '-'}",
-        f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; champion compared: version "
-        f"{ev.get('champion_version') or '-'}, beats it: {ev.get('beats_champion', False)}",
+        f"  gate       {'passed' if ev.get('passed') else 'NOT passed'}; {ev.get('alias') or 'champion'} compared: "
+        f"version {ev.get('champion_version') or '-'}, beats it: {ev.get('beats_champion', False)}",
         f"  evaluation {metrics} on {ev.get('n_test')} held-out rows",
         f"  profiled   {prof.get('samples_per_second', '-')} samples/s, step {prof.get('step_time_ms', '-')} ms",
         f"  training   MLflow run {tr.get('mlflow_run_id')}: {tr.get('backend')} x{tr.get('world_size')} on "
@@ -142,7 +142,9 @@ def render(name: str, version: Any, lineage: dict[str, Any], check: dict[str, An
         f"{tr.get('precision', 'fp32')}, model sha256 {str(tr.get('model_sha256', ''))[:16]}…",
         f"  cost       {_cost(tr, prof, lineage.get('tuning') or {})}",
         f"  snapshot   DVC md5 {snap.get('md5')} rev {str(snap.get('rev', ''))[:10]} path {snap.get('path')} remote "
-        f"{snap.get('remote')}",
+        f"{snap.get('remote')}"
+        if snap
+        else "  snapshot   none: no snapshot_dataset ran (the training data cannot be fetched again)",
         f"  validation suite {val.get('suite', '-')}: "
         f"{'passed' if val.get('success', val.get('passed')) else val.get('success', '-')}",
         f"  raw data   {src.get('uri', '-')} md5 {raw_md5}",

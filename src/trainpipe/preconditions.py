@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.text import plain
 from trainpipe.tabular import min_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,7 +76,7 @@ def _first_bad(series: pd.Series, bad: pd.Series) -> str:
         return ""
     row = bad.idxmax()
     value = series.loc[row]
-    return f"row {row} holds {value.item() if hasattr(value, 'item') else value!r}"
+    return f"row {plain(row)} holds {plain(value)!r}"
 
 
 def _not_numeric(series: pd.Series) -> pd.Series:
@@ -196,7 +197,7 @@ def table_rules(label_column: str, task: str, batch_size: int, test_fraction: fl
             if len(values) == 0:
                 return f"label_column: {label_column!r} holds no value in any row; nothing to learn"
             if len(values) == 1:
-                return f"label_column: {label_column!r} has a single class ({values[0]!r}); nothing to learn"
+                return f"label_column: {label_column!r} has a single class ({plain(values[0])!r}); nothing to learn"
             return None
 
         rules.append(

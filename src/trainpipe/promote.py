@@ -14,6 +14,7 @@ mlflow is imported inside the functions.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -96,19 +97,21 @@ def promote(
     gate = mv.tags.get(GATE_TAG)
     optimized = mv.tags.get(registry.OPTIMIZED_TAG)
     signature = _may_serve(client, mv, model_uri, gate, optimized) if decision == "approved" else None
-    previous = registry.alias_version(client, name, alias)
-    record = {
-        "model_name": name,
-        "version": version,
-        "alias": alias,
-        "decision": decision,
-        "approver": who["identity"],
-        "reason": reason,
-        "previous_version": str(previous.version) if previous is not None else None,
-        "gate_passed": gate,
-        "signature_sha256": signature,
-    }
-    _apply(client, record, optimized, model_uri)
+    # the holder read and the alias moved under the lease register_model's compare-and-set holds too
+    with registry.alias_lease(client, name) if decision == "approved" else contextlib.nullcontext():
+        previous = registry.alias_version(client, name, alias)
+        record = {
+            "model_name": name,
+            "version": version,
+            "alias": alias,
+            "decision": decision,
+            "approver": who["identity"],
+            "reason": reason,
+            "previous_version": str(previous.version) if previous is not None else None,
+            "gate_passed": gate,
+            "signature_sha256": signature,
+        }
+        _apply(client, record, optimized, model_uri)
     log = audit.log_path(getattr(policy, "audit_log", None))
     if log is not None:
         run = run or {

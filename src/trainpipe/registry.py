@@ -9,7 +9,15 @@ functions.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import random
+import socket
+import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +55,142 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
         if code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
             return None
         raise tracking.classify(exc, f"tracking_uri: reading alias {alias!r} of {name!r}", "failed") from None
+
+
+#: The registered model that is the lease on another's aliases (see :func:`alias_lease`).
+LEASE_SUFFIX = "__trainpipe_lease"
+#: Who holds a lease: host, process and a token of the holder's own.
+LEASE_OWNER_TAG = "trainpipe.lease.owner"
+#: A lease seen unchanged this long was left by a holder that died in it, and is broken. Holding one
+#: takes three requests; this allows each of them every retry and timeout MLflow's client makes.
+LEASE_TTL_S = 300.0
+#: A registration waits this long for the lease (beyond a dead holder's), then exits 75 (retried).
+LEASE_WAIT_S = LEASE_TTL_S + 60.0
+LEASE_DESCRIPTION = "trainpipe: held while a registration or a promotion moves this model's aliases; deleted after"
+
+
+def lease_name(name: str) -> str:
+    """The registered model that is the lease on the aliases of ``name`` (within MLflow's 256 characters)."""
+    if len(name) + len(LEASE_SUFFIX) <= 256:
+        return name + LEASE_SUFFIX
+    return f"{name[:200]}_{hashlib.sha256(name.encode()).hexdigest()[:16]}{LEASE_SUFFIX}"
+
+
+@contextlib.contextmanager
+def alias_lease(
+    client: Any, name: str, *, ttl_s: float = LEASE_TTL_S, wait_s: float = LEASE_WAIT_S, poll_s: float = 0.02
+) -> Iterator[None]:
+    """Hold the lease on the aliases of the registered model ``name``: whoever reads an alias's holder
+    and moves it (register_model, ``trainpipe promote``) does both under it, so a move is a real
+    compare-and-set.
+
+    MLflow's registry has no compare-and-set, and the database behind a tracking server is not
+    reachable from every step, so the lease lives in the registry itself: a registered model
+    ``<name>__trainpipe_lease``, which only one process can create (its name is unique in every store
+    MLflow has: SQLite, PostgreSQL, MySQL, behind a server or not). Deleting it releases it. A lease
+    seen unchanged for ``ttl_s`` was left by a holder that died inside it: it is broken by renaming
+    it to a name made of its own creation time, which only one waiter can do (a second rename of the
+    same lease finds the name taken), so a fresh lease is never broken by a waiter that looked earlier.
+
+    Raises:
+        ServiceUnavailable: the lease was not free within ``wait_s`` (transient: the step is retried),
+            or MLflow cannot be reached.
+        NotPermitted: the identity may not create or delete the lease.
+    """
+    lease = lease_name(name)
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    _acquire(client, lease, owner, ttl_s, wait_s, poll_s)
+    try:
+        yield
+    finally:
+        _release(client, lease, owner)
+
+
+def _lease_held(client: Any, lease: str) -> tuple[str, int] | None:
+    """``(owner, creation time)`` of a lease, or None when it is free."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = client.get_registered_model(lease)
+    except MlflowException as exc:
+        if getattr(exc, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
+            return None
+        raise
+    return str(model.tags.get(LEASE_OWNER_TAG, "")), int(model.creation_timestamp or 0)
+
+
+def _take(client: Any, lease: str, owner: str) -> tuple[str, int] | None:
+    """Create the lease: None when this process holds it now, else who holds it (``("", 0)``: nobody
+    any more, it was released between the two requests)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(lease, tags={LEASE_OWNER_TAG: owner}, description=LEASE_DESCRIPTION)
+        return None
+    except MlflowException as exc:
+        if getattr(exc, "error_code", "") not in ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
+            raise
+    held = _lease_held(client, lease)
+    if held is not None and held[0] == owner:
+        return None  # our create went through, and a retry of its request found it
+    return held or ("", 0)
+
+
+def _acquire(client: Any, lease: str, owner: str, ttl_s: float, wait_s: float, poll_s: float) -> None:
+    from mlflow.exceptions import MlflowException
+
+    from trainpipe import tracking
+    from trainpipe.contract.errors import ServiceUnavailable
+
+    what = f"tracking_uri: the lease {lease!r} on the aliases of {lease.removesuffix(LEASE_SUFFIX)!r}"
+    first_seen: dict[tuple[str, int], float] = {}
+    holder = "another process"
+    deadline = time.monotonic() + wait_s
+    delay = poll_s
+    while time.monotonic() < deadline:
+        try:
+            held = _take(client, lease, owner)
+            if held is None:
+                return
+            if held == ("", 0):
+                continue
+            if time.monotonic() - first_seen.setdefault(held, time.monotonic()) >= ttl_s:
+                _break(client, lease, held)
+                continue
+        except MlflowException as exc:
+            raise tracking.classify(exc, what, "cannot be taken") from None
+        holder = held[0] or holder
+        time.sleep(delay * (0.5 + random.random()))  # noqa: S311 (jitter, not a secret)
+        delay = min(delay * 2, 0.25)
+    raise ServiceUnavailable(f"{what} is still held by {holder} after {wait_s:.0f} s: another step is moving them")
+
+
+def _break(client: Any, lease: str, held: tuple[str, int]) -> None:
+    """Take a dead holder's lease out of the way: renamed after its creation time, so that of two waiters
+    that saw it, one renames it and the other, finding the name taken, renames nothing (not even the
+    lease the first then takes)."""
+    from mlflow.exceptions import MlflowException
+
+    print(
+        f"trainpipe: warning: breaking the lease {lease!r} that {held[0] or 'a process'} left (it died holding it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        client.rename_registered_model(lease, f"{lease}__broken_{held[1]}")
+    except MlflowException as exc:
+        if getattr(exc, "error_code", "") not in ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
+            raise
+
+
+def _release(client: Any, lease: str, owner: str) -> None:
+    """Delete the lease when it is still ours (a holder that outlived its lease deletes nobody else's)."""
+    try:
+        held = _lease_held(client, lease)
+        if held is not None and held[0] == owner:
+            client.delete_registered_model(lease)
+    except Exception as exc:  # noqa: BLE001 (the move is done or failed already: a lease left behind is broken later)
+        print(f"trainpipe: warning: the lease {lease!r} was not released: {exc}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)

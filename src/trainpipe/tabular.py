@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.text import plain
 from trainpipe.layout import MARKER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -306,7 +307,7 @@ def encode_labels(y_raw: Any, classes: list[Any] | None = None) -> tuple[list[An
     """
     import numpy as np
 
-    labels = [v.item() if hasattr(v, "item") else v for v in y_raw]
+    labels = [plain(v) for v in y_raw]
     if classes is None:
         classes = sorted(set(labels), key=lambda v: (str(type(v)), v))
     index = {c: i for i, c in enumerate(classes)}

@@ -35,7 +35,8 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from trainpipe.contract.text import redact
 
 #: Labels every training series carries (JSON), set by train_model for its ranks.
 LABELS_ENV = "TRAINPIPE_METRICS_LABELS"
@@ -65,19 +66,6 @@ PHASES = ("data", "forward", "backward", "optimizer", "compute", "other")
 def warn(message: str) -> None:
     """Telemetry's one warning line (it never raises)."""
     print(f"trainpipe telemetry: warning: {message}", file=sys.stderr, flush=True)
-
-
-def redact(url: str) -> str:
-    """``url`` without a user or password, for a log line."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable url>"
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return url
 
 
 def _label(value: Any) -> str:

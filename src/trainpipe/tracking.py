@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError, NotPermitted, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.text import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.contract.policy import Policy
@@ -47,7 +48,7 @@ def resolve_tracking_uri(uri: str | None, policy: Policy | None = None) -> str:
         return uri
     if "://" not in uri:
         raise InputError(f"tracking_uri: {uri!r} is not a URI (use sqlite:///path/mlflow.db or http(s)://host)")
-    raise InputError(f"tracking_uri: unsupported scheme in {uri!r}")
+    raise InputError(f"tracking_uri: unsupported scheme in {redact(uri)!r}")
 
 
 def default_artifact_location(uri: str) -> str | None:
@@ -191,14 +192,6 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
     if exp is not None:
         return exp.experiment_id
     return client.create_experiment(name, artifact_location=default_artifact_location(resolve_tracking_uri(uri)))
-
-
-def redact(uri: str) -> str:
-    """Drop any ``user:password@`` from a URI before it is printed or recorded."""
-    if "@" in uri and "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return uri
 
 
 def first_line(exc: BaseException) -> str:

@@ -301,8 +301,6 @@ def by_hand(s: Scenario, entry: str) -> Records:
         "prod",
         "--move-alias",
         "false",
-        "--trusted-packages",
-        trust,
     )
     return records
 
@@ -340,7 +338,7 @@ def acme_churn(data_uri: str, lr: float = 0.05):
     judged = evaluate_model(model=trained.outputs["model"], data=snap.outputs["snapshot"], model_name="acme-churn",
                             alias="prod", thresholds={{"accuracy": 0.5}}, trusted_packages=["acme"])
     register_model(model=trained.outputs["model"], decision=judged.outputs["decision"], model_name="acme-churn",
-                   alias="prod", trusted_packages=["acme"])
+                   alias="prod")
 
 
 if __name__ == "__main__":
@@ -398,7 +396,7 @@ with DAG(dag_id="acme_churn", start_date=datetime(2026, 1, 1), schedule=None, re
         "alias": "prod", "thresholds": {{"accuracy": 0.5}}, "trusted_packages": ["acme"]}})
     register = RegisterModelOperator(task_id="register_model", settings={{
         "model": RUN + "/model", "decision": RUN + "/eval", "output_dir": RUN + "/registered",
-        "model_name": "acme-churn", "alias": "prod", "trusted_packages": ["acme"]}})
+        "model_name": "acme-churn", "alias": "prod"}})
     validate >> snapshot >> train >> evaluate >> register
 
 if __name__ == "__main__":

@@ -352,3 +352,37 @@ def test_the_library_declares_ranges_and_the_images_hold_the_exact_versions():
             assert "==" not in ops and ">=" in ops and ("<" in ops or "<=" in ops), f"{text}: not a range"
     constraints = (REPO / "images" / "constraints.txt").read_text()
     assert "\nmlflow==" in constraints and "\nkfp==" in constraints and "\napache-airflow==" in constraints
+
+
+#: What a core calls to rebuild a team's model from its code, trusting what its runtime trusts: an artifact's
+#: loader, a registered version's (a champion's ``model()``), or the runtime's trusted packages themselves.
+REBUILDS = ("load_artifact", "version_model", "trusts", "trusted_code")
+
+
+def _rebuilds_a_model(core: Path) -> bool:
+    for node in ast.walk(ast.parse(core.read_text(encoding="utf-8"))):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if name in REBUILDS:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "model":
+            if not node.args:  # registry.Champion.model()
+                return True
+    return False
+
+
+def _declares(spec: Path, setting: str) -> bool:
+    tree = ast.parse(spec.read_text(encoding="utf-8"))
+    return any(isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == setting for n in ast.walk(tree))
+
+
+def test_a_step_takes_trusted_packages_exactly_when_its_core_rebuilds_a_model():
+    """``trusted_packages`` says which team code a step may import to rebuild a model: a step that rebuilds
+    none must not offer it (a setting that does nothing), and one that does must (or a team cannot make it
+    trust its code)."""
+    wrong = [
+        f"{d.name}: {'declares trusted_packages but rebuilds no model' if declares else 'rebuilds a model'}"
+        for d in COMPONENT_DIRS
+        if (declares := _declares(d / "spec.py", "trusted_packages")) != _rebuilds_a_model(d / "core.py")
+        and d.name != "train_model"  # it runs the team's function: trusting it is implicit
+    ]
+    assert not wrong, wrong

@@ -152,6 +152,40 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     assert (weights / "model.safetensors").read_bytes() == (chain / "strong" / "model.safetensors").read_bytes()
 
 
+def test_a_model_trained_without_a_snapshot_registers_and_says_what_its_lineage_lacks(chain, mlflow_server_postgres):
+    """A team's DAG without snapshot_dataset (nor validate_data): train_model read a file it named. The model
+    registers; the lineage, the version's tags and the model card say what the chain lacks."""
+    import mlflow
+
+    from trainpipe.components.register_model.core import register_model
+    from trainpipe.components.register_model.spec import RegisterModelConfig
+    from trainpipe.contract.artifacts import read_artifact
+    from trainpipe.contract.lineage import Lineage
+
+    model = chain / "strong" if (chain / "strong").is_dir() else None
+    if model is None:  # run alone: the lifecycle test trains it
+        _train(chain, "strong", mlflow_server_postgres, "--epochs", "1")
+        model = chain / "strong"
+    lineage = Lineage.of(read_artifact(model, "model").lineage).with_(snapshot=None, validation=None, source=None)
+    (chain / "e-nosnap").mkdir()
+    (chain / "e-nosnap" / "decision.json").write_text(json.dumps({"passed": True, "metrics": {"accuracy": 0.9}}))
+    name = "digits-no-snapshot"
+    config = RegisterModelConfig(
+        model=str(model),
+        decision=str(chain / "e-nosnap"),
+        output_dir=str(chain / "r-nosnap"),
+        model_name=name,
+        tracking_uri=mlflow_server_postgres,
+    )
+    result = register_model(config, lineage)
+    assert result.registered and result.champion_moved
+    assert result.lineage.registration.lacks == ["validation", "snapshot"]
+    tags = mlflow.MlflowClient(mlflow_server_postgres).get_model_version(name, result.version).tags
+    assert tags["lineage.registration.lacks"] == "validation,snapshot"
+    card = (chain / "r-nosnap" / "model_card.md").read_text()
+    assert "not validated (no validate_data ran)" in card and "Snapshot: none (no snapshot_dataset ran)" in card
+
+
 def test_evaluation_report_renders_in_headless_chromium_with_its_charts(chain):
     from tests.helpers.browser import render
 
@@ -209,3 +243,88 @@ def test_lineage_of_an_unknown_alias_is_a_one_line_error(mlflow_server_postgres)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("trainpipe: error: model_uri:")
     proc = _lineage(mlflow_server_postgres, "runs:/abc/model")
     assert proc.returncode == 2 and "is not models:/<name>@<alias>" in proc.stderr
+
+
+def _alias_race_setup(server: str, name: str):
+    import mlflow
+
+    from trainpipe.components.register_model.spec import RegisterModelConfig
+
+    client = mlflow.MlflowClient(server)
+    client.create_registered_model(name)
+    config = RegisterModelConfig(model="m", decision="d", output_dir="o", model_name=name, tracking_uri=server)
+    return client, config
+
+
+def _new_version(client, name: str) -> str:
+    """A version to move the alias to (the alias move reads nothing of its model)."""
+    return str(client.create_model_version(name, source=f"s3://trainpipe-test/{name}").version)
+
+
+def _released_together(server: str, config, decision: dict, versions: list[str]) -> dict:
+    """register_model's alias move for each version, in threads released at the same instant, each with its
+    own client as a second process would have: what each returned or raised."""
+    import threading
+
+    import mlflow
+
+    from trainpipe.components.register_model.core import set_aliases
+
+    barrier = threading.Barrier(len(versions))
+    outcomes: dict[str, object] = {}
+
+    def register(version: str) -> None:
+        own = mlflow.MlflowClient(server)
+        barrier.wait()
+        try:
+            outcomes[version] = set_aliases(own, config, decision, version, True, None)
+        except Exception as exc:  # noqa: BLE001 (AliasMoved, or what the assertion shows)
+            outcomes[version] = exc
+
+    threads = [threading.Thread(target=register, args=(v,)) for v in versions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_two_registrations_released_together_move_the_alias_once(mlflow_server_postgres):
+    """Two register_model steps whose gates both beat the champion, released at the same instant
+    (a barrier), many times: each time one moves the alias and the other is refused (exit 10),
+    naming the new holder; neither replaces a version it was not compared with."""
+    from trainpipe.contract.errors import AliasMoved
+
+    name = "alias-race"
+    client, config = _alias_race_setup(mlflow_server_postgres, name)
+    champion = _new_version(client, name)
+    client.set_registered_model_alias(name, "champion", champion)
+    for _ in range(6):
+        decision = {"passed": True, "beats_champion": True, "champion": {"version": champion}, "model_name": name}
+        versions = [_new_version(client, name), _new_version(client, name)]
+        outcomes = _released_together(mlflow_server_postgres, config, decision, versions)
+        moved = [v for v in versions if isinstance(outcomes[v], tuple) and outcomes[v][0]]
+        refused = [v for v in versions if isinstance(outcomes[v], AliasMoved)]
+        assert len(moved) == 1 and len(refused) == 1, outcomes
+        assert str(client.get_model_version_by_alias(name, "champion").version) == moved[0]
+        assert f"champion is now version {moved[0]}" in str(outcomes[refused[0]])
+        champion = moved[0]
+    assert not client.search_registered_models(filter_string=f"name LIKE '{name}\\_\\_%'")  # every lease released
+
+
+def test_a_lease_a_dead_holder_left_is_broken_and_a_live_one_waited_for(mlflow_server_postgres):
+    from trainpipe import registry
+    from trainpipe.contract.errors import ServiceUnavailable
+
+    name = "alias-lease"
+    client, _ = _alias_race_setup(mlflow_server_postgres, name)
+    lease = registry.lease_name(name)
+    client.create_registered_model(lease, tags={registry.LEASE_OWNER_TAG: "host:1:dead"})
+    with pytest.raises(ServiceUnavailable) as exc:
+        with registry.alias_lease(client, name, ttl_s=60, wait_s=0.3):
+            pass
+    assert exc.value.exit_code == 75 and "held by host:1:dead" in str(exc.value)
+    with registry.alias_lease(client, name, ttl_s=0.3, wait_s=10):  # seen unchanged for ttl_s: broken
+        assert client.get_registered_model(lease).tags[registry.LEASE_OWNER_TAG] != "host:1:dead"
+    left = [m.name for m in client.search_registered_models(filter_string=f"name LIKE '{lease}%'")]
+    assert len(left) == 1 and left[0].startswith(f"{lease}__broken_")  # released; the dead one's, renamed, stays

@@ -6,9 +6,12 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainpipe.components.evaluate_model.core import decide
 from trainpipe.components.register_model.core import should_move_champion
+from trainpipe.contract.errors import AliasMoved
 from trainpipe.scoring import regression_metrics
 
 pytestmark = pytest.mark.unit
@@ -71,8 +74,55 @@ def test_champion_moves_only_on_a_decision_against_it():
     assert should_move_champion({"beats_champion": False}, None, "1")[0]
     assert should_move_champion({"beats_champion": True, "champion": {"version": "1"}}, v("1"), "2")[0]
     assert not should_move_champion({"beats_champion": False}, v("1"), "2")[0]
-    moved, why = should_move_champion({"beats_champion": True, "champion": {"version": "1"}}, v("4"), "5")
-    assert not moved and "champion is now version 4" in why
+    with pytest.raises(AliasMoved) as e:
+        should_move_champion({"beats_champion": True, "champion": {"version": "1"}}, v("4"), "5", "prod")
+    assert "the gate compared the model with version 1 under 'prod', but prod is now version 4" in str(e.value)
+    assert e.value.exit_code == 10 and "\n" not in str(e.value)
+
+
+VERSIONS = st.sampled_from(["1", "2", "3"])
+DECISIONS = st.fixed_dictionaries(
+    {"passed": st.just(True)},
+    optional={
+        "model_name": st.sampled_from(["m", None]),
+        "champion": st.one_of(
+            st.none(),
+            st.fixed_dictionaries({"version": VERSIONS}),
+            st.fixed_dictionaries({"version": VERSIONS, "skipped": st.just("it predicts other classes")}),
+        ),
+        "beats_champion": st.booleans(),
+    },
+).filter(lambda d: not d.get("beats_champion") or (d.get("champion") and "skipped" not in d["champion"]))
+
+
+@given(DECISIONS, st.one_of(st.none(), VERSIONS), st.sampled_from(["3", "4"]), st.sampled_from(["champion", "prod"]))
+def test_the_serving_alias_never_leaves_a_holder_the_gate_did_not_beat(decision, holder, version, alias):
+    """Whatever the gate decided and whoever holds the alias when register_model looks again under its
+    lease: it moves only away from nobody or from the version the gate beat, and a holder that changed
+    since the gate decided to move it is refused in one line (exit 10), never passed over in silence."""
+    current = SimpleNamespace(version=holder) if holder is not None else None
+    compared = (decision.get("champion") or {}).get("version")
+    gate_would_move = decision.get("beats_champion") or (decision.get("model_name") and not decision.get("champion"))
+    try:
+        moved, why = should_move_champion(decision, current, version, alias)
+    except AliasMoved as exc:
+        assert holder not in (None, version, compared if decision.get("beats_champion") else None)
+        assert gate_would_move and f"{alias} is now version {holder}" in str(exc) and "\n" not in str(exc)
+        return
+    if moved:
+        assert holder is None or (decision.get("beats_champion") and holder == compared)
+    else:
+        assert holder is not None and (holder == version or not gate_would_move)
+    assert alias in why
+
+
+@given(st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,20}", fullmatch=True), st.sampled_from([None, CHAMP]))
+def test_the_gate_names_the_alias_it_compared(alias, champion):
+    """A gate that compared with the holder of ``prod`` says prod in every line, not champion."""
+    d = decide({"accuracy": 0.95, "log_loss": 0.2}, {"accuracy": 0.8}, champion, {"log_loss": 0.05}, alias=alias)
+    about_holder = [r for r in d.reasons if "version 3" in r or "yet" in r]
+    assert about_holder and all(f"{alias} version 3" in r or f"no {alias} yet" in r for r in about_holder)
+    assert alias == "champion" or not any("champion" in r and "champion" not in alias for r in d.reasons)
 
 
 def test_regression_metrics():

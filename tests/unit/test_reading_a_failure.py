@@ -15,8 +15,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_validate_data_names_every_failed_expectation_and_numbers_as_numbers():
-    from trainpipe.components.validate_data.core import _first_per_column, _number
+    from trainpipe.components.validate_data.core import _first_per_column
     from trainpipe.components.validate_data.spec import ExpectationOutcome
+    from trainpipe.contract.text import plain
 
     failed = [
         ExpectationOutcome(type="expect_column_values_to_be_of_type", kwargs={"column": "x"}, success=False),
@@ -29,7 +30,7 @@ def test_validate_data_names_every_failed_expectation_and_numbers_as_numbers():
     for o in failed:
         assert o.type in line, line  # one of two on column x used to be left out
     assert "row 3 is empty" in line
-    assert repr(_number(np.int64(1))) == "1" and repr(_number(np.float32(0.5))) == "0.5" and _number("a") == "a"
+    assert repr(plain(np.int64(1))) == "1" and repr(plain(np.float32(0.5))) == "0.5" and plain("a") == "a"
 
 
 def test_a_compressed_data_file_is_named_as_such(tmp_path):

@@ -46,11 +46,6 @@ def test_progress_of_another_rank_is_silent_and_a_resumed_run_counts_its_own_rat
     assert resumed.rate() == 5.0  # 20 batches in 4 s, not the 60 a previous process did
 
 
-def test_a_url_loses_its_credentials_in_a_log_line():
-    assert telemetry.redact("http://pusher:s3cret@gw.example:9091/x") == "http://gw.example:9091/x"
-    assert telemetry.redact("http://gw.example:9091") == "http://gw.example:9091"
-
-
 def _ctx(rank: int = 0, records: list | None = None):
     settings = types.SimpleNamespace(backend="torch_ddp", precision="fp32", epochs=3, train_function="builtin:mlp")
     return types.SimpleNamespace(
@@ -147,7 +142,11 @@ def test_without_a_pushgateway_nothing_is_pushed_and_one_that_is_down_is_one_war
         is False
     )
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "cannot push validate_data's figures to http://127.0.0.1:" in err[0] and "pw" not in err[0]
+    assert (
+        len(err) == 1
+        and "cannot push validate_data's figures to http://***@127.0.0.1:" in err[0]
+        and "pw" not in err[0]
+    )
 
 
 def test_hashing_a_large_dataset_reports_progress_and_the_same_hash(tmp_path, monkeypatch, capsys):

@@ -197,6 +197,39 @@ def test_a_kfp_pipeline_passes_a_dict_with_a_parameter_in_it(tmp_path):
             train_model(data=raw.output, train_function=TYPED, train_config={"hiden": [32], "learning_rate": lr})
 
 
+#: A pipeline parameter of each type KFP carries, and the TrainConfig fields its type fits (strictly, as the step
+#: reads it: an int fills a float field, a str the Literal schedule; a float, a str or a bool fills no other).
+PARAMETER_FITS = {str: {"schedule"}, int: {"learning_rate", "eps"}, float: {"learning_rate", "eps"}, bool: set()}
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from([str, int, float, bool]), key=st.sampled_from(sorted(FIELDS)) | names)
+def test_a_kfp_pipeline_refuses_a_parameter_under_a_key_or_of_a_type_the_config_does_not_take(kind, key):
+    """A pipeline parameter inside ``train_config`` is known by its name and its type at compile time: under a
+    key the typed config lacks, or of a type its field does not take (a str parameter for learning_rate),
+    the compile is refused in one line naming the key; a fitting one compiles."""
+    from kfp import dsl
+
+    from trainpipe.components.train_model.kfp_component import train_model
+
+    fits = key in PARAMETER_FITS[kind]
+    base = {"learning_rate": 0.01} if key != "learning_rate" else {}
+
+    def build() -> None:
+        @dsl.pipeline(name="team")
+        def team(data_uri: str, p: kind) -> None:  # type: ignore[valid-type]
+            raw = dsl.importer(artifact_uri=data_uri, artifact_class=dsl.Dataset)
+            train_model(data=raw.output, train_function=TYPED, train_config={**base, key: p})
+
+    if fits:
+        build()
+        return
+    with pytest.raises(TypeError) as exc:
+        build()
+    _one_line(str(exc.value), key)
+    assert ("unknown key" in str(exc.value)) == (key not in FIELDS)
+
+
 @settings(max_examples=40, deadline=None)
 @given(key=names)
 def test_a_study_refuses_a_key_the_config_lacks_before_its_first_trial(key):

@@ -19,7 +19,7 @@ import sys
 import time
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,53 @@ def input_fields(model: type[BaseModel]) -> list[str]:
 def output_fields(model: type[BaseModel]) -> list[str]:
     """Config fields that name output artifact directories."""
     return _role_fields(model, "output")
+
+
+#: A setting that must hold what the same setting holds on the step that made one of this step's inputs (its
+#: value names that input): register_model moves the alias of the model evaluate_model compared with.
+SAME_AS_PRODUCER = "same_as_producer_of"
+
+
+def producer_settings(model: type[BaseModel]) -> dict[str, list[str]]:
+    """Input field -> the settings this step must share with the step that made it (:data:`SAME_AS_PRODUCER`)."""
+    out: dict[str, list[str]] = {}
+    for name, f in model.model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if extra.get(SAME_AS_PRODUCER):
+            out.setdefault(str(extra[SAME_AS_PRODUCER]), []).append(name)
+    return out
+
+
+def check_same_as_producer(
+    step: str,
+    model: type[BaseModel],
+    given: Mapping[str, Any],
+    field: str,
+    producer: str,
+    producer_model: type[BaseModel],
+    producer_given: Mapping[str, Any],
+    known: Callable[[Any], bool],
+) -> None:
+    """The settings ``step`` must share with ``producer``, whose output its input ``field`` is, as far as
+    both are known before the run (``known``: a constant, not a template or a pipeline parameter): a
+    setting not given is its spec's default; one the producer leaves unset binds nothing. What the step
+    checks again when it runs (register_model against the decision), refused before anything runs.
+
+    Raises:
+        InputError: one line naming the setting and both values.
+    """
+    for name in producer_settings(model).get(field, []):
+        if name not in producer_model.model_fields:
+            continue
+        mine = given.get(name, model.model_fields[name].get_default(call_default_factory=True))
+        theirs = producer_given.get(name, producer_model.model_fields[name].get_default(call_default_factory=True))
+        if theirs is None or not known(mine) or not known(theirs):
+            continue
+        if mine != theirs:
+            raise InputError(
+                f"{name}: {step} has {mine!r}, but {producer}, whose output its {field} is, has {theirs!r}; give "
+                f"both steps the same {name}"
+            )
 
 
 def is_plain_string(annotation: Any) -> bool:

@@ -14,6 +14,8 @@ transient; bad input, a failed data suite and a failed gate are permanent.
 | 7         | a model failed signature verification (changed after signing, another key, or unsigned where required) |
 no |
 | 8         | the step's job was cancelled or deleted outside trainpipe (scancel, kubectl delete) | no |
+| 9         | a training reached its budget (max_cost, max_gpu_hours) | no |
+| 10        | the serving alias moved after the gate compared: another holder than the one it beat | no |
 | 75        | a service is unreachable, or the step was preempted (SIGTERM, SIGUSR1) after writing a checkpoint
 (EX_TEMPFAIL) | yes |
 | 77        | not permitted: credentials or rights (EX_NOPERM) | no |
@@ -30,6 +32,7 @@ EXIT_AUDIT_TAMPERED = 6
 EXIT_SIGNATURE_INVALID = 7
 EXIT_CANCELLED = 8
 EXIT_BUDGET = 9
+EXIT_ALIAS_MOVED = 10
 EXIT_TRANSIENT = 75
 EXIT_NOT_PERMITTED = 77
 
@@ -99,6 +102,14 @@ class BudgetReached(TrainpipeError):
     its checkpoint written: not retried (the same budget is spent), a rerun with a larger one resumes."""
 
     exit_code = EXIT_BUDGET
+
+
+class AliasMoved(TrainpipeError):
+    """register_model would move the serving alias, but its holder is not the version the gate compared
+    the model with (another registration or a promotion moved it since): the model stays challenger.
+    Permanent: a retry of the step reads the same decision; evaluating again compares with the new holder."""
+
+    exit_code = EXIT_ALIAS_MOVED
 
 
 class Preempted(TrainpipeError):

@@ -137,6 +137,11 @@ class RegistrationLineage(Section):
     aliases: list[str] | None = None
     champion_moved: bool | None = None
     signature_sha256: str | None = Field(None, description="sha256 of the signature (model.sig) register_model made")
+    lacks: list[str] | None = Field(
+        None,
+        description="the sections of the chain the model came without: validation (no validate_data ran), snapshot "
+        "(no snapshot_dataset ran: its training data cannot be fetched again, nor the lineage verified)",
+    )
 
 
 class DriftLineage(Section):

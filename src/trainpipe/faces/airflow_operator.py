@@ -25,22 +25,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainpipe.contract.errors import InputError, is_retryable_exit
 from trainpipe.contract.result import ErrorRecord
+from trainpipe.faces.airflow_steps import check_neighbours, templated
 from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
-
-
-def _templated(value: Any) -> bool:
-    """Whether a setting (or anything inside it) is a Jinja template, known only when the task renders it."""
-    if isinstance(value, str):
-        return "{{" in value
-    if isinstance(value, dict):
-        return any(_templated(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_templated(v) for v in value)
-    return False
 
 
 def outcome(component: str, code: int, last: str) -> Exception:
@@ -72,6 +62,7 @@ class TrainpipeOperator(BaseOperator):
         self.settings = settings
         self.env = dict(env or {})
         self._proc: subprocess.Popen[str] | None = None
+        check_neighbours(self, type(self), settings)
 
     def render_template(
         self, content: Any, context: Any, jinja_env: Any = None, seen_oids: set[int] | None = None
@@ -102,7 +93,7 @@ class TrainpipeOperator(BaseOperator):
                 f"{cls.__name__}: {', '.join(map(repr, unknown))} is not a setting of {cls.component} "
                 f"(its settings: {', '.join(fields)})"
             )
-        hidden = {name for name, value in settings.items() if _templated(value)}
+        hidden = {name for name, value in settings.items() if templated(value)}
         for name, value in settings.items():
             if name in hidden:
                 continue
@@ -125,11 +116,11 @@ class TrainpipeOperator(BaseOperator):
         config = settings.get("train_config")
         default_function = fields["train_function"].default if "train_function" in fields else ""
         function = settings.get("train_function", default_function)
-        if "train_config" in hidden and isinstance(config, dict) and not _templated(function):
+        if "train_config" in hidden and isinstance(config, dict) and not templated(function):
             from trainpipe.training import config_types
 
-            templated = frozenset(k for k, v in config.items() if _templated(v))
-            config_types.check(str(function), config, ignore=templated)
+            rendered_later = frozenset(k for k, v in config.items() if templated(v))
+            config_types.check(str(function), config, ignore=rendered_later)
         if any(not is_plain_string(fields[n].annotation) for n in hidden):
             return  # a number or a mapping known only when rendered: the step checks them together
         # text known only when rendered (a path, a name from params) stands in as its template, so the rules

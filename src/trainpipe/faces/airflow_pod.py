@@ -18,6 +18,7 @@ from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes.client import models as k8s
 
 from trainpipe import pods
+from trainpipe.faces.airflow_steps import check_neighbours
 from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command
 
@@ -40,6 +41,8 @@ class TrainpipePodOperator(KubernetesPodOperator):
         super().__init__(**kwargs)
         self.operator_cls = operator_cls
         self.settings = dict(settings or {})
+        if operator_cls is not None:
+            check_neighbours(self, operator_cls, self.settings)
 
     def build_pod_request_obj(self, context: Any = None) -> k8s.V1Pod:
         pod = super().build_pod_request_obj(context)

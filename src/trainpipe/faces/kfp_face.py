@@ -162,14 +162,19 @@ class Face:
                 if p.json_text and p.name in kwargs:
                     kwargs[p.name], late[p.name] = surface.to_kfp_text(kwargs[p.name], p.name)
             face.check_train_config(kwargs, late.get("train_config", frozenset()))
-            return base.__call__(component, *args, **kwargs)
+            face.check_producers(kwargs)
+            task = base.__call__(component, *args, **kwargs)
+            task.trainpipe_face = face  # the steps that read its outputs check what they share with it
+            return task
 
         comp.__class__ = type(base.__name__, (base,), {"__call__": __call__, "trainpipe_face": face})
         return comp
 
     def check_train_config(self, kwargs: dict[str, Any], late: frozenset[str]) -> None:
-        """A constant ``train_config`` against its training function's typed config (a key holding a
-        pipeline parameter by name only); raises TypeError, one line, as KFP's own check of a call does."""
+        """A ``train_config`` against its training function's typed config: a constant key as it is, a key
+        holding a pipeline parameter (``late``) by its name and its parameter's type (a ``str`` parameter
+        where the model takes a float is refused; its value is the step's to check when KFP fills it);
+        raises TypeError, one line, as KFP's own check of a call does."""
         import json
 
         from trainpipe.contract.errors import InputError
@@ -189,9 +194,47 @@ class Face:
         if "{{channel:" in json.dumps(known):
             return
         try:
-            config_types.check(function, known, where=f"{self.name} train_config", ignore=late)
+            config_types.check(function, surface.standins(config), where=f"{self.name} train_config", typed=late)
         except InputError as exc:
             raise TypeError(str(exc)) from None
+
+    def check_producers(self, kwargs: dict[str, Any]) -> None:
+        """The settings this step must share with the steps whose outputs it reads (register_model's ``alias``
+        and ``model_name`` with the evaluate_model task its ``decision`` comes from), as far as both are
+        constants; raises TypeError, one line, as KFP's own check of a call does."""
+        from trainpipe.contract.entrypoint import check_same_as_producer, producer_settings
+        from trainpipe.contract.errors import InputError
+
+        unknown = object()  # a pipeline parameter or another task's output: known when the task runs
+
+        def given(values: dict[str, Any], params: type[BaseModel]) -> dict[str, Any]:
+            plain = {k: v for k, v in values.items() if k in params.model_fields}
+            late = {k for k, v in plain.items() if surface.is_channel(v) or "{{channel:" in str(v)}
+            return {
+                **surface.from_kfp({k: v for k, v in plain.items() if k not in late}, params),
+                **dict.fromkeys(late, unknown),
+            }
+
+        for artifact in self.artifacts:
+            if artifact.output or artifact.field not in producer_settings(self.params):
+                continue
+            task = getattr(kwargs.get(artifact.name), "task", None)
+            producer = getattr(task, "trainpipe_face", None)
+            if producer is None:
+                continue
+            try:
+                check_same_as_producer(
+                    self.name,
+                    self.params,
+                    given(kwargs, self.params),
+                    artifact.field,
+                    producer.name,
+                    producer.params,
+                    given(task.inputs, producer.params),
+                    known=lambda value: value is not unknown,
+                )
+            except InputError as exc:
+                raise TypeError(str(exc)) from None
 
     # --- in the container -------------------------------------------------------------------------
 

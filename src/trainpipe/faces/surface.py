@@ -118,7 +118,8 @@ SLOT = "$kfp_parameter"
 SLOT_TYPES = ("String", "Integer", "Float", "Boolean")
 
 
-def _is_channel(value: Any) -> bool:
+def is_channel(value: Any) -> bool:
+    """Whether a value is a KFP pipeline channel (a pipeline parameter, a task's output)."""
     return hasattr(value, "channel_type") and hasattr(value, "pattern")
 
 
@@ -137,7 +138,7 @@ def to_kfp_text(value: Any, name: str) -> tuple[Any, frozenset[str]]:
     late: set[str] = set()
 
     def slot(v: Any, top: str | None) -> Any:
-        if _is_channel(v):
+        if is_channel(v):
             kind = str(v.channel_type)
             if kind not in SLOT_TYPES:
                 raise TypeError(
@@ -174,6 +175,23 @@ def _filled(value: Any) -> Any:
         return {k: _filled(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_filled(v) for v in value]
+    return value
+
+
+#: A value of each slot's type, for checking at compile time what a parameter will fill.
+_STANDINS = {"String": "", "Integer": 0, "Float": 0.0, "Boolean": False}
+
+
+def standins(value: Any) -> Any:
+    """Read-back JSON text (:func:`to_kfp_text`'s) with each pipeline parameter's slot replaced by a value of
+    its type: what a check at compile time sees of a value KFP fills when the task runs (its type, not
+    the value)."""
+    if isinstance(value, dict):
+        if set(value) == {SLOT, "text"} and value[SLOT] in SLOT_TYPES:
+            return _STANDINS[value[SLOT]]
+        return {k: standins(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [standins(v) for v in value]
     return value
 
 

@@ -193,14 +193,20 @@ def _line(where: str, err: Any) -> str:
 
 
 def validate(
-    model: type[BaseModel], config: Mapping[str, Any], where: str = "train_config", ignore: frozenset[str] = frozenset()
+    model: type[BaseModel],
+    config: Mapping[str, Any],
+    where: str = "train_config",
+    ignore: frozenset[str] = frozenset(),
+    typed: frozenset[str] = frozenset(),
 ) -> BaseModel | None:
     """``config`` as the model's instance: strict, read as JSON, unknown keys refused even where the
     model would ignore them (an unknown key is a typo until the model says it allows extras).
 
     Args:
-        ignore: keys whose values are not known yet (a pipeline parameter): their errors are left out,
-            and no instance is returned.
+        ignore: keys whose values are not known yet (a template): their errors are left out, and no
+            instance is returned.
+        typed: keys whose values stand in for one of their type (a pipeline parameter): only an error of
+            the wrong type is kept (a bound or a pattern is the value's), and no instance is returned.
 
     Raises:
         InputError: one line naming each bad key (``train_config.<key>: ...``) and the model.
@@ -215,30 +221,69 @@ def validate(
     try:
         instance = model.model_validate_json(json.dumps(known, allow_nan=False), strict=True)
     except ValidationError as exc:
-        problems += [_line(where, e) for e in exc.errors() if not (e.get("loc") and str(e["loc"][0]) in ignore)]
+        problems += [_line(where, _as_parameter(e, typed)) for e in exc.errors() if _known(model, e, ignore, typed)]
     except ValueError as exc:  # NaN or infinity, which JSON cannot carry
         problems.append(f"{where}: {exc}")
     if problems:
         raise InputError("; ".join(problems))
-    return instance
+    return instance if not (ignore or typed) else None
+
+
+def _as_parameter(error: Any, typed: frozenset[str]) -> Any:
+    """An error about a typed key's own value (a pipeline parameter's stand-in) names the parameter's type,
+    not the stand-in."""
+    loc = error.get("loc") or ()
+    if len(loc) != 1 or str(loc[0]) not in typed or isinstance(error.get("input"), (dict, list)):
+        return error
+    kind = type(error.get("input")).__name__
+    return {
+        **{k: v for k, v in error.items() if k != "input"},
+        "msg": f"{error['msg']} (given a {kind} pipeline parameter)",
+    }
+
+
+def _known(model: type[BaseModel], error: Any, ignore: frozenset[str], typed: frozenset[str]) -> bool:
+    """Whether a validation error is about what is known of the value now (see :func:`validate`): for a
+    typed key, a value of the wrong type, or of a type none of its field's literal choices has."""
+    key = str(error["loc"][0]) if error.get("loc") else None
+    if key in ignore:
+        return False
+    if key not in typed or str(error.get("type", "")).endswith("_type"):
+        return True
+    if error.get("type") != "literal_error" or len(error["loc"]) != 1 or key not in model.model_fields:
+        return False
+    choices = [c for option in _options(model.model_fields[key].annotation) for c in typing.get_args(option)]
+    return not any(type(c) is type(error.get("input")) for c in choices)
+
+
+def _options(annotation: Any) -> list[Any]:
+    """An annotation's alternatives (``Literal[...] | None`` -> its Literal and None)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return list(typing.get_args(annotation))
+    return [annotation]
 
 
 def check(
-    spec: str, config: Mapping[str, Any], where: str = "train_config", ignore: frozenset[str] = frozenset()
+    spec: str,
+    config: Mapping[str, Any],
+    where: str = "train_config",
+    ignore: frozenset[str] = frozenset(),
+    typed: frozenset[str] = frozenset(),
 ) -> None:
     """Refuse ``config`` in one line where it does not fit the model ``spec`` declares (nothing to check
     for an untyped function, or one that is not installed here).
 
     Args:
-        ignore: keys whose values are not known yet (a template, a pipeline parameter): only their names
-            are checked.
+        ignore: keys whose values are not known yet (a template): only their names are checked.
+        typed: keys whose values are known by type only (a pipeline parameter, given as a value of its
+            type): their names and types are checked.
 
     Raises:
         InputError: a bad key or value, or a module that must be imported and cannot be.
     """
     model = config_model(spec)
     if model is not None:
-        validate(model, config, where, ignore)
+        validate(model, config, where, ignore, typed)
 
 
 def argument(func: Callable[..., Any], config: Mapping[str, Any], spec: str) -> Any:

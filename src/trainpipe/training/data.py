@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.text import plain
 
 # --- the order of rows --------------------------------------------------------------------------
 
@@ -260,7 +261,7 @@ class ParquetStream(_Rows):
             squares += np.einsum("ij,ij->j", x, x, dtype=np.float64)
             n += len(x)
             if self.task == "classification":
-                labels.update(v.item() if hasattr(v, "item") else v for v in np.unique(y))
+                labels.update(plain(v) for v in np.unique(y))
             else:
                 yf = y.astype(np.float64)
                 t_sum += float(yf.sum())
@@ -301,7 +302,7 @@ class ParquetStream(_Rows):
             return y.astype(np.float32)
         codes = pd.Categorical(y, categories=self.classes).codes
         if (codes < 0).any():
-            raise InputError(f"data: labels the model never saw: {y[codes < 0][0]!r}")
+            raise InputError(f"data: labels the model never saw: {plain(y[codes < 0][0])!r}")
         return codes.astype(np.int64)
 
     def local_batches(
