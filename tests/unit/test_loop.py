@@ -478,3 +478,58 @@ def test_a_function_on_arrays_of_its_own_keeps_the_classes_of_the_rows_it_read(s
     for _ in ctx.batches((data.x, data.y)):  # arrays of its own: not trainpipe's source
         break
     assert ctx._classes(None, "classification") == ["ant", "mole", "zebra"] == data.classes
+
+
+class _Judge:
+    """A judge on the epoch gate's socket (tune_model's pruner stands here): answers ``s`` at one epoch."""
+
+    def __init__(self, path: Path, stop_at: int | None) -> None:
+        import socket
+        import threading
+
+        self.heard: list[dict] = []
+        self.stop_at = stop_at
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(1)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn, conn.makefile("rb") as lines:
+            for line in lines:
+                self.heard.append(json.loads(line))
+                conn.sendall(b"s" if self.heard[-1]["epoch"] + 1 == self.stop_at else b"c")
+
+
+@examples(max_examples=8, deadline=None)
+@given(epochs=st.integers(1, 4), data=st.data())
+def test_the_epoch_gate_stops_the_run_at_the_epoch_its_judge_decided_on(epochs, data):
+    """Each epoch's end waits for the judge's answer, so a stop decided on epoch k stops the ranks at k's last
+    step (checkpointed, exit 75 as a preemption), never an epoch later; a judge that lets it go on hears every
+    epoch once."""
+    import tempfile
+
+    from trainpipe.components.train_model.spec import TrainModelConfig
+
+    stop_at = data.draw(st.one_of(st.none(), st.integers(1, epochs)))
+    with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
+        csv = Path(tmp) / "rows.csv"
+        csv.write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(ROWS)))
+        s = TrainModelConfig.model_validate(
+            {"data": str(csv), "output_dir": f"{tmp}/out", "batch_size": BATCH, "nproc_per_node": 1, "epochs": epochs}
+        )
+        judge = _Judge(Path(tmp) / "gate", stop_at)
+        control._received.clear()
+        try:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv(control.EPOCH_GATE_ENV, str(Path(tmp) / "gate"))
+                if stop_at is None:
+                    train(s)
+                else:
+                    with pytest.raises(Preempted, match=f"at step {5 * stop_at}:"):
+                        train(s)
+        finally:
+            control._received.clear()
+        assert [h["epoch"] for h in judge.heard] == list(range(stop_at or epochs))
+        assert len((Path(s.output_dir) / "metrics.jsonl").read_text().splitlines()) == (stop_at or epochs)

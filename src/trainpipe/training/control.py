@@ -12,13 +12,17 @@ is the same on every rank.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: The signals that ask a training to checkpoint and stop (exit 75) so that a retry resumes it.
 PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR1")
@@ -99,3 +103,49 @@ class Control:
             self._interval = min(max(1, round(self.every_s / per_batch)), 10 * self._interval, MAX_INTERVAL)
         self._last_batches = batches_done
         self._next = batches_done + self._interval
+
+
+#: Set on a training whose chief asks a judge outside, at each epoch's end, whether to go on (a tuning study's
+#: pruner): the path of the judge's Unix socket. The chief sends the epoch's line (its metrics.jsonl line) and
+#: waits for one byte: ``c`` go on, ``s`` stop here, which the ranks agree at this epoch end's control point
+#: (as on a preemption signal, without one). No judge there, or gone: the training goes on without asking.
+EPOCH_GATE_ENV = "TRAINPIPE_EPOCH_GATE"
+
+
+class EpochGate:
+    """The chief's side of :data:`EPOCH_GATE_ENV`: one question per epoch end, one answer each, so the judge's
+    decision on an epoch holds the ranks at that epoch's end, never a later one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._sock: socket.socket | None = None
+        self._closed = False
+
+    @classmethod
+    def from_env(cls) -> EpochGate | None:
+        path = os.environ.get(EPOCH_GATE_ENV)
+        return cls(path) if path else None
+
+    def ask(self, line: dict[str, Any]) -> bool:
+        """Send the epoch's line and wait for the judge: True to stop here. Never raises: a judge that cannot
+        be reached, or that went away, lets the training go on (it is asked no more)."""
+        if self._closed:
+            return False
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self._sock.connect(self.path)
+            self._sock.sendall((json.dumps(line, sort_keys=True) + "\n").encode("utf-8"))
+            answer = self._sock.recv(1)
+        except OSError:
+            answer = b""
+        if not answer:
+            self.close()
+        return answer == b"s"
+
+    def close(self) -> None:
+        self._closed = True
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None

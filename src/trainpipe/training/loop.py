@@ -4,7 +4,8 @@ A training function owns its loop (``for batch in ctx.batches(...)``); the drive
 how many batches an epoch has and where a resumed run picks up, the epoch ends (metrics reduced
 over ranks), the control points where the ranks agree on preemption and on the checkpoint
 interval, when a checkpoint is taken (between batches, after the step's ``log`` calls, so a
-resumed run reproduces the metrics too), stopping when the platform asks, and the end of a run
+resumed run reproduces the metrics too), stopping when the platform asks or when the judge at the
+epoch gate (a tuning study's pruner) answers an epoch's end with a stop, and the end of a run
 whose function left its loop early (a ``break`` on early stopping, a ``return``). One record per
 batch goes to the step timer. The context (:mod:`~trainpipe.training.context`) is the function's
 API on top of it; the parts it uses each do one job: :mod:`~trainpipe.training.checkpoint`,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
 from trainpipe.contract.io import atomic_write_text
 from trainpipe.layout import CHECKPOINT_DIR, EPOCH_METRICS_FILE
+from trainpipe.training import control as control_points
 from trainpipe.training import sources
 from trainpipe.training.checkpoint import CheckpointManager, StateIO, checkpoint_name
-from trainpipe.training.control import Control, Decision
+from trainpipe.training.control import Control, Decision, EpochGate
 from trainpipe.training.faults import Fault
 from trainpipe.training.metrics import EpochMetrics
 from trainpipe.training.timing import StepTimer
@@ -53,7 +56,7 @@ class BatchEnd:
 class Due:
     """The work between two batches, in the order the loop does it."""
 
-    end_epoch: bool = False  # reduce the epoch's metrics over the ranks, write metrics.jsonl
+    end_epoch: bool = False  # reduce the epoch's metrics over the ranks, write metrics.jsonl, ask the epoch gate
     agree: bool = False  # a control point: the ranks agree on a stop and on the checkpoint clock (a collective)
     checkpoint: bool = False  # write this step's checkpoint, every rank together
     mid_epoch: bool = False  # ... carrying the epoch's partial sums (a resume reproduces the metrics)
@@ -165,6 +168,8 @@ class Loop:
         self.first_step_unix: float | None = None
         self.checkpoints: CheckpointManager | None = None
         self.control = Control(world_size)  # the worker installed the preemption signals' handlers
+        #: The judge the chief asks at each epoch's end (a tuning study's pruner), when there is one.
+        self.gate = EpochGate.from_env() if self.is_chief else None
         self.progress: Any = None
         self._prepared = False
         #: The run ended before its batches ran out: the function left its loop, or it resumed from such an end.
@@ -422,6 +427,8 @@ class Loop:
             head = f"train_model: epoch {self.epoch + 1}/{self.settings.epochs} step {self.global_step}"
             left = " (the function left its loop: the run ends here)" if self.ended else ""
             print(f"{head} {shown}".rstrip() + left, file=sys.stderr, flush=True)
+        if self.gate is not None and not self.ended and self.gate.ask(line):  # agreed at this epoch end's control point
+            control_points.request(signal.SIGTERM)
 
     def done(self) -> bool:
         return self.settings.max_steps is not None and self.global_step >= self.settings.max_steps
