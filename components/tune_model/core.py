@@ -137,7 +137,7 @@ def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, ru
         if config.pruner == "median"
         else optuna.pruners.NopPruner()
     )
-    sampler = optuna.samplers.TPESampler(seed=config.seed + config.worker, n_startup_trials=4)
+    sampler = optuna.samplers.TPESampler(seed=config.sampler_seed + config.worker, n_startup_trials=4)
     directions = [o.resolved() for o in config.objectives]
     retry = RetryHeartbeatStaleTrialCallback(max_retry=config.retry_failed) if config.retry_failed else None
     with study_lock(url):  # the first worker creates the tables and the study; the others wait, then load them

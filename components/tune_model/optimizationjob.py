@@ -108,7 +108,7 @@ def manifest(
                 "name": "optuna",
                 "settings": [
                     {"name": "sampler", "value": "TPESampler"},
-                    {"name": "seed", "value": str(params.seed)},
+                    {"name": "seed", "value": str(params.sampler_seed)},
                     {"name": "pruner", "value": "MedianPruner" if params.pruner == "median" else "NopPruner"},
                 ],
             },

@@ -34,8 +34,10 @@ SIZE_OBJECTIVES = ("parameters",)
 #: ...and what the trial's training used and cost (train_model's result; cost needs a priced hardware profile).
 RUN_OBJECTIVES = ("cost", "gpu_seconds", "cpu_core_seconds", "wall_seconds")
 #: What tune_model scores a trial on itself; any other objective is a value the training function logs.
+#: The task's metrics, which tune_model scores each trial's model on the validation rows.
+VALIDATION_METRICS = tuple(dict.fromkeys(m for names in TASK_METRICS.values() for m in names))
 SCORED = (
-    *dict.fromkeys(m for names in TASK_METRICS.values() for m in names),
+    *VALIDATION_METRICS,
     *SIZE_OBJECTIVES,
     *RUN_OBJECTIVES,
 )
@@ -190,7 +192,16 @@ class TuneModelParams(StrictModel):
         description="continue the study named study_name though another run made it (the same search only: another "
         "space, function or data is refused)",
     )
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="the sampler's seed (worker i uses seed + i)")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,
+        description="the trials' split of the tuning rows into training and validation rows (each trial's train_model "
+        "seed); the sampler's is sampler_seed",
+    )
+    sampler_seed: int = Field(
+        0, ge=0, le=2**31 - 1, description="the sampler's seed (worker i uses sampler_seed + i), apart from the split's"
+    )
     worker: int = Field(0, ge=0, le=1024, description="this worker's index among the parallel workers")
     pruner: Literal["median", "none"] | None = Field(
         None,
@@ -248,6 +259,7 @@ class TuneModelParams(StrictModel):
             if name in self.space:
                 raise ValueError(f"train: {name!r} is also in space; set it in one of them")
         self._check_trials_fit()
+        self._check_epoch_logs()
         if len(self.objectives) > 1 and self.pruner != "none":
             raise ValueError(
                 "pruner: Optuna prunes single-objective studies only; leave it unset (or none) for several objectives"
@@ -255,6 +267,30 @@ class TuneModelParams(StrictModel):
         if len({o.metric for o in self.objectives}) != len(self.objectives):
             raise ValueError("objectives: each metric once")
         return self
+
+    def _check_epoch_logs(self) -> None:
+        """What a built-in function logs each epoch is known before it runs: an objective the study must read
+        from its curve (the pruner's, the first objective when it prunes; one tune_model does not score) and
+        that it never logs (log_loss, f1_macro, parameters, cost: scored once a trial ends) is refused here,
+        not at the first trial's first epoch end. A team function's logs are checked there, when it runs."""
+        from trainpipe.training.builtin import EPOCH_LOGS
+
+        function = self.train.get("train_function", TrainModelParams.model_fields["train_function"].default)
+        task = self.train.get("task", TrainModelParams.model_fields["task"].default)
+        logs = EPOCH_LOGS.get(task, ()) if isinstance(function, str) and function.startswith("builtin:") else ()
+        if not logs:
+            return
+        pruning = len(self.objectives) == 1 and self.pruner != "none"
+        for i, objective in enumerate(self.objectives):
+            if objective.metric in logs or (objective.scored() and not (i == 0 and pruning)):
+                continue
+            said = f"objectives: {function} logs {', '.join(logs)} each epoch ({task}), not {objective.metric!r}"
+            if objective.scored():  # the pruner's: scored on the validation rows, once the training has ended
+                raise ValueError(
+                    f"{said}, which the median pruner reads: set pruner: none to score {objective.metric} on the "
+                    "validation rows without pruning"
+                )
+            raise ValueError(f"{said}: name one of those as the metric (with its direction)")
 
     def _check_trials_fit(self) -> None:
         """Every value the space can give, with ``train``, is a training train_model accepts, its

@@ -30,6 +30,8 @@ CONFIG = {
     "objectives": [{"metric": "accuracy"}],
     "n_trials": 12,
     "study_name": "Digits_LR",
+    "seed": 5,  # the trials' split
+    "sampler_seed": 11,  # the sampler's: its own setting
 }
 
 
@@ -58,6 +60,7 @@ def test_the_optimizationjob_encodes_the_search_and_each_trial_is_a_valid_trainj
     spec = doc["spec"]
     assert spec["objectives"] == [{"metric": "accuracy", "direction": "maximize"}]
     assert spec["trialConfig"] == {"numTrials": 12, "parallelTrials": 3, "maxFailedTrials": 3}
+    assert {"name": "seed", "value": "11"} in spec["algorithm"]["settings"]
     space = {p["name"]: p for p in spec["searchSpace"]}
     assert space["train_config_learning_rate"] == {
         "name": "train_config_learning_rate",
@@ -96,6 +99,7 @@ def test_the_optimizationjob_encodes_the_search_and_each_trial_is_a_valid_trainj
     assert config.train_config == {"momentum": 0.9, "learning_rate": 0.031, "hidden_units": [128, 64]}
     assert (config.batch_size, config.epochs, config.nproc_per_node) == (64, 4, 4)
     assert config.output_dir == "/mnt/trainpipe/trials/trial-7" and config.test_fraction == 0.2
+    assert config.seed == 5  # each trial splits with the study's seed, not the sampler's
     assert json.loads(json.dumps(doc)) == doc  # plain YAML: no Python objects
 
 

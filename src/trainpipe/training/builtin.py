@@ -94,3 +94,6 @@ def init_args(arch: str, cfg: BuiltinConfig, data: Any, task: str) -> dict[str, 
 
 #: The built-in functions (``builtin:<name>``); each framework's module defines one of each name.
 NAMES = ("mlp", "cnn")
+#: What the built-in functions log each epoch (``ctx.log``), by task: all a tuning study's pruner can read of
+#: their training curve (a validation metric such as log_loss is scored once a trial's training has ended).
+EPOCH_LOGS: dict[str, tuple[str, ...]] = {"classification": ("loss", "accuracy"), "regression": ("loss",)}
