@@ -41,7 +41,7 @@ from trainpipe.components.tune_model.spec import (
     with_params,
 )
 from trainpipe.contract.errors import EXIT_TRANSIENT, BudgetReached, InputError, ServiceUnavailable, TrainpipeError
-from trainpipe.contract.io import atomic_write_settings, atomic_write_text
+from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
@@ -53,6 +53,15 @@ from trainpipe.telemetry import TRY_ENV
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 
 ROWS_FILE = "tuning_rows.parquet"
+#: A study's own folder in output_dir (``studies/<study_name>``): its tuning rows and its trials' trainings
+#: (``trial-<n>``). Another study in the same output_dir has its own, so no trial ever resumes another
+#: study's checkpoint, nor trains on another study's rows.
+STUDIES_DIR = "studies"
+#: The file in a study's folder that says whose it is: the study's name, id and storage.
+FOLDER_MARK = ".study.json"
+#: The study's id, recorded on the study and in its folder: a study deleted and made again under the same
+#: name, or one of that name in another storage, is another study.
+ID_ATTR = "trainpipe.study_id"
 #: Recorded on a study when it is made: what it searches (a run that finds it made for another search
 #: refuses it) and the run that made it (the workers and retries of that run join it; another run resumes
 #: it only when told to).
@@ -152,8 +161,10 @@ def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, ru
             from trainpipe.tracking import first_line
 
             raise ServiceUnavailable(f"storage: cannot open {redact(url)}: {first_line(exc)}") from None
+        made_before = config.study_name in optuna.get_all_study_names(storage)
+        if not made_before:  # before the study is made: a refusal leaves nothing behind
+            _free_folder(config, url, "")
         try:
-            made_before = config.study_name in optuna.get_all_study_names(storage)
             study = optuna.create_study(
                 storage=storage,
                 study_name=config.study_name,
@@ -166,6 +177,7 @@ def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, ru
             raise InputError(f"objectives: {exc}") from None
         if search is not None:
             _claim(study, config, search, run_id, made_before, url)
+        _own_folder(study, config, url)
     if [d.name.lower() for d in study.directions] != directions:
         raise InputError(
             f"objectives: study {config.study_name!r} in {redact(url)} was made with directions "
@@ -201,6 +213,64 @@ def _claim(
         f"study_name: study {config.study_name!r} in {redact(url)} was made by {by} and has {done} finished "
         "trials; set resume: true to continue it, or give another study_name"
     )
+
+
+def study_dir(config: TuneModelConfig) -> Path:
+    """The study's own folder in output_dir: its tuning rows and its trials (see :data:`STUDIES_DIR`)."""
+    return Path(config.output_dir) / STUDIES_DIR / str(config.study_name)
+
+
+def trial_dir(config: TuneModelConfig, number: int) -> Path:
+    """Trial ``number``'s training: in its study's folder, so no other study's trial of that number shares it."""
+    return study_dir(config) / f"trial-{number:04d}"
+
+
+def _folder_mark(folder: Path) -> dict[str, Any] | None:
+    try:
+        mark = json.loads((folder / FOLDER_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) else None
+
+
+def _free_folder(config: TuneModelConfig, url: str, study_id: str) -> None:
+    """The study's folder holds no other study's trials: where it holds those of a study of the same name that
+    is gone from this storage (deleted, and maybe made again), they are removed; where they are a study's in
+    another storage, that study may still run, so this one is refused.
+
+    Raises:
+        InputError: the folder is another storage's study's.
+    """
+    import shutil
+
+    folder = study_dir(config)
+    mark = _folder_mark(folder)
+    if mark is None or (study_id and mark.get("study_id") == study_id):
+        return
+    if mark.get("storage") != redact(url):
+        raise InputError(
+            f"study_name: {folder} holds the trials of another study named {config.study_name!r} (in "
+            f"{mark.get('storage')}); give another study_name or output_dir, or remove that folder"
+        )
+    gone = f"the trials of an earlier study {config.study_name!r}, gone from its storage"
+    print(f"{NAME}: removing {folder}: {gone}", file=sys.stderr)
+    shutil.rmtree(folder)
+
+
+def _own_folder(study: Any, config: TuneModelConfig, url: str) -> None:
+    """Give the study an id (once) and mark its folder with it (see :func:`_free_folder`)."""
+    import uuid
+
+    study_id = study.user_attrs.get(ID_ATTR)
+    if not study_id:
+        study_id = uuid.uuid4().hex
+        study.set_user_attr(ID_ATTR, study_id)
+    _free_folder(config, url, study_id)
+    folder = study_dir(config)
+    if _folder_mark(folder) is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        mark = {"study_name": config.study_name, "study_id": study_id, "storage": redact(url)}
+        atomic_write_json(folder / FOLDER_MARK, mark)
 
 
 def tuning_rows(config: TuneModelConfig, out: Path) -> Path:
@@ -355,7 +425,7 @@ class TrialRun:
         trial.set_user_attr("settings", settings)
         if baseline:
             trial.set_user_attr("params", baseline_params(c))
-        out = Path(c.output_dir) / "trials" / f"trial-{trial.number:04d}"
+        out = trial_dir(c, trial.number)
         out.parent.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
@@ -681,7 +751,7 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
     orch = lineage.orchestrator
     study = open_study(config, what, orch.run_id if orch and orch.run_id else "")
     parent = parent_run(study, config, runtime)
-    rows = tuning_rows(config, out)
+    rows = tuning_rows(config, study_dir(config))
     run = TrialRun(config, rows, parent, lineage, runtime)
     ran = search(study, config, run)
     if not config.summarize:
