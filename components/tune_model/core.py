@@ -34,6 +34,8 @@ from trainpipe.components.tune_model.spec import (
     REPORT_FILE,
     RUN_OBJECTIVES,
     SCORED,
+    SIZE_OBJECTIVES,
+    VALIDATION_METRICS,
     Param,
     TrialSummary,
     TuneModelConfig,
@@ -530,15 +532,10 @@ class TrialRun:
 
             client = tracking.connect(self.config.tracking_uri)
             now = int(time.time() * 1000)
-            metrics = trial.user_attrs.get("metrics", {})
             sampled = trial.user_attrs.get("params") or params
             client.log_batch(  # one request: a study pays it once a trial
                 run_id,
-                metrics=[
-                    Metric(f"val_{k}", float(v), now, 0)
-                    for k, v in metrics.items()
-                    if isinstance(v, (int, float)) and v == v
-                ],
+                metrics=[Metric(k, v, now, 0) for k, v in run_metrics(trial.user_attrs.get("metrics", {})).items()],
                 tags=[
                     RunTag("trainpipe.trial", str(trial.number)),
                     RunTag("trainpipe.baseline", str(bool(trial.user_attrs.get(BASELINE_ATTR))).lower()),
@@ -579,6 +576,22 @@ class TrialRun:
                 raise InputError(f"objectives: {objective.metric!r} is not a metric of this task (it has {have})")
             values.append(float(metrics[objective.metric]))
         return values
+
+
+def run_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """What a trial adds to its training's MLflow run: its model's scores on the validation rows
+    (``val_accuracy``) and its size (``parameters``). What the function logged (``val_loss``) and what the
+    training used and cost are on that run already, under train_model's names (``train_val_loss``,
+    ``train_wall_seconds``): never again under a name of their own (``val_val_loss``)."""
+    out = {}
+    for name, value in metrics.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            continue
+        if name in VALIDATION_METRICS:
+            out[f"val_{name}"] = float(value)
+        elif name in SIZE_OBJECTIVES:
+            out[name] = float(value)
+    return out
 
 
 def _last_epoch(out: Path) -> dict[str, Any]:
@@ -852,7 +865,7 @@ def summarize(
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         front = study.best_trials
-        best = front[0] if len(objectives) == 1 else min(front, key=lambda t: t.number)
+        best = choose(complete, result.directions)
         base = next((t for t in complete if t.user_attrs.get(BASELINE_ATTR)), None)
         result.adopted = base is None or (best.number != base.number and beats(best, base, result.directions[0]))
         if base is not None:
@@ -902,6 +915,25 @@ def summarize(
         result.report_file = REPORT_FILE
         _log_to_parent(config, parent, result, out)
     return result
+
+
+def choose(trials: list[Any], directions: list[str]) -> Any:
+    """The trial a study takes: the best on its first objective; a tie goes to the next objective, and so on,
+    then to the lower trial number. With several objectives it is on the Pareto front (no trial is as good on
+    every objective and better on one), and of the front it is the trial that best meets the objective the
+    pruner reads and the baseline is compared on: list the objectives by priority (the whole front is in the
+    result, to take another).
+
+    Args:
+        trials: Complete trials (each with ``number`` and ``values``).
+        directions: ``maximize`` or ``minimize``, one per objective.
+    """
+
+    def rank(trial: Any) -> tuple[float, ...]:
+        signs = [-1.0 if d == "maximize" else 1.0 for d in directions]
+        return (*(sign * float(v) for sign, v in zip(signs, trial.values, strict=True)), trial.number)
+
+    return min(trials, key=rank)
 
 
 def beats(trial: Any, baseline: Any, direction: str) -> bool:
