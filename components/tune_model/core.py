@@ -42,7 +42,14 @@ from trainpipe.components.tune_model.spec import (
     TuneModelResult,
     with_params,
 )
-from trainpipe.contract.errors import EXIT_TRANSIENT, BudgetReached, InputError, ServiceUnavailable, TrainpipeError
+from trainpipe.contract.errors import (
+    EXIT_TRANSIENT,
+    BudgetReached,
+    InputError,
+    Preempted,
+    ServiceUnavailable,
+    TrainpipeError,
+)
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
 from trainpipe.contract.result import ErrorRecord
@@ -382,12 +389,120 @@ def error_record_path(out: Path) -> Path:
     return out.with_suffix(".error.json")
 
 
+class Stop:
+    """A signal asking this worker to stop (SIGTERM: the platform; SIGINT: Ctrl-C): the running trial's training
+    gets SIGTERM, as the platform stops one (its ranks checkpoint at their step's end, its MLflow run ends
+    KILLED), no trial starts after it, and the study's run ends (:func:`tune_model`)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.proc: subprocess.Popen[str] | None = None  # the running trial's training
+        self.event = threading.Event()
+
+    def on_signal(self, signum: int, _frame: Any = None) -> None:
+        if self.signum is None:
+            self.signum = signum
+            print(f"{NAME}: {signal.Signals(signum).name} received: stopping the running trial", file=sys.stderr)
+        self.event.set()
+        self.forward()
+
+    def forward(self) -> None:
+        """Stop the running trial's training (its own session: train_model and what it started)."""
+        proc = self.proc
+        if self.signum is not None and proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[Stop]:
+        """Catch the signals while the study runs (the main thread only can)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.signal(s, self.on_signal) for s in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep, unless a signal asks to stop (then raise at once)."""
+        self.event.wait(seconds)
+        self.check()
+
+    def check(self, during: str = "") -> None:
+        """Raises what the signal means: KeyboardInterrupt for SIGINT (exit 130), Preempted for SIGTERM (75)."""
+        if self.signum is None:
+            return
+        if self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Preempted(
+            f"stopped by SIGTERM{during}: a retry of this run (or, by hand, resume: true) continues the study"
+        )
+
+
+class _Judge(threading.Thread):
+    """The trial's side of its training's epoch gate (:data:`~trainpipe.training.control.EPOCH_GATE_ENV`): the
+    training's chief sends each epoch's line and waits for the answer, so a trial stops at the epoch the study
+    decided on (pruned, or missing what it must log), not an epoch later."""
+
+    def __init__(self, decide: Any) -> None:
+        import socket
+        import tempfile
+
+        super().__init__(name="trainpipe-epoch-judge", daemon=True)
+        self.decide = decide
+        self.folder = tempfile.mkdtemp(prefix="trainpipe-gate-")  # short: a socket's path is at most 107 bytes
+        self.path = os.path.join(self.folder, "gate")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(1)
+        self.conn: socket.socket | None = None
+
+    def run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()  # one training at a time (a retried attempt connects again)
+            except OSError:
+                return  # closed: the trial is over
+            self.conn = conn
+            with conn, conn.makefile("rb") as lines:
+                for line in lines:
+                    try:
+                        stop = bool(self.decide(json.loads(line)))
+                    except Exception as exc:  # noqa: BLE001 (a storage error must not hold the training)
+                        print(f"{NAME}: warning: judging an epoch: {type(exc).__name__}: {exc}", file=sys.stderr)
+                        stop = False
+                    try:
+                        conn.sendall(b"s" if stop else b"c")
+                    except OSError:
+                        break
+
+    def close(self) -> None:
+        import shutil
+        import socket
+
+        for sock in (self.sock, self.conn):  # wakes accept(), ends a conversation (the training goes on unasked)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.join(timeout=5)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 class TrialRun:
     """One trial: its training as a subprocess, its curve reported for pruning, its score on the validation rows."""
 
     def __init__(self, config: TuneModelConfig, rows: Path, parent: str, lineage: Lineage, runtime: Runtime) -> None:
         self.config, self.rows, self.parent, self.lineage, self.runtime = config, rows, parent, lineage, runtime
+        self.stop = Stop()
         self._bad: InputError | None = None
+        self._pruned: dict[str, int] | None = None
+        self._checked = False
         self._reported = 0
 
     def run_id(self, number: int) -> str:
@@ -396,7 +511,7 @@ class TrialRun:
         return f"{orch.run_id if orch and orch.run_id else 'study'}:{self.config.study_name}:trial-{number}"
 
     def command(self, trial: Any, settings: dict[str, Any], out: Path) -> list[str]:
-        from trainpipe.training.launch import GUARD
+        from trainpipe.contract.lifeline import guarded
 
         c = self.config
         full = {
@@ -413,13 +528,11 @@ class TrialRun:
         run_id = self.run_id(trial.number)
         entry = [sys.executable, "-m", "trainpipe.components.train_model", "--config", str(out.with_suffix(".json"))]
         record = ["--error-record", str(error_record_path(out))]
-        return [sys.executable, "-c", GUARD, *entry, "--orchestrator", NAME, "--run-id", run_id, *record]
+        # it gets SIGTERM when this worker dies, however it dies: it stops as the platform stops it (its ranks
+        # checkpoint, its MLflow run ends KILLED), never killed before it could say so
+        return guarded([*entry, "--orchestrator", NAME, "--run-id", run_id, *record])
 
     def __call__(self, trial: Any) -> list[float]:
-        import optuna
-
-        from trainpipe.training.launch import PARENT_ENV
-
         c = self.config
         baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
         params = {} if baseline else sample(trial, c.space)
@@ -429,78 +542,113 @@ class TrialRun:
             trial.set_user_attr("params", baseline_params(c))
         out = trial_dir(c, trial.number)
         out.parent.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            PARENT_ENV: str(os.getpid()),
-            RUN_NAME_ENV: f"trial-{trial.number}" + (" (baseline)" if baseline else ""),
-            **({PARENT_RUN_ENV: self.parent} if self.parent else {}),
-        }
-        self._reported = 0  # the epochs reported to the pruner, across attempts
-        for attempt in (1, 2):
-            error_record_path(out).unlink(missing_ok=True)
-            proc = subprocess.Popen(
-                self.command(trial, settings, out),
-                env={**env, TRY_ENV: str(attempt)},  # a retry, as an orchestrator's: its figures and faults say so
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
-            pruned = self._follow(trial, proc, out)
-            stdout, _ = proc.communicate()
-            if self._bad is not None:
-                raise self._bad
-            if pruned:
-                raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {pruned}")
-            if proc.returncode == 0:
-                break
-            # what train_model said, from its error record (never its log); none when it was killed
-            why = ErrorRecord.explain("train_model", proc.returncode, error_record_path(out))
-            if proc.returncode == EXIT_TRANSIENT and attempt == 1:  # a service answered late, or a preemption
-                print(f"{NAME}: trial {trial.number}: train_model exited 75 ({why}): trying it again", file=sys.stderr)
-                continue  # its checkpoints, where it wrote any, resume it
-            raise TrialFailed(f"trial {trial.number}: train_model exited {proc.returncode}: {why}")
+        self._bad, self._pruned, self._checked, self._reported = None, None, False, 0
+        try:
+            stdout = self._train(trial, settings, out, baseline)
+        except BaseException as exc:  # its training's run ends too, whatever ended the trial
+            status = "FAILED" if isinstance(exc, TrialFailed | InputError) else "KILLED"  # else pruned, or stopped
+            close_runs(self.config, self.parent, {trial.number: trial_run_name(trial)}, status)
+            raise
         result = json.loads(stdout.strip().splitlines()[-1])
         trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
         values = self.score(trial, out, result)
         self.log_trial(trial, result.get("mlflow_run_id", ""), params, settings)
         return values
 
-    def _follow(self, trial: Any, proc: subprocess.Popen[str], out: Path) -> int:
-        """Relay the training's log; report each epoch's metric (from the epoch history train_model keeps in
-        its output, a line appended at every epoch's end) and stop the ranks when the pruner says so.
+    def _train(self, trial: Any, settings: dict[str, Any], out: Path, baseline: bool) -> str:
+        """Run the trial's training (once more after an exit 75) while a judge answers it at each epoch's end.
 
         Returns:
-            The epoch the trial was pruned at, else 0.
+            Its stdout (the result's line last).
+
+        Raises:
+            optuna.TrialPruned: the pruner stopped it (at the epoch it decided on).
+            InputError: it does not log what the study must read.
+            TrialFailed: it failed.
         """
+        import optuna
+
+        from trainpipe.contract.lifeline import PARENT_ENV
+        from trainpipe.training.control import EPOCH_GATE_ENV
+
+        judge = _Judge(lambda line: self.judge(trial, line))
+        judge.start()
+        env = {
+            **os.environ,
+            PARENT_ENV: str(os.getpid()),
+            EPOCH_GATE_ENV: judge.path,
+            RUN_NAME_ENV: f"trial-{trial.number}" + (" (baseline)" if baseline else ""),
+            **({PARENT_RUN_ENV: self.parent} if self.parent else {}),
+        }
+        try:
+            for attempt in (1, 2):
+                self.stop.check(f" before trial {trial.number} started")
+                error_record_path(out).unlink(missing_ok=True)
+                proc = subprocess.Popen(
+                    self.command(trial, settings, out),
+                    env={**env, TRY_ENV: str(attempt)},  # a retry, as an orchestrator's: its figures and faults say so
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+                self.stop.proc = proc
+                self.stop.forward()  # a signal that came while it started
+                self._relay(proc)
+                stdout, _ = proc.communicate()
+                self.stop.proc = None
+                if self._bad is not None:
+                    raise self._bad
+                if self._pruned is not None:
+                    epoch, step = self._pruned["epoch"], self._pruned["step"]
+                    raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {epoch} (step {step})")
+                if proc.returncode == 0:
+                    return stdout  # a signal that came as it ended stops the study before the next trial
+                self.stop.check(f" during trial {trial.number} (its training stopped at its step's end)")
+                # what train_model said, from its error record (never its log); none when it was killed
+                why = ErrorRecord.explain("train_model", proc.returncode, error_record_path(out))
+                if proc.returncode == EXIT_TRANSIENT and attempt == 1:  # a service answered late, or a preemption
+                    print(
+                        f"{NAME}: trial {trial.number}: train_model exited 75 ({why}): trying it again", file=sys.stderr
+                    )
+                    continue  # its checkpoints, where it wrote any, resume it
+                raise TrialFailed(f"trial {trial.number}: train_model exited {proc.returncode}: {why}")
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            judge.close()
+
+    def _relay(self, proc: subprocess.Popen[str]) -> None:
+        """Copy the training's log to ours until it ends; once the study stopped it (pruned, or missing what it
+        must log), what it says while it stops is not the study's news: the study says why in one line."""
         assert proc.stderr is not None
-        metric = self.config.objectives[0].metric
-        pruning = len(self.config.objectives) == 1 and self.config.pruner != "none"
-        history, seen = out / EPOCH_METRICS_FILE, 0
-        pruned = 0
         for line in proc.stderr:
-            sys.stderr.write(line)
-            if pruned or self._bad is not None or not history.is_file():
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                epochs = [json.loads(x) for x in history.read_text(encoding="utf-8").splitlines() if x.strip()]
-                if epochs and not seen:
-                    self._bad = self.unreported(epochs[0], pruning)
-                    if self._bad is not None:  # the study cannot read what it was told to: stop now, say why
-                        with contextlib.suppress(ProcessLookupError):
-                            os.killpg(proc.pid, signal.SIGTERM)
-                        continue
-                for epoch, figures in enumerate(epochs[seen:], start=seen + 1):
-                    seen = epoch
-                    if pruning and epoch > self._reported and isinstance(figures.get(metric), (int, float)):
-                        self._reported = epoch
-                        trial.report(float(figures[metric]), epoch)
-                        if trial.should_prune():
-                            pruned = epoch
-                            with contextlib.suppress(ProcessLookupError):
-                                os.killpg(proc.pid, signal.SIGTERM)  # the ranks finish their step, checkpoint, exit
-                            break
-        return pruned
+            if self._pruned is None and self._bad is None:
+                sys.stderr.write(line)
+
+    def judge(self, trial: Any, line: dict[str, Any]) -> bool:
+        """An epoch's end, its chief waiting (its line: the epoch's means): whether the trial stops here. At the
+        first, an objective the study must read that the function did not log stops it (the study's one-line
+        error); when the study prunes, the first objective is reported and the pruner decides."""
+        if self._bad is not None or self._pruned is not None:
+            return True
+        objective = self.config.objectives[0].metric
+        pruning = len(self.config.objectives) == 1 and self.config.pruner != "none"
+        if not self._checked:
+            self._checked = True
+            self._bad = self.unreported(line, pruning)
+            if self._bad is not None:
+                return True
+        epoch = int(line.get("epoch", 0)) + 1
+        value = line.get(objective)
+        if not pruning or epoch <= self._reported or not isinstance(value, int | float):
+            return False
+        self._reported = epoch  # a resumed attempt reports only the epochs after those reported
+        trial.report(float(value), epoch)
+        if not trial.should_prune():
+            return False
+        self._pruned = {"epoch": epoch, "step": int(line.get("step", 0))}
+        trial.set_user_attr("pruned_at", self._pruned)
+        return True
 
     def unreported(self, first_epoch: dict[str, Any], pruning: bool) -> InputError | None:
         """At the first epoch's end: an objective the function must log (or the pruner's, when it prunes)
@@ -638,6 +786,7 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
     url = storage_url(config)
     ran = 0
     while True:
+        run.stop.check()  # no trial starts once this worker is asked to stop
         with study_lock(url):
             fail_stale(study, config, run)
             trials = study.get_trials(deepcopy=False)
@@ -658,7 +807,7 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
                 if config.baseline and not any(t.user_attrs.get(BASELINE_ATTR) for t in trials):
                     trial.set_user_attr(BASELINE_ATTR, True)  # the first trial of the study: train as given
         if trial is None:  # the other workers hold the last trials: wait for them (or for their heartbeat to stop)
-            time.sleep(max(1.0, config.stale_after_s / 6))
+            run.stop.wait(max(1.0, config.stale_after_s / 6))
             continue
         ran += 1
         beat = _Heartbeat(study._storage, trial._trial_id, max(1, config.stale_after_s // 3))
@@ -679,7 +828,10 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
             study.tell(trial, values)
         finally:
             beat.stop.set()
-        print(f"{NAME}: trial {trial.number} {study.trials[trial.number].state.name.lower()}", file=sys.stderr)
+        state = study.trials[trial.number].state.name.lower()
+        where = trial.user_attrs.get("pruned_at") if state == "pruned" else None
+        at = f" at epoch {where['epoch']} (step {where['step']}): its training stopped there" if where else ""
+        print(f"{NAME}: trial {trial.number} {state}{at}", file=sys.stderr)
 
 
 def study_spent(trials: list[Any], config: TuneModelConfig) -> str | None:
@@ -708,28 +860,62 @@ def fail_stale(study: Any, config: TuneModelConfig, run: TrialRun) -> None:
 
     before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     optuna.storages.fail_stale_trials(study)
-    failed = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in before]
-    if failed and run.parent:
-        close_runs(config, [run.run_id(n) for n in failed], "FAILED")
+    failed = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in before]
+    if failed:
+        close_runs(config, run.parent, {t.number: trial_run_name(t) for t in failed}, "FAILED")
 
 
-def close_runs(config: TuneModelConfig, orchestrator_runs: list[str], status: str) -> None:
-    """End the still-running MLflow runs of these trials' trainings (never fails the study)."""
+def trial_run_name(trial: Any) -> str:
+    """The MLflow run name of a trial's training (train_model names its run so)."""
+    return f"trial-{trial.number}" + (" (baseline)" if trial.user_attrs.get(BASELINE_ATTR) else "")
+
+
+def close_runs(config: TuneModelConfig, parent: str, trials: dict[int, str], status: str) -> None:
+    """End the MLflow runs of these trials' trainings (number -> run name, under the study's run) that are
+    still RUNNING, as ``status``; a trial whose training was killed before it opened its run gets one, ended
+    so: every trial the study started has a run, and none stays RUNNING (never fails the study)."""
     from trainpipe import tracking
 
+    if not parent:
+        return
     try:
         client = tracking.connect(config.tracking_uri)
-        exp = client.get_experiment_by_name(config.experiment_name)
-        for orch in orchestrator_runs:
+        exp_id = client.get_run(parent).info.experiment_id
+        for number, name in trials.items():
             found = client.search_runs(
-                [exp.experiment_id],
-                filter_string=f"tags.`trainpipe.orchestrator_run_id` = '{orch}' and attributes.status = 'RUNNING'",
+                [exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`mlflow.runName` = '{name}'"
             )
+            if not found:
+                tags = {"mlflow.parentRunId": parent, "trainpipe.component": NAME, "trainpipe.study": config.study_name}
+                found = [client.create_run(exp_id, run_name=name, tags=tags)]
             for r in found:
-                client.set_terminated(r.info.run_id, status=status)
-                print(f"{NAME}: {orch}'s MLflow run {r.info.run_id} ended {status} (its worker died)", file=sys.stderr)
+                client.set_tag(r.info.run_id, "trainpipe.trial", str(number))
+                if r.info.status == "RUNNING":
+                    client.set_terminated(r.info.run_id, status=status)
+                    print(f"{NAME}: trial {number}'s MLflow run {r.info.run_id} ended {status}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001
-        print(f"{NAME}: warning: ending a dead trial's MLflow run: {type(exc).__name__}", file=sys.stderr)
+        print(f"{NAME}: warning: ending trial runs in MLflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def end_parent(study: Any, config: TuneModelConfig, parent: str, status: str) -> None:
+    """End the study's MLflow run as ``status`` when this worker stops or fails and no trial of the study is
+    running (another worker, or the step that summarizes, ends it otherwise; a run that continues the study
+    runs it again). Never raises: the worker's own error is the news."""
+    from optuna.trial import TrialState
+
+    from trainpipe import tracking
+
+    if not parent:
+        return
+    try:
+        if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            return
+        client = tracking.connect(config.tracking_uri)
+        if client.get_run(parent).info.status == "RUNNING":
+            client.set_terminated(parent, status=status)
+            print(f"{NAME}: the study's MLflow run {parent} ended {status}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001
+        print(f"{NAME}: warning: ending the study's MLflow run: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> TuneModelResult:
@@ -766,11 +952,17 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
     parent = parent_run(study, config, runtime)
     rows = tuning_rows(config, study_dir(config))
     run = TrialRun(config, rows, parent, lineage, runtime)
-    ran = search(study, config, run)
-    if not config.summarize:
-        return summarize(study, config, ran, parent, lineage, out, write=False)
-    wait_for_running(study, config, run)
-    return summarize(study, config, ran, parent, lineage, out, write=True)
+    with run.stop.installed():
+        try:
+            ran = search(study, config, run)
+            if not config.summarize:
+                return summarize(study, config, ran, parent, lineage, out, write=False)
+            wait_for_running(study, config, run)
+            return summarize(study, config, ran, parent, lineage, out, write=True)
+        except BaseException as exc:  # the study's run does not stay RUNNING after its last worker
+            stopped = isinstance(exc, Preempted | BudgetReached | KeyboardInterrupt)
+            end_parent(study, config, parent, "KILLED" if stopped else "FAILED")
+            raise
 
 
 def study_name_for(lineage: Lineage, search: dict[str, str]) -> str:
@@ -802,6 +994,7 @@ def parent_run(study: Any, config: TuneModelConfig, runtime: Runtime) -> str:
     with study_lock(storage_url(config)):
         known = study.user_attrs.get("mlflow_parent_run_id")
         if known:
+            _running_again(config, str(known))
             return str(known)
         try:
             client = tracking.connect(config.tracking_uri, runtime.policy)
@@ -835,6 +1028,18 @@ def parent_run(study: Any, config: TuneModelConfig, runtime: Runtime) -> str:
             raise tracking.classify(exc, "tracking_uri: opening the study's run", "failed") from None
         study.set_user_attr("mlflow_parent_run_id", run.info.run_id)
         return str(run.info.run_id)
+
+
+def _running_again(config: TuneModelConfig, parent: str) -> None:
+    """A study continued after its run ended (a worker stopped, a budget reached) runs it again."""
+    from trainpipe import tracking
+
+    try:
+        client = tracking.connect(config.tracking_uri)
+        if client.get_run(parent).info.status != "RUNNING":
+            client.update_run(parent, status="RUNNING")
+    except Exception as exc:
+        raise tracking.classify(exc, "tracking_uri: opening the study's run", "failed") from None
 
 
 def summarize(
@@ -979,4 +1184,4 @@ def wait_for_running(study: Any, config: TuneModelConfig, run: TrialRun) -> None
             busy = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.RUNNING,)]
         if not busy:
             return
-        time.sleep(max(1.0, config.stale_after_s / 6))
+        run.stop.wait(max(1.0, config.stale_after_s / 6))
