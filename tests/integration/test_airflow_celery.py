@@ -20,7 +20,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -224,7 +223,14 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
                 return t if t["state"] == "running" and t["hostname"] in WORKERS else None
 
             first = _wait("train_model to start", training_on, 600, procs, logs, every=1)["hostname"]
-            time.sleep(2)
+            runs = tmp_path / "ws" / "airflow-runs"  # the ranks' settings exist while they train: kill it there
+            _wait(
+                "its ranks to start",
+                lambda: list(runs.glob("*/train_model/.train_config.node*.json")),
+                600,
+                procs,
+                logs,
+            )
             _kill_tree(procs.pop(first).pid)
             awaiting(run2)
             answer(run2, "Reject", "not this one")

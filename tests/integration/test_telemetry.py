@@ -249,15 +249,7 @@ def test_every_dashboard_query_returns_data_after_a_pipeline_run(monitoring, tmp
     every Grafana query must return data from a real run's series, not from figures written by hand."""
     start = time.time()
     _run_pipeline(monitoring, tmp_path, digits_csv, mlflow_server)
-    time.sleep(3)  # the Pushgateway's last push, scraped
-    end = time.time()
-    training_runs = set(monitoring.label_values("run_id", "trainpipe_training_info"))
-    pipeline_runs = set(monitoring.label_values("run_id", "trainpipe_component_duration_seconds"))
-    ours = [r for r in training_runs & pipeline_runs if not r.startswith(("live-", "local-"))]
-    assert len(ours) == 1, (training_runs, pipeline_runs)
-    run_id = ours[0]
-    pushed = {r["metric"]["component"] for r in monitoring.query(f'trainpipe_component_success{{run_id="{run_id}"}}')}
-    assert pushed == {
+    steps = {
         "validate_data",
         "snapshot_dataset",
         "detect_drift",
@@ -266,6 +258,26 @@ def test_every_dashboard_query_returns_data_after_a_pipeline_run(monitoring, tmp
         "evaluate_model",
         "register_model",
     }
+
+    def scraped() -> tuple[str, set[str]] | None:
+        """The run's id and the steps whose pushes Prometheus has scraped, once it has the last one."""
+        training_runs = set(monitoring.label_values("run_id", "trainpipe_training_info"))
+        pipeline_runs = set(monitoring.label_values("run_id", "trainpipe_component_duration_seconds"))
+        ours = [r for r in training_runs & pipeline_runs if not r.startswith(("live-", "local-"))]
+        if len(ours) != 1:
+            return None
+        query = f'trainpipe_component_success{{run_id="{ours[0]}"}}'
+        pushed = {r["metric"]["component"] for r in monitoring.query(query)}
+        return (ours[0], pushed) if pushed == steps else None
+
+    deadline, found = time.time() + 120, None
+    while found is None and time.time() < deadline:  # the Pushgateway's last push, scraped: an event, not a wait
+        found = scraped()
+        if found is None:
+            time.sleep(0.5)
+    assert found is not None, "Prometheus never scraped every step's push of one run"
+    run_id = found[0]
+    end = time.time()
     assert len(DASHBOARDS) == 2
     checked = 0
     for path in DASHBOARDS:

@@ -164,8 +164,11 @@ def test_a_worker_killed_mid_trial_leaves_a_consistent_study_that_completes(tmp_
     while not list(trial_dir.glob("*/trial-*/.train_config.node0.json")) and time.monotonic() < deadline:
         assert doomed.poll() is None, doomed.communicate()[1][-2000:]
         time.sleep(0.1)
-    time.sleep(1.0)
     trial_config = next(trial_dir.glob("*/trial-*.json"))
+    ranks = str(next(trial_dir.glob("*/trial-*/.train_config.node0.json")))
+    while not _pids(ranks) and time.monotonic() < deadline:  # a rank is up: the worker dies mid-trial
+        assert doomed.poll() is None, doomed.communicate()[1][-2000:]
+        time.sleep(0.1)
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(timeout=30)
     survivor = _worker(snapshot, tmp_path / "survivor", *common, "--resume", "true")  # another run: on purpose
@@ -188,10 +191,16 @@ def test_a_worker_killed_mid_trial_leaves_a_consistent_study_that_completes(tmp_
     ended = {r.info.status for r in runs if r.data.tags.get("trainpipe.trial") == str(dead.number)}
     assert ended and ended <= {"KILLED", "FAILED"}, [(r.info.run_name, r.info.status) for r in runs]
     assert client.get_run(result["mlflow_parent_run_id"]).info.status == "FINISHED"
-    # no orphan: the dead worker's training died with it
-    time.sleep(2)
-    leftover = subprocess.run(["pgrep", "-f", str(trial_config)], capture_output=True, text=True).stdout.split()
+    # no orphan: the dead worker's training died with it (waited for, up to Kubernetes' grace period)
+    deadline = time.monotonic() + 30
+    while (leftover := _pids(str(trial_config))) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not leftover, f"the killed worker's ranks outlived it: {leftover}"
+
+
+def _pids(pattern: str) -> list[str]:
+    """The processes whose command line holds ``pattern``."""
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
 
 
 def test_a_stopped_worker_ends_its_trial_and_the_studys_run_and_exits_75(tmp_path, snapshot, mlflow_server):

@@ -107,12 +107,21 @@ def test_resume_skips_a_torn_newest_checkpoint_and_removes_stale_writes(tmp_path
     assert "skipping unreadable checkpoint ckpt-0000000002" in capsys.readouterr().err
 
 
-def test_cadence_by_steps_and_by_time(tmp_path):
+def test_cadence_by_steps_and_by_time(tmp_path, monkeypatch):
+    """On a clock the test moves, so a loaded machine cannot make the interval pass early."""
+    from types import SimpleNamespace
+
+    from trainpipe.training import checkpoint as checkpoint_mod
+
+    now = [1000.0]
+    clock = SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter, time=time.time, sleep=time.sleep)
+    monkeypatch.setattr(checkpoint_mod, "time", clock)
     m = CheckpointManager(tmp_path, keep=2, every_steps=10, every_s=0.2, io=DictState({}), chief=True)
     assert [s for s in range(1, 31) if m.steps_due(s)] == [10, 20, 30]
     m.start_clock()
+    now[0] += 0.19
     assert not m.time_due()
-    time.sleep(0.25)
+    now[0] += 0.01
     assert m.time_due()
     m.save(7, trainer(7))  # a checkpoint restarts the clock, and step 7 is not due again
     m.wait()
