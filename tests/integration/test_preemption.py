@@ -5,10 +5,15 @@ step exits 75 (retried by the orchestrators); the retry resumes there and ends w
 an uninterrupted run, byte for byte.
 
 A team's function that sleeps 50 ms a step (teampkg.slow) makes an epoch of digits last about a
-second, so a signal sent early in the second epoch lands mid-epoch."""
+second, so a signal sent early in the second epoch lands mid-epoch.
+
+The command a person types stops the same way: ``trainpipe train_model`` is the entrypoint itself (no
+child that would train on under PID 1), and ``trainpipe run`` takes every process of its run with it,
+killed or stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+import yaml
 
 from tests.conftest import REPO, result_of, run_component
 
@@ -30,6 +37,8 @@ STEPS_PER_EPOCH = 22
 #: lost. How fast the stop is (the 10 s target) is measured by `make bench`, not here: a test shares the
 #: machine's two cores with another worker's, and CI once took over 10 s under that load.
 GRACE_S = 30
+#: The command a person types, from this environment.
+TRAINPIPE = str(Path(sys.executable).parent / "trainpipe")
 
 
 def args(data: Path, out: Path, server: str, *extra: str, sleep_s: float = 0.05) -> list[str]:
@@ -229,3 +238,94 @@ def test_a_preemption_at_any_step_the_last_included_resumes_to_the_uninterrupted
     assert again["resumed_from_step"] == at and again["global_steps"] == 2 * STEPS_PER_EPOCH
     assert sha256(out / "model.safetensors") == sha256(mlp_whole / "model.safetensors")
     assert (out / "metrics.jsonl").read_text() == (mlp_whole / "metrics.jsonl").read_text()
+
+
+def _until(proc: subprocess.Popen, ready, log: Path) -> None:
+    """Wait until ``ready()`` (an event: a file, a process), failing with the log if ``proc`` ends first."""
+    deadline = time.monotonic() + 180
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+
+
+def _outliving(tree: list[psutil.Process], within: float) -> list[str]:
+    """The processes of ``tree`` still there after ``within`` seconds (killed then, not to be left to the suite)."""
+    _, alive = psutil.wait_procs(tree, timeout=within)
+    left = []
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            left.append(f"{p.pid} {' '.join(p.cmdline())[:160]}")
+            p.kill()
+    return left
+
+
+def test_trainpipe_train_model_killed_takes_its_training_with_it(tmp_path, digits_csv, mlflow_server):
+    """SIGKILL to `trainpipe train_model` (a CI job cancelled, a wrapper's timeout): every process under it
+    is gone, and nothing trains on (it used to run the entrypoint in a child, which trained to the end)."""
+    out, log = tmp_path / "m", tmp_path / "log"
+    with open(log, "w") as err:
+        cmd = [TRAINPIPE, "train_model", *args(digits_csv, out, mlflow_server), "--epochs", "3"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **TEAM})
+    _until(proc, (out / "metrics.jsonl").exists, log)  # the first epoch's line: training is under way
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait()
+    assert tree and not _outliving(tree, GRACE_S), log.read_text()[-3000:]
+    assert not (out / "model.safetensors").exists(), "the training went on after the command was killed"
+
+
+def test_trainpipe_train_model_sigterm_checkpoints_and_exits_75(tmp_path, digits_csv, mlflow_server):
+    out, log = tmp_path / "m", tmp_path / "log"
+    with open(log, "w") as err:
+        cmd = [TRAINPIPE, "train_model", *args(digits_csv, out, mlflow_server)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **TEAM})
+    _until(proc, (out / "metrics.jsonl").exists, log)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75, log.read_text()[-3000:]
+    last = log.read_text().strip().splitlines()[-1]
+    assert last.startswith("trainpipe train_model: error: preempted by SIGTERM at step "), last
+    step = int(last.split("at step ")[1].split(":")[0])
+    assert (out / "checkpoints" / f"ckpt-{step:010d}" / "trainer.json").is_file()
+    assert not [p for p in tree if p.is_running()], "a rank outlived the command"
+
+
+def _run(tmp_path: Path, digits_csv: Path) -> tuple[subprocess.Popen, list[psutil.Process], Path]:
+    """`trainpipe run` on kfp-local, once its first step's entrypoint runs: the command, its process tree then
+    (the engine, its task process, the step's entrypoint), and its terminal's log."""
+    config, log = tmp_path / "pipeline.yaml", tmp_path / "terminal.log"
+    settings = {"data": str(digits_csv), "label_column": "label", "workspace": str(tmp_path / "ws")}
+    config.write_text(yaml.safe_dump({**settings, "tracking_uri": f"sqlite:///{tmp_path / 'ml.db'}"}))
+    with open(log, "w") as err:
+        proc = subprocess.Popen([TRAINPIPE, "run", "--config", str(config)], stdout=err, stderr=err)
+
+    def step_runs() -> bool:
+        with contextlib.suppress(psutil.Error):
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                if "trainpipe.components.validate_data" in p.cmdline():
+                    return True
+        return False
+
+    _until(proc, step_runs, log)
+    return proc, psutil.Process(proc.pid).children(recursive=True), log
+
+
+def test_trainpipe_run_killed_leaves_no_process_of_its_run(tmp_path, digits_csv):
+    """SIGKILL to `trainpipe run`: the engine, its task processes and the step they run all end (the engine
+    used to run the whole pipeline on under PID 1)."""
+    proc, tree, log = _run(tmp_path, digits_csv)
+    proc.kill()
+    proc.wait()
+    left = _outliving(tree, GRACE_S)
+    assert not left, f"outlived the command: {left}\n{log.read_text()[-2000:]}"
+
+
+def test_trainpipe_run_sigterm_stops_every_step_before_it_exits_75(tmp_path, digits_csv):
+    """SIGTERM to `trainpipe run` (the same path as a Ctrl-C or a closed terminal): passed on to every step
+    (a training checkpoints at its step's end, as the module entrypoint does); the command returns 75 once
+    every process of its run has exited."""
+    proc, tree, log = _run(tmp_path, digits_csv)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75, log.read_text()[-3000:]
+    assert "trainpipe run: stopped by SIGTERM" in log.read_text()
+    assert not [p for p in tree if p.is_running()], "a process of the run outlived the command"

@@ -6,6 +6,7 @@ forwards its flags to the component's entrypoint (``trainpipe validate_data --he
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -45,8 +46,18 @@ def _make_component_command(name: str) -> None:
         add_help_option=False,
     )
     def _command(ctx: typer.Context) -> None:
-        proc = subprocess.run([sys.executable, "-m", f"trainpipe.components.{name}", *ctx.args], check=False)
-        raise typer.Exit(proc.returncode)
+        run_component(name, ctx.args)
+
+
+def run_component(name: str, args: list[str]) -> typing.NoReturn:
+    """Become ``python -m trainpipe.components.<name> args...`` (exec: the same process, not a child).
+
+    What is sent to ``trainpipe <component>`` reaches the entrypoint itself: SIGTERM stops a training at
+    its step's end with a checkpoint (exit 75), SIGKILL takes its ranks with it (their lifeline), and no
+    process of the step can outlive the command that was started."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(sys.executable, [sys.executable, "-m", f"trainpipe.components.{name}", *args])
 
 
 for _name in COMPONENTS:
@@ -105,33 +116,54 @@ def _tail(path: Path, stop: threading.Event, show: typing.Callable[[str], None])
             time.sleep(0.2)
 
 
-def run_engine(engine: str, config_path: Path, workspace: Path) -> tuple[int, Path, dict | None]:
+def run_engine(engine: str, config_path: Path, workspace: Path) -> tuple[int, Path, dict | None, int | None]:
     """Run an engine in a child process, its whole output in a log file under the workspace; the
-    terminal shows each step's result line. Returns ``(exit code, log, the failed step's report)``."""
+    terminal shows each step's result line. Returns ``(exit code, log, the failed step's report, the
+    signal that stopped the run or None)``.
+
+    The engine runs under a lifeline (:func:`~trainpipe.contract.lifeline.supervise`): this process
+    killed (SIGKILL: a CI job cancelled, a wrapper's timeout), every process of the run stops; a SIGTERM,
+    a Ctrl-C or a closed terminal is passed on, each training checkpoints at its step's end, and this
+    returns once every process of the run has exited."""
     import json
+    import signal
+
+    from trainpipe.contract.lifeline import PARENT_ENV, STOP_SIGNALS, supervised
 
     logs = Path(workspace) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log = logs / f"run-{stamp}-{engine}.log"
     failure = logs / f".failure-{stamp}-{os.getpid()}.json"
-    env = dict(os.environ, TRAINPIPE_FAILURE_FILE=str(failure))
+    env = dict(os.environ, TRAINPIPE_FAILURE_FILE=str(failure), **{PARENT_ENV: str(os.getpid())})
     stop = threading.Event()
+    stopped: list[int] = []
     with open(log, "w", encoding="utf-8") as out:
         tail = threading.Thread(target=_tail, args=(log, stop, lambda t: typer.echo(t, err=True)), daemon=True)
         tail.start()
-        proc = subprocess.run(
-            [sys.executable, "-m", "trainpipe.app.runner", engine, str(config_path)],
+        proc = subprocess.Popen(
+            supervised([sys.executable, "-m", "trainpipe.app.runner", engine, str(config_path)]),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            check=False,
         )
+
+        def pass_on(signum: int, _frame: typing.Any) -> None:
+            stopped.append(signum)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+        previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
+        try:
+            code = proc.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
     stop.set()
     tail.join(timeout=5)
     report = json.loads(failure.read_text(encoding="utf-8")) if failure.exists() else None
     failure.unlink(missing_ok=True)
-    return proc.returncode, log, report
+    return code, log, report, (stopped[0] if stopped else None)
 
 
 def _apply_policy(cfg: typing.Any) -> None:
@@ -172,7 +204,19 @@ def run(
         _apply_policy(cfg)
         started = time.time()
         typer.echo(f"trainpipe: running the reference pipeline with engine {engine} ({path})", err=True)
-        code, log, failed = run_engine(engine, path.resolve(), Path(cfg.workspace))
+        code, log, failed, signum = run_engine(engine, path.resolve(), Path(cfg.workspace))
+        if signum is not None:
+            import signal
+
+            from trainpipe.contract.errors import EXIT_TRANSIENT
+
+            with contextlib.suppress(OSError):  # a closed terminal (SIGHUP) cannot show it
+                typer.echo(
+                    f"trainpipe run: stopped by {signal.Signals(signum).name}: every step of the run has exited, "
+                    f"each training after a checkpoint at its step's end; full log: {log}",
+                    err=True,
+                )
+            raise typer.Exit(EXIT_TRANSIENT)
         if code != 0:
             if failed:
                 typer.echo(

@@ -1,8 +1,10 @@
 """The engines of ``trainpipe run``, each run as ``python -m trainpipe.app.runner ENGINE CONFIG``.
 
 ``trainpipe run`` starts this in a child process whose output goes to a log file, and shows the
-terminal one line per step and the summary. Each step tells it (``TRAINPIPE_FAILURE_FILE``) which
-step failed, with what line and code, when one does.
+terminal one line per step and the summary. The child runs under a lifeline
+(:func:`~trainpipe.contract.lifeline.supervise`): when ``trainpipe run`` dies or is stopped, this process
+is killed and every process it started stops (a step's entrypoint gets SIGTERM and checkpoints).
+Each step tells it (``TRAINPIPE_FAILURE_FILE``) which step failed, with what line and code, when one does.
 
 - ``kfp-local``: the reference pipeline on ``kfp.local.SubprocessRunner`` in this environment.
 - ``airflow-local``: the training DAG under ``dag.test()``, with a SQLite metadata database in the
