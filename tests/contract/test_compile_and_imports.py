@@ -45,6 +45,22 @@ def test_import_loads_no_heavy_library(target, tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "heavy=", f"{target} loaded {proc.stdout.strip()}"
 
 
+def test_trainpipe_component_starts_as_its_entrypoint_without_loading_the_cli():
+    """`trainpipe <component>` costs what `python -m trainpipe.components.<component>` costs: it becomes the
+    entrypoint before the CLI (typer, its commands) is loaded, rather than loading the CLI to start the
+    entrypoint in a child (the child's start-up came on top of the CLI's)."""
+    cli = os.path.join(os.path.dirname(sys.executable), "trainpipe")
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}  # every module either process loads, on stderr
+    proc = subprocess.run(
+        [cli, "validate_data", "--help"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m trainpipe.components.validate_data")
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "trainpipe.components.validate_data.core" in loaded
+    cli_modules = loaded & {"typer", "click", "trainpipe.app.cli"}
+    assert not cli_modules, f"the CLI was loaded on the way: {sorted(cli_modules)}"
+
+
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [

@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 
 from trainpipe import COMPONENTS
+from trainpipe.app.component import run_component
 from trainpipe.contract.errors import InputError, TrainpipeError
 from trainpipe.registry import DEFAULT_ALIAS
 
@@ -46,18 +47,7 @@ def _make_component_command(name: str) -> None:
         add_help_option=False,
     )
     def _command(ctx: typer.Context) -> None:
-        run_component(name, ctx.args)
-
-
-def run_component(name: str, args: list[str]) -> typing.NoReturn:
-    """Become ``python -m trainpipe.components.<name> args...`` (exec: the same process, not a child).
-
-    What is sent to ``trainpipe <component>`` reaches the entrypoint itself: SIGTERM stops a training at
-    its step's end with a checkpoint (exit 75), SIGKILL takes its ranks with it (their lifeline), and no
-    process of the step can outlive the command that was started."""
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os.execv(sys.executable, [sys.executable, "-m", f"trainpipe.components.{name}", *args])
+        run_component(name, ctx.args)  # the entrypoint itself, in this process (`trainpipe` goes there first)
 
 
 for _name in COMPONENTS:
