@@ -21,6 +21,7 @@ from bench.families import (
     parse,
     signing,
     slurm,
+    startup,
     step_cost,
     team,
     telemetry,
@@ -31,6 +32,7 @@ from bench.families import (
 FAMILIES: dict[str, Callable[[Bench], list[dict[str, Any]]]] = {
     "training": training.run,
     "step_cost": step_cost.run,
+    "startup": startup.run,
     "checkpoint": checkpoint.run,
     "team": team.run,
     "telemetry": telemetry.run,
