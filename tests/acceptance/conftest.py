@@ -137,13 +137,16 @@ def _dry_env(s: Scenario, entry: str, **more: str) -> tuple[dict[str, str], Path
 
 
 def engine(s: Scenario, name: str) -> Records:
-    """``trainpipe run --config pipeline.yaml --engine <name>``, as the README shows it."""
-    env, folder = _dry_env(s, name)
+    """``trainpipe run --config pipeline.yaml --engine <name> --dry-run``, as the README shows it."""
     # dag.test() cannot answer a person's approval: the Airflow entry runs without it (its cell says where it is run)
     config = s.config(approval=name == "kfp-local")
-    proc = _run([str(BIN / "trainpipe"), "run", "--config", str(config), "--engine", name], env, s.root)
+    workspace = s.root / "ws" / name
+    written = json.loads(config.read_text())
+    config.write_text(json.dumps({**written, "workspace": str(workspace)}, indent=2) + "\n")
+    proc = _run([str(BIN / "trainpipe"), "run", "--config", str(config), "--engine", name, "--dry-run"], s.env, s.root)
     # a step that failed leaves the others' records: each cell asks for the steps it needs
-    return Records(name, folder, proc.stderr)
+    folders = sorted((workspace / "dry-run").glob("*"))
+    return Records(name, folders[-1] if folders else workspace / "dry-run" / "none", proc.stdout + proc.stderr)
 
 
 def by_hand(s: Scenario, entry: str) -> Records:

@@ -100,3 +100,21 @@ def test_every_component_has_a_dry_run_its_entrypoint_uses(name):
         f"trainpipe.components.{name}.__main__"
     )
     assert "dry=dry_run" in source
+
+
+def test_the_summary_says_what_each_step_received_naming_a_profile_given_as_its_content(tmp_path, monkeypatch):
+    monkeypatch.setenv(dry.ENV, str(tmp_path))
+
+    class Settings(BaseModel):
+        pass
+
+    priced = Runtime(hardware_profile='{"name": "team-a100", "prices": {"currency": "EUR"}}', trusted_code=("acme",))
+    dry.record("validate_data", Settings(), Runtime(), {}, {})
+    dry.record(
+        "train_model", Settings(), priced, {}, {"train_function": "acme.train:fit", "prices": {"currency": "EUR"}}
+    )
+    assert dry.summarize(tmp_path).splitlines() == [
+        "validate_data    : hardware profile local",
+        "train_model      : hardware profile team-a100; trains acme.train:fit; priced in EUR; trusts acme",
+        f"what each received: {tmp_path}",
+    ]

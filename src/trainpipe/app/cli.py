@@ -175,13 +175,19 @@ def run(
         None, "--config", "-c", help="pipeline config YAML (default: TRAINPIPE_CONFIG, ./pipeline.yaml)"
     ),
     engine: str = typer.Option("kfp-local", help="kfp-local or airflow-local"),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="every step checks its settings, writes what it received under <workspace>/dry-run/ and does nothing "
+        "else: no data read, nothing trained or registered",
+    ),
 ) -> None:
     """Run the reference training pipeline end to end on this machine.
 
     The terminal shows each step's result line and a summary; the engine's whole log goes to a
     file under the workspace, which the summary names. A step that fails ends the run with that
     step's name, its one line and its own exit code (2 bad input, 3 data failed its suite, 75
-    a service unavailable, 77 not permitted).
+    a service unavailable, 77 not permitted). With --dry-run, the summary lists what each step received.
     """
     from trainpipe.pipelines.config import load_pipeline_config
     from trainpipe.runs import collect_results, describe
@@ -193,6 +199,12 @@ def run(
             raise InputError(f"engine: {engine!r} is not kfp-local or airflow-local")
         _apply_policy(cfg)
         started = time.time()
+        dry_folder = None
+        if dry_run:
+            from trainpipe.contract import dry
+
+            dry_folder = Path(cfg.workspace) / "dry-run" / time.strftime("%Y%m%d-%H%M%S")
+            os.environ[dry.ENV] = str(dry_folder)  # the engine and every step it starts inherit it
         typer.echo(f"trainpipe: running the reference pipeline with engine {engine} ({path})", err=True)
         code, log, failed, signum = run_engine(engine, path.resolve(), Path(cfg.workspace))
         if signum is not None:
@@ -221,6 +233,13 @@ def run(
                 err=True,
             )
             raise typer.Exit(1)
+        if dry_folder is not None:
+            from trainpipe.contract.dry import summarize
+
+            typer.echo(f"\ntrainpipe: dry run finished (engine {engine}): nothing was read, trained or registered")
+            typer.echo(summarize(dry_folder))
+            typer.echo(f"full log         : {log}")
+            return
         root = Path(cfg.workspace) / ("kfp-local" if engine == "kfp-local" else "airflow-runs")
         from trainpipe.pipelines.compile import compile_pipeline
 

@@ -88,7 +88,7 @@ def record(name: str, settings: BaseModel, runtime: Any, ns: dict[str, Any], rec
         "orchestrator": ns.get("orchestrator") or os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual",
         "run_id": ns.get("run_id"),
         "settings": settings.model_dump(mode="json"),
-        "hardware_profile": runtime.hardware_profile,
+        "hardware_profile": _profile_name(runtime.hardware_profile),
         # a step that trusts more than the platform and its setting say (tune_model: its function's package) says so
         "trusted_code": received.get("trusted_code", list(runtime.trusted_code)),
         "policy": runtime.policy.model_dump(mode="json", exclude_defaults=True),
@@ -99,9 +99,38 @@ def record(name: str, settings: BaseModel, runtime: Any, ns: dict[str, Any], rec
     return path
 
 
+def _profile_name(value: str) -> str:
+    """The hardware profile's name, where the step was given the profile itself (its content, as JSON)."""
+    import json
+
+    if value.lstrip().startswith("{"):
+        try:
+            return str(json.loads(value).get("name", value))
+        except ValueError:
+            return value
+    return value
+
+
 def read(where: str | os.PathLike[str], component: str | None = None) -> list[dict[str, Any]]:
     """What a dry run recorded, oldest first (only ``component``'s steps when given)."""
     import json
 
     files = sorted(Path(where).glob(f"{component or '*'}-*.json"), key=lambda p: int(p.name.rsplit("-", 2)[1]))
     return [json.loads(p.read_text(encoding="utf-8")) for p in files]
+
+
+def summarize(where: str | os.PathLike[str]) -> str:
+    """What each step of a dry run received, a line each, in the order they ran, and where the records are."""
+    lines = []
+    for rec in read(where):
+        got = rec.get("received") or {}
+        said = [f"hardware profile {rec['hardware_profile']}"]
+        if got.get("train_function"):
+            said.append(f"trains {got['train_function']}")
+        if "prices" in got:
+            said.append(f"priced in {got['prices']['currency']}" if got["prices"] else "unpriced")
+        if rec["trusted_code"]:
+            said.append(f"trusts {', '.join(rec['trusted_code'])}")
+        lines.append(f"{rec['component']:<17}: {'; '.join(said)}")
+    lines.append(f"what each received: {where}")
+    return "\n".join(lines)
