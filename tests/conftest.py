@@ -172,7 +172,9 @@ def _start_mlflow(
         ],
         stdout=open(root / "server.log", "w"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        # MLflow 3's job runner (seven huey consumers per server, polling) serves GenAI jobs no test uses:
+        # on two cores its polling is a share of every test's time.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})},
     )
     uri = f"http://127.0.0.1:{port}"
     wait_http(f"{uri}/health", proc, root / "server.log", 120)
