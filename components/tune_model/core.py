@@ -52,13 +52,13 @@ from trainpipe.contract.errors import (
 )
 from trainpipe.contract.io import atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TuningLineage
+from trainpipe.contract.push import TRY_ENV
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.contract.text import redact
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.profiles import prices_of, profile_name
 from trainpipe.tabular import find_dataset
-from trainpipe.telemetry import TRY_ENV
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 
 ROWS_FILE = "tuning_rows.parquet"

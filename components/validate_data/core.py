@@ -220,7 +220,7 @@ def _progress(files: list[Path]) -> Any:
         return None
     import pyarrow.parquet as pq
 
-    from trainpipe.telemetry import Progress
+    from trainpipe.contract.progress import Progress
 
     return Progress(NAME, sum(pq.ParquetFile(f).metadata.num_rows for f in files), "rows")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from trainpipe.contract import artifacts
+from trainpipe.contract import artifacts, push
 from trainpipe.contract import dry as dry_run
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.config import M, build, load_file
@@ -33,7 +33,7 @@ from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, Trainp
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.result import ComponentResult, ErrorRecord
-from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.runtime import PROFILE_ENV, Runtime, profile_label
 
 INPUT = {"role": "input"}
 #: An input that may also be raw data the user names (a file, or a folder of Parquet files) rather than an artifact.
@@ -337,20 +337,16 @@ def run(
 
 def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dict[str, Any], result: Any) -> None:
     """The run's batch-job figures to the Pushgateway, when the platform set one (never fails the run)."""
-    from trainpipe import telemetry
-    from trainpipe.contract.runtime import PROFILE_ENV
-    from trainpipe.profiles import profile_name
-
-    if not os.environ.get(telemetry.PUSHGATEWAY_ENV):
+    if not os.environ.get(push.PUSHGATEWAY_ENV):
         return
     run_id = ns.get("run_id") or ((payload.get("lineage") or {}).get("orchestrator") or {}).get("run_id")
-    telemetry.push_component(
+    push.push_component(
         name,
         code,
         seconds,
         run_id,
         result.figures() if result is not None else {},
-        profile_name(os.environ.get(PROFILE_ENV) or "local"),
+        profile_label(os.environ.get(PROFILE_ENV) or "local"),
         series=result.series() if result is not None else [],
     )
 
