@@ -432,8 +432,9 @@ def optimize_model(
         rows = (x_test, y_raw, x_train, y_train)
         variants, files, exporter = _make(config, model, measure, wants, calibration, rows, Path(tmp))
         chosen = _select(variants, config.select)
-        sha = file_digest(files[chosen.name], "sha256") if chosen is not None else None
+        sha = None
         if chosen is not None:
+            sha = file_digest(files[chosen.name], "sha256")
             _write_model(out / OPTIMIZED_MODEL_DIR, files[chosen.name], model, chosen, x_test, exporter, sha, weights)
         else:
             shutil.rmtree(out / OPTIMIZED_MODEL_DIR, ignore_errors=True)

@@ -361,6 +361,7 @@ def register_optimized(
 
     from trainpipe.serving import package
 
+    assert config.optimized is not None, "called only with an optimized input"
     record = read_json(Path(config.optimized) / OPTIMIZATION_FILE)
     if not record.get("selected"):
         return None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.json_schema import JsonDict
 
 from trainpipe.contract import artifacts, push
 from trainpipe.contract import dry as dry_run
@@ -35,13 +36,15 @@ from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.result import ComponentResult, ErrorRecord
 from trainpipe.contract.runtime import PROFILE_ENV, Runtime, profile_label
 
-INPUT = {"role": "input"}
+#: A field's ``json_schema_extra``: an input artifact.
+INPUT: JsonDict = {"role": "input"}
 #: An input that may also be raw data the user names (a file, or a folder of Parquet files) rather than an artifact.
-SOURCE = {"role": "input", "source": True}
-OUTPUT = {"role": "output"}
+SOURCE: JsonDict = {"role": "input", "source": True}
+#: A field's ``json_schema_extra``: the output folder.
+OUTPUT: JsonDict = {"role": "output"}
 
 
-def settings_input(file: str, made_by: str) -> dict[str, Any]:
+def settings_input(file: str, made_by: str) -> JsonDict:
     """An input artifact that holds settings of this step (``file`` in it, written by the step ``made_by``):
     laid over the step's own before they are checked (:func:`lay_settings`; train_model's ``tuned``)."""
     return {**INPUT, "settings": file, "made_by": made_by}
@@ -223,7 +226,7 @@ def lay_settings(model: type[BaseModel], settings: dict[str, Any]) -> dict[str, 
         where = settings.get(name)
         if not extra.get("settings") or not where or not isinstance(where, str):
             continue
-        path = Path(where) / extra["settings"]
+        path = Path(where) / str(extra["settings"])
         try:
             held = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -424,7 +427,7 @@ def _run(
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130, payload, None, "interrupted"
-    except Exception:
+    except Exception as exc:
         import traceback
 
         traceback.print_exc()
@@ -439,9 +442,9 @@ def _run(
                     ns,
                     payload,
                     None,
-                    TrainpipeError(f"internal error: {sys.exc_info()[0].__name__}"),
+                    TrainpipeError(f"internal error: {type(exc).__name__}"),
                 )
-        return EXIT_INTERNAL, payload, None, f"internal error: {sys.exc_info()[0].__name__} (a bug in trainpipe)"
+        return EXIT_INTERNAL, payload, None, f"internal error: {type(exc).__name__} (a bug in trainpipe)"
     return EXIT_OK, payload, result, ""
 
 
