@@ -32,7 +32,7 @@ import platform
 import resource
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from trainpipe.contract.push import label as _label
@@ -114,113 +114,136 @@ class TrainingCollector:
         return []  # not known before the first collect: the registry must not call collect() at registration
 
     def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
         with self._lock:
             self._fold()
-            names, values, ctx = self.names, self.values, self.ctx
-            out: list[Any] = []
-
-            def gauge(name: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
-                if value is None:
-                    return
-                fam = GaugeMetricFamily(name, doc, labels=names + list(extra or {}))
-                fam.add_metric(values + list((extra or {}).values()), float(value))
-                out.append(fam)
-
-            s = ctx.settings
-            info = GaugeMetricFamily(
-                "trainpipe_training_info",
-                "the run's settings (value 1)",
-                labels=names + ["backend", "dist_backend", "precision", "world_size", "train_function"],
-            )
-            info.add_metric(
-                values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)],
-                1.0,
-            )
-            out.append(info)
-            gauge("trainpipe_training_global_step", "optimizer steps taken, resumed ones included", ctx.global_step)
-            gauge(
-                "trainpipe_training_epoch",
-                "the epoch in progress, from 1 (0 before the first batch)",
-                ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0,
-            )
-            gauge("trainpipe_training_epochs", "epochs the run is configured for", s.epochs)
-            progress = ctx.progress_ratio()
-            gauge("trainpipe_training_progress_ratio", "share of the run's batches done (0-1)", progress)
-            gauge(
-                "trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds()
-            )
-            gauge(
-                "trainpipe_training_start_timestamp_seconds",
-                "when this process started training (unix time)",
-                self.started_unix,
-            )
-            gauge("trainpipe_training_restarts", "restarts of the worker group before this attempt", ctx.restarts)
-            gauge(
-                "trainpipe_training_last_checkpoint_timestamp_seconds",
-                "when the newest checkpoint was started (unix time)",
-                ctx.last_checkpoint_unix,
-            )
-            gauge(
-                "trainpipe_training_learning_rate",
-                "the optimizer's learning rate (its first parameter group)",
-                ctx.learning_rate(),
-            )
-            for key, value in sorted(ctx.last_logged().items()):
-                gauge(
-                    "trainpipe_training_logged",
-                    "the newest value the training function logged with ctx.log",
-                    value,
-                    {"key": key},
-                )
-            gauge(
-                "trainpipe_training_peak_rss_bytes",
-                "peak resident memory of this rank",
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
-            )
-            device = ctx.device_figures()
-            gauge(
-                "trainpipe_training_device_peak_memory_bytes",
-                "peak accelerator memory allocated by this rank",
-                device.get("peak_memory_bytes"),
-            )
-            for gpu in device.get("gpus", []):
-                idx = {"gpu": str(gpu["index"])}
-                gauge(
-                    "trainpipe_gpu_utilization_ratio",
-                    "NVML: share of time a kernel ran (0-1)",
-                    gpu.get("utilization"),
-                    idx,
-                )
-                gauge("trainpipe_gpu_memory_used_bytes", "NVML: device memory in use", gpu.get("memory_used"), idx)
-                gauge("trainpipe_gpu_power_watts", "NVML: board power draw", gpu.get("power"), idx)
-
-            samples = CounterMetricFamily("trainpipe_training_samples", "samples this rank trained on", labels=names)
-            samples.add_metric(values, self._samples)
-            steps = CounterMetricFamily(
-                "trainpipe_training_batches", "batches this rank ran (this process)", labels=names
-            )
-            steps.add_metric(values, float(self._steps))
-            phases = CounterMetricFamily(
-                "trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"]
-            )
-            for phase, secs in self._phases.items():
-                if secs or phase in ("data", "other"):
-                    phases.add_metric(values + [phase], secs)
-            hist = HistogramMetricFamily(
-                "trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names
-            )
-            cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets, strict=True)] + [
-                ("+Inf", float(self._steps))
-            ]
-            hist.add_metric(values, cumulative, sum_value=self._sum)
-            out += [samples, steps, phases, hist]
+            out: list[Any] = [self._info()]
+            gauge = self._gauge_into(out)
+            self._run_gauges(gauge)
+            self._device_gauges(gauge)
+            out += self._counters()
         self.last_scrape = time.monotonic()
         if not self.scrapes:
             self.first_scrape = self.last_scrape
         self.scrapes += 1
         return out
+
+    def _gauge_into(self, out: list[Any]) -> Callable[..., None]:
+        """A function that adds one gauge (with this rank's labels and ``extra``) to ``out``; None is skipped."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        names, values = self.names, self.values
+
+        def gauge(name: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
+            if value is None:
+                return
+            fam = GaugeMetricFamily(name, doc, labels=names + list(extra or {}))
+            fam.add_metric(values + list((extra or {}).values()), float(value))
+            out.append(fam)
+
+        return gauge
+
+    def _info(self) -> Any:
+        """The run's settings as labels of a gauge of value 1."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        ctx, s = self.ctx, self.ctx.settings
+        info = GaugeMetricFamily(
+            "trainpipe_training_info",
+            "the run's settings (value 1)",
+            labels=self.names + ["backend", "dist_backend", "precision", "world_size", "train_function"],
+        )
+        info.add_metric(
+            self.values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)],
+            1.0,
+        )
+        return info
+
+    def _run_gauges(self, gauge: Callable[..., None]) -> None:
+        """Where the run is: its step, epoch, progress, restarts, checkpoint, learning rate and logged values."""
+        ctx = self.ctx
+        s = ctx.settings
+        gauge("trainpipe_training_global_step", "optimizer steps taken, resumed ones included", ctx.global_step)
+        gauge(
+            "trainpipe_training_epoch",
+            "the epoch in progress, from 1 (0 before the first batch)",
+            ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0,
+        )
+        gauge("trainpipe_training_epochs", "epochs the run is configured for", s.epochs)
+        progress = ctx.progress_ratio()
+        gauge("trainpipe_training_progress_ratio", "share of the run's batches done (0-1)", progress)
+        gauge("trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds())
+        gauge(
+            "trainpipe_training_start_timestamp_seconds",
+            "when this process started training (unix time)",
+            self.started_unix,
+        )
+        gauge("trainpipe_training_restarts", "restarts of the worker group before this attempt", ctx.restarts)
+        gauge(
+            "trainpipe_training_last_checkpoint_timestamp_seconds",
+            "when the newest checkpoint was started (unix time)",
+            ctx.last_checkpoint_unix,
+        )
+        gauge(
+            "trainpipe_training_learning_rate",
+            "the optimizer's learning rate (its first parameter group)",
+            ctx.learning_rate(),
+        )
+        for key, value in sorted(ctx.last_logged().items()):
+            gauge(
+                "trainpipe_training_logged",
+                "the newest value the training function logged with ctx.log",
+                value,
+                {"key": key},
+            )
+
+    def _device_gauges(self, gauge: Callable[..., None]) -> None:
+        """This rank's memory and, through NVML, its GPUs' utilization, memory and power."""
+        ctx = self.ctx
+        gauge(
+            "trainpipe_training_peak_rss_bytes",
+            "peak resident memory of this rank",
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
+        )
+        device = ctx.device_figures()
+        gauge(
+            "trainpipe_training_device_peak_memory_bytes",
+            "peak accelerator memory allocated by this rank",
+            device.get("peak_memory_bytes"),
+        )
+        for gpu in device.get("gpus", []):
+            idx = {"gpu": str(gpu["index"])}
+            gauge(
+                "trainpipe_gpu_utilization_ratio",
+                "NVML: share of time a kernel ran (0-1)",
+                gpu.get("utilization"),
+                idx,
+            )
+            gauge("trainpipe_gpu_memory_used_bytes", "NVML: device memory in use", gpu.get("memory_used"), idx)
+            gauge("trainpipe_gpu_power_watts", "NVML: board power draw", gpu.get("power"), idx)
+
+    def _counters(self) -> list[Any]:
+        """The samples, batches and phase seconds this process counted, and its step-time histogram."""
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        names, values = self.names, self.values
+        samples = CounterMetricFamily("trainpipe_training_samples", "samples this rank trained on", labels=names)
+        samples.add_metric(values, self._samples)
+        steps = CounterMetricFamily("trainpipe_training_batches", "batches this rank ran (this process)", labels=names)
+        steps.add_metric(values, float(self._steps))
+        phases = CounterMetricFamily(
+            "trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"]
+        )
+        for phase, secs in self._phases.items():
+            if secs or phase in ("data", "other"):
+                phases.add_metric(values + [phase], secs)
+        hist = HistogramMetricFamily(
+            "trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names
+        )
+        cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets, strict=True)] + [
+            ("+Inf", float(self._steps))
+        ]
+        hist.add_metric(values, cumulative, sum_value=self._sum)
+        return [samples, steps, phases, hist]
 
     def interval(self) -> float | None:
         """The mean time between Prometheus's scrapes so far (None before the second)."""
