@@ -25,7 +25,8 @@ import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = REPO / "scripts" / "mypy_baseline.json"
-ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+(?::\d+)?: error: ")
+#: An error line: ``path.py:line: error:``, or ``path.py: error:`` for one about the whole module.
+ERROR = re.compile(r"^(?P<path>[^:\s]+\.py)(?::\d+)?(?::\d+)?: error: ")
 
 
 def source_path(installed: str) -> str:
