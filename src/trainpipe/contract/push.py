@@ -53,7 +53,8 @@ def push_component(
     if not url:
         return False
     try:
-        from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+        from prometheus_client import CollectorRegistry, push_to_gateway
+        from prometheus_client.core import GaugeMetricFamily
     except ImportError:
         warn("prometheus_client is not installed; the component's figures were not pushed")
         return False
@@ -61,12 +62,18 @@ def push_component(
         attempt = max(int(os.environ.get(TRY_ENV) or 1), 1)
     except ValueError:
         attempt = 1
-    registry = CollectorRegistry()
     labels = {"hardware_profile": label(hardware_profile)}
+    # Metric families, not Gauge objects: a Gauge's value follows prometheus_client's process-wide mode,
+    # which a library imported earlier can switch to multiprocess files (feast.metrics does, on import).
+    families: dict[str, Any] = {}
 
-    def put(metric: str, doc: str, value: float | None) -> None:
-        if value is not None:
-            Gauge(metric, doc, list(labels), registry=registry).labels(**labels).set(float(value))
+    def put(metric: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
+        if value is None:
+            return
+        both = {**labels, **(extra or {})}
+        keys = sorted(both) if extra is not None else list(both)
+        family = families.get(metric) or families.setdefault(metric, GaugeMetricFamily(metric, doc, labels=keys))
+        family.add_metric([label(both[k]) for k in keys], float(value))
 
     put("trainpipe_component_duration_seconds", "wall time of the component's run", seconds)
     put("trainpipe_component_exit_code", "the run's exit code (0 ok, 2 bad input, 75 service down, ...)", exit_code)
@@ -75,11 +82,15 @@ def push_component(
     put("trainpipe_component_rows", "rows the component read or scored", figures.get("rows"))
     put("trainpipe_component_bytes", "bytes the component wrote or hashed", figures.get("bytes"))
     put("trainpipe_component_last_run_timestamp_seconds", "when the run ended (unix time)", time.time())
-    gauges: dict[str, Any] = {}
     for metric, doc, extra, value in series or []:
-        keys = sorted({**labels, **extra})
-        gauge = gauges.get(metric) or gauges.setdefault(metric, Gauge(metric, doc, keys, registry=registry))
-        gauge.labels(**{k: label(v) for k, v in {**labels, **extra}.items()}).set(float(value))
+        put(metric, doc, value, {k: str(v) for k, v in extra.items()})
+
+    class Families:
+        def collect(self) -> Any:
+            return list(families.values())
+
+    registry = CollectorRegistry()
+    registry.register(Families())
     try:
         push_to_gateway(
             url,

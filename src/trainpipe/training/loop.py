@@ -133,6 +133,18 @@ class HistoryFile:
         self._lines_written = len(history)
 
 
+def preempted(signal_name: str, step: int, ckpt: CheckpointManager | None) -> Preempted:
+    """The stop a preemption raises at ``step``, saying what a retry resumes from."""
+    written = checkpoint_name(ckpt.last_step) if ckpt is not None and ckpt.last_step is not None else None
+    if ckpt is None:
+        kept = "the training function registered no state with ctx.restore, so a retry starts over"
+    elif written is None:
+        kept = "nothing was trained yet, so a retry starts over"
+    else:
+        kept = f"a retry resumes from {written}"
+    return Preempted(f"preempted by {signal_name} at step {step}: {kept}", step=step, checkpoint=written)
+
+
 class Loop:
     """A rank's position in the run and the work between its batches.
 
@@ -382,17 +394,7 @@ class Loop:
         """Stop on the signal the ranks agreed on, once the checkpoint of this step is written."""
         self.wait_for_checkpoints()
         self.barrier()  # no rank leaves before the chief has renamed the checkpoint into place
-        ckpt = self.checkpoints
-        written = checkpoint_name(ckpt.last_step) if ckpt is not None and ckpt.last_step is not None else None
-        if ckpt is None:
-            kept = "the training function registered no state with ctx.restore, so a retry starts over"
-        elif written is None:
-            kept = "nothing was trained yet, so a retry starts over"
-        else:
-            kept = f"a retry resumes from {written}"
-        raise Preempted(
-            f"preempted by {signal_name} at step {self.global_step}: {kept}", step=self.global_step, checkpoint=written
-        )
+        raise preempted(signal_name, self.global_step, self.checkpoints)
 
     def save_checkpoint(self, mid_epoch: bool, final: bool = False) -> bool:
         """Checkpoint this step (every rank at once); False when it is the one already written (a final
