@@ -310,22 +310,7 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
     found = champion(config, runtime)
     holder, record = found if found is not None else (None, {})
     age = holder.age_days if holder is not None else None
-    with tempfile.TemporaryDirectory() as tmp:
-        if config.reference:
-            info = ReferenceInfo(source="explicit", path=config.reference)
-            reference = read_table(config.reference, "reference")
-        elif holder is not None:
-            snap = record.get("snapshot") or {}
-            if not snap:
-                raise InputError(
-                    f"model_name: version {holder.number} of {config.model_name!r} has a lineage without a DVC "
-                    "snapshot; give reference"
-                )
-            path = fetch_snapshot(snap, Path(tmp))
-            info = ReferenceInfo(source="lineage", path=f"{snap['path']}@{str(snap['rev'])[:10]}", snapshot=snap)
-            reference = read_table(path, "reference")
-        else:
-            reference, info = None, ReferenceInfo(source="none")
+    reference, info = _reference(config, holder, record)
     if holder is not None:
         info.model_version, info.champion_age_days = holder.number, round(age or 0.0, 4)
     label = config.label_column if reference is not None and config.label_column in reference.columns else None
@@ -343,11 +328,7 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
             f"no champion of {config.model_name!r} under alias {config.alias!r}: nothing to compare with",
         )
     info.rows = len(reference)
-    for col in list(config.categorical_columns) + list(config.column_methods) + list(config.column_thresholds):
-        if col not in reference.columns:
-            raise InputError(
-                f"categorical_columns/column_methods/column_thresholds: {col!r} is not a column of the reference"
-            )
+    _check_columns(config, reference)
     result = drift.compare(
         reference,
         current,
@@ -359,18 +340,7 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
         sample_size=config.sample_size,
         seed=config.seed,
     )
-    prediction = None
-    notes: list[str] = []
-    if holder is not None:
-        model, why = _champion_model(holder)
-        if model is not None:
-            ref_s, cur_s = (
-                drift.sample(reference, config.sample_size, config.seed),
-                drift.sample(current, config.sample_size, config.seed + 1),
-            )
-            prediction = _predictions(model, ref_s, cur_s, config)
-        elif why:
-            notes.append(why)
+    prediction, notes = _prediction_drift(config, holder, reference, current)
     return _finish(config, lineage, out, runtime, current, reference, result, info, prediction, None, notes)
 
 
@@ -387,45 +357,7 @@ def _finish(
     nothing: str | None,
     notes: list[str] | None = None,
 ) -> DetectDriftResult:
-    reasons: list[str] = []
-    retrain = False
-    if nothing is not None:
-        retrain = True
-        reasons.append(f"{nothing}: retrain")
-    else:
-        drifted = result.drifted_columns
-        shown = ", ".join(drifted[:8]) + (" …" if len(drifted) > 8 else "")
-        if result.dataset_drift:
-            retrain = True
-            reasons.append(
-                f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share "
-                f"{result.share_drifted:.3f} >= {config.drift_share}"
-            )
-        if prediction is not None and prediction.drifted:
-            figure = f"{prediction.method} {prediction.statistic:.4g}, threshold {prediction.threshold:.4g}"
-            text = f"the champion's predictions drifted ({figure})"
-            if config.prediction_drift_retrains:
-                retrain = True
-            reasons.append(text + ("" if config.prediction_drift_retrains else "; prediction_drift_retrains is off"))
-    age = info.champion_age_days
-    if config.max_champion_age_days is not None and age is not None and age > config.max_champion_age_days:
-        retrain = True
-        reasons.insert(
-            0,
-            f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days "
-            f"{config.max_champion_age_days:g})",
-        )
-    if config.retrain_on == "always" and not retrain:
-        retrain = True
-        reasons.insert(0, "retrain_on is always: retrain whatever the figures")
-    if not retrain:
-        drifted = result.drifted_columns
-        reasons.insert(
-            0,
-            f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
-            f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < "
-            f"{config.drift_share}",
-        )
+    retrain, reasons = _decide(config, result, prediction, info, nothing)
     reasons += notes or []
     cols = list(result.columns) if result is not None else []
     res = DetectDriftResult(
@@ -465,6 +397,110 @@ def _finish(
         )
     )
     return res
+
+
+def _reference(config: DetectDriftConfig, holder: Any, record: dict[str, Any]) -> tuple[Any, ReferenceInfo]:
+    """The reference table and where it came from: the one given, or the champion's training snapshot fetched
+    from its DVC remote; none when there is no champion.
+
+    Raises:
+        InputError: the champion's lineage names no snapshot.
+        ServiceUnavailable: the snapshot's DVC remote cannot be reached.
+    """
+    from trainpipe.tabular import read_table
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if config.reference:
+            return read_table(config.reference, "reference"), ReferenceInfo(source="explicit", path=config.reference)
+        if holder is None:
+            return None, ReferenceInfo(source="none")
+        snap = record.get("snapshot") or {}
+        if not snap:
+            raise InputError(
+                f"model_name: version {holder.number} of {config.model_name!r} has a lineage without a DVC "
+                "snapshot; give reference"
+            )
+        path = fetch_snapshot(snap, Path(tmp))
+        info = ReferenceInfo(source="lineage", path=f"{snap['path']}@{str(snap['rev'])[:10]}", snapshot=snap)
+        return read_table(path, "reference"), info
+
+
+def _check_columns(config: DetectDriftConfig, reference: Any) -> None:
+    """Every column a setting names is one of the reference's.
+
+    Raises:
+        InputError: naming the first that is not.
+    """
+    for col in list(config.categorical_columns) + list(config.column_methods) + list(config.column_thresholds):
+        if col not in reference.columns:
+            raise InputError(
+                f"categorical_columns/column_methods/column_thresholds: {col!r} is not a column of the reference"
+            )
+
+
+def _prediction_drift(
+    config: DetectDriftConfig, holder: Any, reference: Any, current: Any
+) -> tuple[ColumnResult | None, list[str]]:
+    """The champion's predictions on both sides compared (none without a champion), and why they were not."""
+    from trainpipe import drift
+
+    if holder is None:
+        return None, []
+    model, why = _champion_model(holder)
+    if model is None:
+        return None, [why] if why else []
+    ref_s, cur_s = (
+        drift.sample(reference, config.sample_size, config.seed),
+        drift.sample(current, config.sample_size, config.seed + 1),
+    )
+    return _predictions(model, ref_s, cur_s, config), []
+
+
+def _decide(
+    config: DetectDriftConfig, result: Any, prediction: ColumnResult | None, info: ReferenceInfo, nothing: str | None
+) -> tuple[bool, list[str]]:
+    """Whether to retrain, and why: nothing to compare with, the data's or the predictions' drift, the champion's
+    age, or ``retrain_on: always``; else no drift, with the figures."""
+    reasons: list[str] = []
+    retrain = False
+    if nothing is not None:
+        retrain = True
+        reasons.append(f"{nothing}: retrain")
+    else:
+        drifted = result.drifted_columns
+        shown = ", ".join(drifted[:8]) + (" …" if len(drifted) > 8 else "")
+        if result.dataset_drift:
+            retrain = True
+            reasons.append(
+                f"data drifted: {len(drifted)} of {len(result.columns)} columns ({shown}), share "
+                f"{result.share_drifted:.3f} >= {config.drift_share}"
+            )
+        if prediction is not None and prediction.drifted:
+            figure = f"{prediction.method} {prediction.statistic:.4g}, threshold {prediction.threshold:.4g}"
+            text = f"the champion's predictions drifted ({figure})"
+            if config.prediction_drift_retrains:
+                retrain = True
+            reasons.append(text + ("" if config.prediction_drift_retrains else "; prediction_drift_retrains is off"))
+    age = info.champion_age_days
+    if config.max_champion_age_days is not None and age is not None and age > config.max_champion_age_days:
+        retrain = True
+        reasons.insert(
+            0,
+            f"champion version {info.model_version} is {age:.1f} days old (max_champion_age_days "
+            f"{config.max_champion_age_days:g})",
+        )
+    if config.retrain_on == "always" and not retrain:
+        retrain = True
+        reasons.insert(0, "retrain_on is always: retrain whatever the figures")
+    if not retrain:
+        drifted = result.drifted_columns
+        reasons.insert(
+            0,
+            f"no drift: {len(drifted)} of {len(result.columns)} columns drifted"
+            f"{' (' + ', '.join(drifted[:8]) + ')' if drifted else ''}, share {result.share_drifted:.3f} < "
+            f"{config.drift_share}",
+        )
+    return retrain, reasons
 
 
 def drift_sample(df: Any, config: DetectDriftConfig, side: int) -> Any:

@@ -158,7 +158,7 @@ class DetectDriftResult(ComponentResult):
         return {"rows": float(self.current_rows)}
 
     def series(self) -> list[tuple[str, str, dict[str, str], float]]:
-        out = [
+        out: list[tuple[str, str, dict[str, str], float]] = [
             ("trainpipe_drift_dataset_drift", "1 if the data set drifted", {}, float(self.dataset_drift)),
             ("trainpipe_drift_share", "share of the compared columns that drifted", {}, self.share_drifted),
             ("trainpipe_drift_retrain", "1 if the step decided to retrain", {}, float(self.retrain)),

@@ -74,7 +74,7 @@ def decide(
 
     for name, bound in sorted(thresholds.items()):
         value = metrics.get(name)
-        if _bad(value):
+        if value is None or _bad(value):
             check(False, f"{name} is missing or NaN: fails closed")
         elif name in lower_is_better:
             ok = value <= bound
@@ -101,7 +101,7 @@ def decide(
             reasons.append(f"{alias} version {champion['version']}: no comparison rules configured")
         for name, kind, margin in rules:
             mine, theirs = metrics.get(name), ref.get(name)
-            if _bad(mine) or _bad(theirs):
+            if mine is None or theirs is None or _bad(mine) or _bad(theirs):
                 check(False, f"{name} vs {alias} version {champion['version']}: missing or NaN, fails closed")
                 continue
             delta = _better(name, mine, theirs, lower_is_better)

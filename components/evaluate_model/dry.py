@@ -23,5 +23,5 @@ def dry_run(
         model_name=getattr(config, "model_name", None),
         alias=getattr(config, "alias", None),
     )
-    roc = {"fpr": [], "tpr": [], "thresholds": []}
+    roc: dict[str, list[float]] = {"fpr": [], "tpr": [], "thresholds": []}
     return {}, dry.stub(EvaluateModelResult, lineage=lineage, decision=decision, metrics={}, roc_curve=roc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainpipe import registry, signing
 from trainpipe.components.register_model.spec import (
@@ -192,6 +192,32 @@ def register_model(
     policy = (runtime or Runtime()).policy
     if not decision.get("passed"):
         return _not_registered(config, decision, lineage)
+    lineage, training, md5, sha, meta = _checked_model(config, lineage)
+    done = _register(config, lineage, decision, policy, training, md5, sha, meta)
+    return _recorded(config, lineage, decision, meta, done)
+
+
+class _Registration(NamedTuple):
+    """What registering in MLflow did: the version, whether it was new, its signature, the optimized variant's
+    ``(name, version, signature)``, the alias decision and the aliases the version holds now."""
+
+    version: str
+    created: bool
+    signature: str | None
+    optimized: tuple[str, str, str | None] | None
+    move: bool
+    why: str
+    aliases_set: list[str]
+    aliases: list[str]
+
+
+def _checked_model(config: RegisterModelConfig, lineage: Lineage) -> tuple[Lineage, Any, str, str, dict[str, Any]]:
+    """The model artifact checked against its training run: the lineage (with what its chain lacks), the training
+    run, the data's md5, the weights' sha256 and the model's description.
+
+    Raises:
+        InputError: the lineage has no training run, or the weights are not the ones train_model recorded.
+    """
     training, snapshot = lineage.training, lineage.snapshot
     if training is None:
         raise InputError("model: its lineage lacks the training run; it was not made by train_model")
@@ -203,8 +229,25 @@ def register_model(
         raise InputError(
             "model: model.safetensors does not match the hash train_model recorded (the artifact was changed)"
         )
-    meta = read_json(Path(config.model) / MODEL_META)
+    return lineage, training, md5, sha, read_json(Path(config.model) / MODEL_META)
 
+
+def _register(
+    config: RegisterModelConfig,
+    lineage: Lineage,
+    decision: dict[str, Any],
+    policy: Any,
+    training: Any,
+    md5: str,
+    sha: str,
+    meta: dict[str, Any],
+) -> _Registration:
+    """The version found or created, signed, its optimized variant registered beside it, and the aliases set.
+
+    Raises:
+        AliasMoved: the serving alias moved since the gate decided (the version is registered).
+        ServiceUnavailable: MLflow cannot be reached, or another registration held the alias's lease too long.
+    """
     from trainpipe import tracking
 
     client = tracking.connect(config.tracking_uri, policy)
@@ -232,18 +275,27 @@ def register_model(
         raise
     except Exception as exc:
         raise tracking.classify(exc, f"tracking_uri: registering {config.model_name!r} in MLflow", "failed") from None
+    return _Registration(version, created, signature, optimized, move, why, aliases_set, aliases)
+
+
+def _recorded(
+    config: RegisterModelConfig, lineage: Lineage, decision: dict[str, Any], meta: dict[str, Any], done: _Registration
+) -> RegisterModelResult:
+    """The registration's lineage and model card written to the output folder, and the step's result."""
+    version, aliases, optimized, signature = done.version, done.aliases, done.optimized, done.signature
     alias = (
         config.alias
         if config.alias in aliases
         else (config.challenger_alias if config.challenger_alias in aliases else None)
     )
     uri = f"models:/{config.model_name}@{alias}" if alias else f"models:/{config.model_name}/{version}"
+    lacks = [section for section in CHAIN if getattr(lineage, section) is None] or None
     lineage = lineage.with_(
         registration=RegistrationLineage(
             model_name=config.model_name,
             version=version,
             aliases=aliases,
-            champion_moved=move,
+            champion_moved=done.move,
             signature_sha256=signature,
             lacks=lacks,
         )
@@ -257,15 +309,15 @@ def register_model(
     atomic_write_text(out / MODEL_CARD_FILE, model_card(config, version, decision, lineage, meta))
     return RegisterModelResult(
         registered=True,
-        created=created,
+        created=done.created,
         model_name=config.model_name,
         version=version,
         alias=alias,
         aliases=aliases,
-        champion_moved=move,
-        aliases_set=aliases_set,
+        champion_moved=done.move,
+        aliases_set=done.aliases_set,
         model_uri=uri,
-        reason=("gate passed; " if created else "identical model and data already registered; ") + why,
+        reason=("gate passed; " if done.created else "identical model and data already registered; ") + done.why,
         optimized_version=optimized[1] if optimized else None,
         optimized_model_uri=f"models:/{optimized[0]}/{optimized[1]}" if optimized else None,
         signature_sha256=signature,
@@ -361,6 +413,7 @@ def register_optimized(
 
     from trainpipe.serving import package
 
+    assert config.optimized is not None, "called only with an optimized input"
     record = read_json(Path(config.optimized) / OPTIMIZATION_FILE)
     if not record.get("selected"):
         return None

@@ -385,14 +385,8 @@ def _report(
     hardware_profile: str,
 ) -> TrainModelResult:
     """Log what the ranks made, what they used and what that cost to the run, and build the result."""
-    from mlflow.entities import Metric
-
-    from trainpipe import tracking
-    from trainpipe.serving import package
-
-    client, run_id = t.client, t.run_id
     meta = json.loads((out / MODEL_META).read_text(encoding="utf-8"))
-    wall, prices = spending.training_wall or 0.0, spending.prices
+    wall = spending.training_wall or 0.0
     history = [
         json.loads(line) for line in (out / EPOCH_METRICS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()
     ]
@@ -401,6 +395,51 @@ def _report(
         for k, v in (history[-1] if history else {}).items()
         if k not in ("epoch", "step") and isinstance(v, (int, float))
     }
+    sha, model_uri, usage, spent = _log_run(config, t, out, spending, history, wall)
+    result = _result(config, t, out, meta, last, wall, sha, model_uri, usage, spent, spending.prices)
+    result.lineage = lineage.with_(
+        training=TrainingLineage(
+            mlflow_run_id=t.run_id,
+            experiment_id=t.exp_id,
+            model_uri=model_uri,
+            train_function=config.train_function,
+            task=config.task,
+            backend=config.backend,
+            dist_backend=result.dist_backend,
+            device=result.device,
+            world_size=result.world_size,
+            precision=config.precision,
+            hardware_profile=profile_name(hardware_profile),
+            model_sha256=sha,
+            final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
+            **usage.model_dump(exclude={"nodes"}),  # what every attempt used, as the result says
+            cost=result.cost,
+            currency=result.currency,
+        )
+    )
+    return result
+
+
+def _log_run(
+    config: TrainModelConfig,
+    t: _Tracking,
+    out: Path,
+    spending: _Spending,
+    history: list[dict[str, Any]],
+    wall: float,
+) -> tuple[str, str, Any, dict[str, float]]:
+    """The epochs' metrics, the model (once per weights) and what the step used and cost, logged to the run, which
+    ends FINISHED. Returns the weights' sha256, the logged model's URI, the usage and its figures.
+
+    Raises:
+        ServiceUnavailable: the tracking server cannot be reached.
+    """
+    from mlflow.entities import Metric
+
+    from trainpipe import tracking
+    from trainpipe.serving import package
+
+    client, run_id, prices = t.client, t.run_id, spending.prices
     now = int(time.time() * 1000)
     try:
         if not client.get_metric_history(run_id, "train_wall_seconds"):  # a retried attempt logs its history once
@@ -434,12 +473,29 @@ def _report(
         raise
     except Exception as exc:
         raise tracking.classify(exc, f"tracking_uri: logging the training run to {redact(t.uri)!r}", "failed") from None
+    return sha, model_uri, usage, spent
+
+
+def _result(
+    config: TrainModelConfig,
+    t: _Tracking,
+    out: Path,
+    meta: dict[str, Any],
+    last: dict[str, float],
+    wall: float,
+    sha: str,
+    model_uri: str,
+    usage: Any,
+    spent: dict[str, float],
+    prices: Any,
+) -> TrainModelResult:
+    """The step's result from the model's description, the last epoch's means and rank 0's telemetry."""
     telemetry0 = json.loads((out / TELEMETRY_DIR / "rank0.json").read_text(encoding="utf-8"))
-    result = TrainModelResult(
+    return TrainModelResult(
         model_file=MODEL_FILE,
         model_sha256=sha,
         model_uri=model_uri,
-        mlflow_run_id=run_id,
+        mlflow_run_id=t.run_id,
         tracking_uri=redact(t.uri),
         experiment_id=t.exp_id,
         train_function=config.train_function,
@@ -461,27 +517,6 @@ def _report(
         classes=meta.get("classes", []),
         feature_columns=meta["feature_columns"],
     )
-    result.lineage = lineage.with_(
-        training=TrainingLineage(
-            mlflow_run_id=run_id,
-            experiment_id=t.exp_id,
-            model_uri=model_uri,
-            train_function=config.train_function,
-            task=config.task,
-            backend=config.backend,
-            dist_backend=result.dist_backend,
-            device=result.device,
-            world_size=result.world_size,
-            precision=config.precision,
-            hardware_profile=profile_name(hardware_profile),
-            model_sha256=sha,
-            final_loss=round(result.final_loss, 6) if result.final_loss is not None else None,
-            **usage.model_dump(exclude={"nodes"}),  # what every attempt used, as the result says
-            cost=result.cost,
-            currency=result.currency,
-        )
-    )
-    return result
 
 
 #: Beside the checkpoints: the MLflow run of the training they hold (its id, experiment and the training's key).

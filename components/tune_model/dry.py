@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainpipe.components.tune_model.core import sample, trial_settings, trusting_its_function
+from trainpipe.components.tune_model.core import trusting_its_function
 from trainpipe.components.tune_model.spec import BEST_FILE, TuneModelConfig, TuneModelResult
+from trainpipe.components.tune_model.trial import sample, trial_settings
 from trainpipe.contract import dry
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_settings

@@ -321,7 +321,7 @@ class TuneModelParams(StrictModel):
                             others = frozenset(model.model_fields) - {key}
                             config_types.validate(model, {key: value}, ignore=others)
                     else:
-                        TypeAdapter(TrainModelParams.model_fields[name].annotation).validate_python(value)
+                        TypeAdapter(TrainModelParams.model_fields[name].annotation or Any).validate_python(value)
                 except (InputError, ValidationError) as exc:
                     why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
                     raise ValueError(f"space.{name}: {value!r} does not fit: {why}") from None

@@ -161,7 +161,7 @@ def _explain(
         for e in suite_doc["expectations"]
     }
     for outcome in outcomes:  # GX reports results in an order of its own: matched by what they expect
-        rule = rules.get(named.get(key(outcome.type, outcome.kwargs)))
+        rule = rules.get(named.get(key(outcome.type, outcome.kwargs)) or "")
         if outcome.success or rule is None or (outcome.type in AGGREGATED and not whole_table):
             continue
         message = rule.explain(df)
@@ -220,7 +220,7 @@ def _progress(files: list[Path]) -> Any:
         return None
     import pyarrow.parquet as pq
 
-    from trainpipe.telemetry import Progress
+    from trainpipe.contract.progress import Progress
 
     return Progress(NAME, sum(pq.ParquetFile(f).metadata.num_rows for f in files), "rows")
 

@@ -117,8 +117,8 @@ def resolve_features(store: Any, features: str) -> tuple[Any, str | None, dict[s
                 f"features: feature service {spec!r} does not exist in project {store.project!r} "
                 f"(known: {', '.join(known) or 'none'})"
             ) from None
-        by_view = {p.name: [f.name for f in p.features] for p in service.feature_view_projections}
-        return service, spec, by_view
+        projected = {p.name: [f.name for f in p.features] for p in service.feature_view_projections}
+        return service, spec, projected
     views = {v.name: v for v in _all_views(store)}
     by_view: dict[str, list[str]] = {}
     refs = [r.strip() for r in spec.split(",") if r.strip()]

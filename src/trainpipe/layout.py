@@ -2,13 +2,20 @@
 one place, so that the writer and its readers cannot disagree. A name only its own component reads
 stays in that component's spec.
 
-The model's files are named by the loader that every registered model carries (it travels
-without trainpipe, so it defines them and everything else takes them from it).
+Stdlib only and importing nothing of trainpipe: the bottom of the library's layers (the contract's
+artifact references read :data:`MARKER`).
 """
 
 from __future__ import annotations
 
-from trainpipe.serving.loader import MODEL_FILE, MODEL_META, ONNX_FILE
+# A model's files. The loader every registered model carries (``trainpipe.serving.loader``) travels without
+# trainpipe, so it spells these names itself; tests/unit/test_layout.py holds the two spellings equal.
+#: A model's weights (safetensors: reading them runs no code).
+MODEL_FILE = "model.safetensors"
+#: What to build around the weights (builder, features, task, classes).
+MODEL_META = "model.json"
+#: An optimized model's graph, beside its ``model.json``.
+ONNX_FILE = "model.onnx"
 
 #: In every finished output folder: the step's result and lineage (a folder without it is not done).
 MARKER = "trainpipe.json"

@@ -1,6 +1,7 @@
-"""Live telemetry: every training rank's figures in the Prometheus format while it runs, every
-component's batch-job figures pushed to a Pushgateway when it ends, and progress with rate and ETA
-in the task log.
+"""Live telemetry: every training rank's figures in the Prometheus format while it runs. (A
+component's batch-job figures, pushed to a Pushgateway when it ends, are ``trainpipe.contract.push``;
+progress with rate and ETA in the task log is ``trainpipe.contract.progress``: the entrypoint and the
+dataset hash use them, below the services.)
 
 **One endpoint per rank** (``metrics_port + local rank``), not prometheus_client's multiprocess
 mode. Each rank is its own process under every launcher trainpipe uses (torchrun, horovodrun,
@@ -20,8 +21,7 @@ telemetry costs the loop nothing measurable (``make bench``: telemetry on vs off
 
 **Never fails a run.** A port taken, or a Pushgateway down, is one warning line on stderr.
 
-Stdlib at import; prometheus_client (pure Python) is imported only when serving or pushing, and
-rich only to draw a bar on a terminal.
+Stdlib at import; prometheus_client (pure Python) is imported only when serving.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import json
 import os
 import platform
 import resource
-import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from trainpipe.contract.text import redact
+from trainpipe.contract.push import label as _label
+from trainpipe.contract.push import warn
 
 #: Labels every training series carries (JSON), set by train_model for its ranks.
 LABELS_ENV = "TRAINPIPE_METRICS_LABELS"
@@ -44,16 +44,6 @@ LABELS_ENV = "TRAINPIPE_METRICS_LABELS"
 ADDRESS_ENV = "TRAINPIPE_METRICS_ADDRESS"
 #: At most this long a finished rank waits for Prometheus to scrape its final figures (default 30 s).
 LINGER_ENV = "TRAINPIPE_METRICS_LINGER_S"
-#: The Pushgateway components push their batch-job figures to (unset: none is pushed).
-PUSHGATEWAY_ENV = "TRAINPIPE_PUSHGATEWAY"
-#: Which try of the task this is (the Airflow faces set it from the task instance; default 1).
-TRY_ENV = "TRAINPIPE_TRY_NUMBER"
-#: Seconds between two progress lines in the task log (default 10).
-PROGRESS_ENV = "TRAINPIPE_PROGRESS_EVERY_S"
-
-#: The Pushgateway job name; the grouping key adds the component and the run id, so a rerun of the
-#: same run replaces its figures instead of adding a second set.
-PUSH_JOB = "trainpipe"
 LABEL_NAMES = ("run_id", "component", "rank", "node", "hardware_profile", "model")
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: The parts of a step the loop times (torch: data, forward, backward, optimizer, other;
@@ -61,15 +51,6 @@ STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 #: pass and is inside ``backward``; under Horovod, the wait for the gradient averages is inside
 #: ``optimizer``.
 PHASES = ("data", "forward", "backward", "optimizer", "compute", "other")
-
-
-def warn(message: str) -> None:
-    """Telemetry's one warning line (it never raises)."""
-    print(f"trainpipe telemetry: warning: {message}", file=sys.stderr, flush=True)
-
-
-def _label(value: Any) -> str:
-    return str(value if value is not None else "")[:128]
 
 
 def training_labels(run_id: str, hardware_profile: str, model: str) -> str:
@@ -133,113 +114,136 @@ class TrainingCollector:
         return []  # not known before the first collect: the registry must not call collect() at registration
 
     def collect(self) -> Iterable[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
         with self._lock:
             self._fold()
-            names, values, ctx = self.names, self.values, self.ctx
-            out: list[Any] = []
-
-            def gauge(name: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
-                if value is None:
-                    return
-                fam = GaugeMetricFamily(name, doc, labels=names + list(extra or {}))
-                fam.add_metric(values + list((extra or {}).values()), float(value))
-                out.append(fam)
-
-            s = ctx.settings
-            info = GaugeMetricFamily(
-                "trainpipe_training_info",
-                "the run's settings (value 1)",
-                labels=names + ["backend", "dist_backend", "precision", "world_size", "train_function"],
-            )
-            info.add_metric(
-                values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)],
-                1.0,
-            )
-            out.append(info)
-            gauge("trainpipe_training_global_step", "optimizer steps taken, resumed ones included", ctx.global_step)
-            gauge(
-                "trainpipe_training_epoch",
-                "the epoch in progress, from 1 (0 before the first batch)",
-                ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0,
-            )
-            gauge("trainpipe_training_epochs", "epochs the run is configured for", s.epochs)
-            progress = ctx.progress_ratio()
-            gauge("trainpipe_training_progress_ratio", "share of the run's batches done (0-1)", progress)
-            gauge(
-                "trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds()
-            )
-            gauge(
-                "trainpipe_training_start_timestamp_seconds",
-                "when this process started training (unix time)",
-                self.started_unix,
-            )
-            gauge("trainpipe_training_restarts", "restarts of the worker group before this attempt", ctx.restarts)
-            gauge(
-                "trainpipe_training_last_checkpoint_timestamp_seconds",
-                "when the newest checkpoint was started (unix time)",
-                ctx.last_checkpoint_unix,
-            )
-            gauge(
-                "trainpipe_training_learning_rate",
-                "the optimizer's learning rate (its first parameter group)",
-                ctx.learning_rate(),
-            )
-            for key, value in sorted(ctx.last_logged().items()):
-                gauge(
-                    "trainpipe_training_logged",
-                    "the newest value the training function logged with ctx.log",
-                    value,
-                    {"key": key},
-                )
-            gauge(
-                "trainpipe_training_peak_rss_bytes",
-                "peak resident memory of this rank",
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
-            )
-            device = ctx.device_figures()
-            gauge(
-                "trainpipe_training_device_peak_memory_bytes",
-                "peak accelerator memory allocated by this rank",
-                device.get("peak_memory_bytes"),
-            )
-            for gpu in device.get("gpus", []):
-                idx = {"gpu": str(gpu["index"])}
-                gauge(
-                    "trainpipe_gpu_utilization_ratio",
-                    "NVML: share of time a kernel ran (0-1)",
-                    gpu.get("utilization"),
-                    idx,
-                )
-                gauge("trainpipe_gpu_memory_used_bytes", "NVML: device memory in use", gpu.get("memory_used"), idx)
-                gauge("trainpipe_gpu_power_watts", "NVML: board power draw", gpu.get("power"), idx)
-
-            samples = CounterMetricFamily("trainpipe_training_samples", "samples this rank trained on", labels=names)
-            samples.add_metric(values, self._samples)
-            steps = CounterMetricFamily(
-                "trainpipe_training_batches", "batches this rank ran (this process)", labels=names
-            )
-            steps.add_metric(values, float(self._steps))
-            phases = CounterMetricFamily(
-                "trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"]
-            )
-            for phase, secs in self._phases.items():
-                if secs or phase in ("data", "other"):
-                    phases.add_metric(values + [phase], secs)
-            hist = HistogramMetricFamily(
-                "trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names
-            )
-            cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets, strict=True)] + [
-                ("+Inf", float(self._steps))
-            ]
-            hist.add_metric(values, cumulative, sum_value=self._sum)
-            out += [samples, steps, phases, hist]
+            out: list[Any] = [self._info()]
+            gauge = self._gauge_into(out)
+            self._run_gauges(gauge)
+            self._device_gauges(gauge)
+            out += self._counters()
         self.last_scrape = time.monotonic()
         if not self.scrapes:
             self.first_scrape = self.last_scrape
         self.scrapes += 1
         return out
+
+    def _gauge_into(self, out: list[Any]) -> Callable[..., None]:
+        """A function that adds one gauge (with this rank's labels and ``extra``) to ``out``; None is skipped."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        names, values = self.names, self.values
+
+        def gauge(name: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
+            if value is None:
+                return
+            fam = GaugeMetricFamily(name, doc, labels=names + list(extra or {}))
+            fam.add_metric(values + list((extra or {}).values()), float(value))
+            out.append(fam)
+
+        return gauge
+
+    def _info(self) -> Any:
+        """The run's settings as labels of a gauge of value 1."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        ctx, s = self.ctx, self.ctx.settings
+        info = GaugeMetricFamily(
+            "trainpipe_training_info",
+            "the run's settings (value 1)",
+            labels=self.names + ["backend", "dist_backend", "precision", "world_size", "train_function"],
+        )
+        info.add_metric(
+            self.values + [s.backend, str(ctx.dist_name), s.precision, str(ctx.world_size), _label(s.train_function)],
+            1.0,
+        )
+        return info
+
+    def _run_gauges(self, gauge: Callable[..., None]) -> None:
+        """Where the run is: its step, epoch, progress, restarts, checkpoint, learning rate and logged values."""
+        ctx = self.ctx
+        s = ctx.settings
+        gauge("trainpipe_training_global_step", "optimizer steps taken, resumed ones included", ctx.global_step)
+        gauge(
+            "trainpipe_training_epoch",
+            "the epoch in progress, from 1 (0 before the first batch)",
+            ctx.epoch + 1 if ctx.batches_done or ctx.global_step else 0,
+        )
+        gauge("trainpipe_training_epochs", "epochs the run is configured for", s.epochs)
+        progress = ctx.progress_ratio()
+        gauge("trainpipe_training_progress_ratio", "share of the run's batches done (0-1)", progress)
+        gauge("trainpipe_training_eta_seconds", "estimated seconds left, from this process's rate", ctx.eta_seconds())
+        gauge(
+            "trainpipe_training_start_timestamp_seconds",
+            "when this process started training (unix time)",
+            self.started_unix,
+        )
+        gauge("trainpipe_training_restarts", "restarts of the worker group before this attempt", ctx.restarts)
+        gauge(
+            "trainpipe_training_last_checkpoint_timestamp_seconds",
+            "when the newest checkpoint was started (unix time)",
+            ctx.last_checkpoint_unix,
+        )
+        gauge(
+            "trainpipe_training_learning_rate",
+            "the optimizer's learning rate (its first parameter group)",
+            ctx.learning_rate(),
+        )
+        for key, value in sorted(ctx.last_logged().items()):
+            gauge(
+                "trainpipe_training_logged",
+                "the newest value the training function logged with ctx.log",
+                value,
+                {"key": key},
+            )
+
+    def _device_gauges(self, gauge: Callable[..., None]) -> None:
+        """This rank's memory and, through NVML, its GPUs' utilization, memory and power."""
+        ctx = self.ctx
+        gauge(
+            "trainpipe_training_peak_rss_bytes",
+            "peak resident memory of this rank",
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0,
+        )
+        device = ctx.device_figures()
+        gauge(
+            "trainpipe_training_device_peak_memory_bytes",
+            "peak accelerator memory allocated by this rank",
+            device.get("peak_memory_bytes"),
+        )
+        for gpu in device.get("gpus", []):
+            idx = {"gpu": str(gpu["index"])}
+            gauge(
+                "trainpipe_gpu_utilization_ratio",
+                "NVML: share of time a kernel ran (0-1)",
+                gpu.get("utilization"),
+                idx,
+            )
+            gauge("trainpipe_gpu_memory_used_bytes", "NVML: device memory in use", gpu.get("memory_used"), idx)
+            gauge("trainpipe_gpu_power_watts", "NVML: board power draw", gpu.get("power"), idx)
+
+    def _counters(self) -> list[Any]:
+        """The samples, batches and phase seconds this process counted, and its step-time histogram."""
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        names, values = self.names, self.values
+        samples = CounterMetricFamily("trainpipe_training_samples", "samples this rank trained on", labels=names)
+        samples.add_metric(values, self._samples)
+        steps = CounterMetricFamily("trainpipe_training_batches", "batches this rank ran (this process)", labels=names)
+        steps.add_metric(values, float(self._steps))
+        phases = CounterMetricFamily(
+            "trainpipe_training_phase_seconds", "seconds spent in each part of the step", labels=names + ["phase"]
+        )
+        for phase, secs in self._phases.items():
+            if secs or phase in ("data", "other"):
+                phases.add_metric(values + [phase], secs)
+        hist = HistogramMetricFamily(
+            "trainpipe_training_step_seconds", "wall time of a batch, data wait included", labels=names
+        )
+        cumulative = [(repr(le), float(c)) for le, c in zip(STEP_BUCKETS, self._buckets, strict=True)] + [
+            ("+Inf", float(self._steps))
+        ]
+        hist.add_metric(values, cumulative, sum_value=self._sum)
+        return [samples, steps, phases, hist]
 
     def interval(self) -> float | None:
         """The mean time between Prometheus's scrapes so far (None before the second)."""
@@ -390,203 +394,3 @@ class TrainingMetrics:
             self._server.server_close()
         except Exception:  # noqa: BLE001 (telemetry never fails a run)
             pass
-
-
-# --- batch-job metrics -------------------------------------------------------------------------------
-
-
-def push_component(
-    name: str,
-    exit_code: int,
-    seconds: float,
-    run_id: str | None,
-    figures: dict[str, float],
-    hardware_profile: str,
-    url: str | None = None,
-    series: list[tuple[str, str, dict[str, str], float]] | None = None,
-) -> bool:
-    """Push one component run's figures to the Pushgateway (``TRAINPIPE_PUSHGATEWAY``), if one is set.
-
-    Grouped by job ``trainpipe``, the component and the run id, and pushed with PUT: a rerun or a
-    retry of the same run replaces the figures. ``series`` are the step's own figures
-    (``(metric, help, labels, value)``, :meth:`ComponentResult.series`). Returns whether they were pushed.
-    """
-    url = url or os.environ.get(PUSHGATEWAY_ENV)
-    if not url:
-        return False
-    try:
-        from prometheus_client import CollectorRegistry, push_to_gateway
-        from prometheus_client.core import GaugeMetricFamily
-    except ImportError:
-        warn("prometheus_client is not installed; the component's figures were not pushed")
-        return False
-    try:
-        attempt = max(int(os.environ.get(TRY_ENV) or 1), 1)
-    except ValueError:
-        attempt = 1
-    labels = {"hardware_profile": _label(hardware_profile)}
-    # Metric families, not Gauge objects: a Gauge's value follows prometheus_client's process-wide mode,
-    # which a library imported earlier can switch to multiprocess files (feast.metrics does, on import).
-    families: dict[str, Any] = {}
-
-    def put(metric: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> None:
-        if value is None:
-            return
-        both = {**labels, **(extra or {})}
-        keys = sorted(both) if extra is not None else list(both)
-        family = families.get(metric) or families.setdefault(metric, GaugeMetricFamily(metric, doc, labels=keys))
-        family.add_metric([_label(both[k]) for k in keys], float(value))
-
-    put("trainpipe_component_duration_seconds", "wall time of the component's run", seconds)
-    put("trainpipe_component_exit_code", "the run's exit code (0 ok, 2 bad input, 75 service down, ...)", exit_code)
-    put("trainpipe_component_success", "1 if the run succeeded", 1.0 if exit_code == 0 else 0.0)
-    put("trainpipe_component_retries", "earlier tries of this task", attempt - 1)
-    put("trainpipe_component_rows", "rows the component read or scored", figures.get("rows"))
-    put("trainpipe_component_bytes", "bytes the component wrote or hashed", figures.get("bytes"))
-    put("trainpipe_component_last_run_timestamp_seconds", "when the run ended (unix time)", time.time())
-    for metric, doc, extra, value in series or []:
-        put(metric, doc, value, {k: str(v) for k, v in extra.items()})
-
-    class Families:
-        def collect(self) -> Any:
-            return list(families.values())
-
-    registry = CollectorRegistry()
-    registry.register(Families())
-    try:
-        push_to_gateway(
-            url,
-            job=PUSH_JOB,
-            registry=registry,
-            timeout=3,
-            grouping_key={"component": name, "run_id": _label(run_id) or "manual"},
-        )
-    except Exception as exc:  # noqa: BLE001 (telemetry never fails a run)
-        reason = getattr(exc, "reason", None) or exc
-        warn(
-            f"{PUSHGATEWAY_ENV}: cannot push {name}'s figures to {redact(url)} "
-            f"({str(reason).splitlines()[0][:200] if str(reason) else type(exc).__name__})"
-        )
-        return False
-    return True
-
-
-# --- progress ----------------------------------------------------------------------------------------
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-
-class Progress:
-    """Progress with rate and ETA: a line every ``every_s`` seconds in the task log, or a rich bar
-    on a terminal. :meth:`update` is cheap enough to call every step (one clock read).
-
-    Args:
-        what: Who reports (the line's prefix: ``train_model``).
-        total: The units of the whole job.
-        unit: What one unit is (``batches``, ``files``, ``MB``).
-        start: Units already done before this process (a resumed run).
-        rate_unit: The rate's unit and how many of it a unit is (``("samples", 64)``).
-    """
-
-    def __init__(
-        self,
-        what: str,
-        total: float,
-        unit: str,
-        *,
-        start: float = 0.0,
-        rate_unit: tuple[str, float] | None = None,
-        every_s: float | None = None,
-        stream: Any = None,
-        show: bool = True,
-    ) -> None:
-        self.what, self.total, self.unit = what, float(total), unit
-        self.rate_name, self.rate_scale = rate_unit or (unit, 1.0)
-        self.stream = stream or sys.stderr
-        try:
-            self.every = float(every_s if every_s is not None else os.environ.get(PROGRESS_ENV) or 10.0)
-        except ValueError:
-            self.every = 10.0
-        if not show:
-            self.every = float("inf")
-        self.start_units = self.done = float(start)
-        self.t0 = time.perf_counter()
-        self._next = self.t0 + self.every
-        self._bar: Any = None
-        isatty = getattr(self.stream, "isatty", None)
-        if show and isatty is not None and isatty() and self.total > 0:
-            try:
-                from rich.console import Console
-                from rich.progress import (
-                    BarColumn,
-                    TaskProgressColumn,
-                    TextColumn,
-                    TimeRemainingColumn,
-                )
-                from rich.progress import (
-                    Progress as RichProgress,
-                )
-
-                self._bar = RichProgress(
-                    TextColumn(what),
-                    BarColumn(),
-                    TaskProgressColumn(),
-                    TextColumn("{task.fields[rate]}"),
-                    TimeRemainingColumn(),
-                    console=Console(file=self.stream),
-                    transient=False,
-                )
-                self._task = self._bar.add_task(what, total=self.total, completed=self.done, rate="")
-                self._bar.start()
-                self.every = min(self.every, 0.25)
-                self._next = self.t0
-            except Exception:  # noqa: BLE001 (no rich: plain lines)
-                self._bar = None
-
-    def rate(self) -> float:
-        """Units per second since this process started."""
-        elapsed = time.perf_counter() - self.t0
-        return (self.done - self.start_units) / elapsed if elapsed > 0 else 0.0
-
-    def eta(self) -> float | None:
-        """Seconds left at the current rate (None before any progress)."""
-        r = self.rate()
-        return (self.total - self.done) / r if r > 0 and self.total > 0 else None
-
-    def update(self, done: float) -> None:
-        self.done = float(done)
-        now = time.perf_counter()
-        if now >= self._next:
-            self._next = now + self.every
-            self._show(now)
-
-    def _line(self, now: float) -> str:
-        pct = f" ({100.0 * self.done / self.total:.0f}%)" if self.total > 0 else ""
-        total = f"/{self.total:,.0f}" if self.total > 0 else ""
-        rate = self.rate() * self.rate_scale
-        eta = self.eta()
-        return (
-            f"{self.what}: {self.done:,.0f}{total} {self.unit}{pct}, {rate:,.1f} {self.rate_name}/s, "
-            f"elapsed {_clock(now - self.t0)}" + (f", ETA {_clock(eta)}" if eta is not None else "")
-        )
-
-    def _show(self, now: float) -> None:
-        if self._bar is not None:
-            self._bar.update(
-                self._task, completed=self.done, rate=f"{self.rate() * self.rate_scale:,.1f} {self.rate_name}/s"
-            )
-            return
-        print(self._line(now), file=self.stream, flush=True)
-
-    def finish(self) -> None:
-        """The last line (or the bar completed)."""
-        if self._bar is not None:
-            self._show(time.perf_counter())
-            self._bar.stop()
-            return
-        if self.done > self.start_units and time.perf_counter() - self.t0 >= self.every:
-            self._show(time.perf_counter())

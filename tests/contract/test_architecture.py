@@ -8,6 +8,8 @@ expects ``make lint``'s tools to fail. What stays here, read from the source (AS
 
 - no import cycle among trainpipe's modules, not even through an import inside a function (the tool's
   acyclic contract works on packages; a cycle is fixed by moving code, not by hiding an import);
+- no import by name (``__import__``, ``importlib.import_module``, ``pkgutil.resolve_name``) but the one
+  guarded place, ``trainpipe.contract.imports`` (import-linter cannot see one, and ruff not the bare builtin);
 - no core, spec, contract, training, serving or other orchestrator-free module imports kfp or
   airflow anywhere (a core never pulls an orchestrator SDK in, not even inside a function);
 - no DAG file, pipeline module, face or spec imports torch, tensorflow, horovod,
@@ -249,6 +251,74 @@ def test_the_guards_would_catch_a_violation(tmp_path):
     assert lines == ["mlflow", "dvc"]  # not the TYPE_CHECKING import, not the one inside a function
     anywhere = [line.split(" imports ")[1] for line in violations(source, ORCHESTRATORS, module_level_only=False)]
     assert anywhere == ["kfp", "airflow"]
+
+
+#: The one module that imports by name: it refuses the layers above the library (contract/imports.py).
+BY_NAME = REPO / "src/trainpipe/contract/imports.py"
+#: The model loader every registered model carries travels without trainpipe (stdlib only), so it imports a
+#: trusted builder by name itself.
+TRAVELS_ALONE = REPO / "src/trainpipe/serving/loader.py"
+#: What imports by name, out of import-linter's sight: importlib's, the builtin's and pkgutil's.
+BY_NAME_SOURCES = {
+    "importlib": ("import_module", "__import__"),
+    "builtins": ("__import__",),
+    "pkgutil": ("resolve_name",),
+}
+
+
+def imports_by_name(path: Path) -> list[str]:
+    """Where a module imports by name itself: ``__import__`` (called, passed or looked up with getattr),
+    ``importlib.import_module``, ``pkgutil.resolve_name``, or one of them imported from its module.
+    ``trainpipe.contract.imports.import_module`` is the way (ruff's TID251 says the same of the dotted names;
+    it cannot see the bare builtin)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Name) and node.id == "__import__":
+            found.append((line, f"{_rel(path)}:{line} uses __import__"))
+        elif isinstance(node, ast.Constant) and node.value in ("__import__", "resolve_name"):
+            found.append((line, f"{_rel(path)}:{line} looks up {node.value}"))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.attr in BY_NAME_SOURCES.get(node.value.id, ()):
+                found.append((line, f"{_rel(path)}:{line} uses {node.value.id}.{node.attr}"))
+        elif isinstance(node, ast.ImportFrom) and node.module in BY_NAME_SOURCES:
+            for alias in node.names:
+                if alias.name in BY_NAME_SOURCES[node.module]:
+                    found.append((line, f"{_rel(path)}:{line} imports {node.module}.{alias.name}"))
+    return [what for _, what in sorted(found)]
+
+
+def test_nothing_imports_by_name_but_the_one_guarded_place():
+    alone = {BY_NAME.resolve(), TRAVELS_ALONE.resolve()}
+    modules = [p for p in trainpipe_modules().values() if p.resolve() not in alone]
+    assert BY_NAME.is_file() and len(modules) > 100
+    assert imports_by_name(BY_NAME), "the guarded place is where importlib.import_module is called"
+    bad = [v for m in modules for v in imports_by_name(m)]
+    assert bad == [], (
+        "an import by name outside trainpipe.contract.imports (import-linter cannot see it):\n" + "\n".join(bad)
+    )
+
+
+def test_the_import_by_name_rule_would_catch_each_way(tmp_path):
+    source = tmp_path / "planted.py"
+    source.write_text(
+        "import builtins, importlib, pkgutil\n"
+        "from pkgutil import resolve_name\n"
+        "a = __import__('trainpipe.app')\n"
+        "b = getattr(builtins, '__import__')('trainpipe.app')\n"
+        "c = pkgutil.resolve_name('trainpipe.app:main')\n"
+        "d = importlib.import_module('trainpipe.app')\n"
+        "from trainpipe.contract.imports import import_module\n"
+        "e = import_module('teampkg.train')\n"
+    )
+    found = [v.split(":", 1)[1] for v in imports_by_name(source)]
+    assert found == [
+        "2 imports pkgutil.resolve_name",
+        "3 uses __import__",
+        "4 looks up __import__",
+        "5 uses pkgutil.resolve_name",
+        "6 uses importlib.import_module",
+    ]
 
 
 # : What the platform sets for a step: the entrypoint reads it once (trainpipe.contract.runtime) and a core gets it as

@@ -259,6 +259,29 @@ def test_every_component_ships_in_the_distribution():
         assert setuptools["package-data"][f"trainpipe.components.{name}"] == ["*.yaml", "*.md"], name
 
 
+def test_every_package_folder_ships_in_the_distribution_and_the_contracts():
+    """Every folder of Python modules under the folders pyproject maps into ``trainpipe`` (a component's
+    subpackage included) is a package pyproject lists: one left out is silently missing from the wheel, and
+    from the import-linter contracts, which ``make lint`` checks on the installed package. Test folders
+    (``tests/``) stay out of the wheel."""
+    import tomllib
+
+    from tests.conftest import REPO
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, found = set(setuptools["packages"]), set()
+    for package, folder in setuptools["package-dir"].items():
+        root = REPO / folder
+        for path in root.rglob("*.py"):
+            parts = path.parent.relative_to(root).parts
+            if {"tests", "__pycache__", "golden"} & set(parts):
+                continue
+            found.add(".".join([package, *parts]))
+            assert (path.parent / "__init__.py").is_file(), f"{path.parent.relative_to(REPO)} has no __init__.py"
+    assert found - listed == set(), f"folders of modules that pyproject's packages leave out: {sorted(found - listed)}"
+    assert listed - found == set(), f"pyproject lists packages that hold no module: {sorted(listed - found)}"
+
+
 TEAM_TRAIN = {
     "train_function": "teampkg.typed:train",
     "train_config": {"learning_rate": 0.01, "hidden": [16]},

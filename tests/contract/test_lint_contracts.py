@@ -4,7 +4,8 @@ naming the rule. Nothing is exempt: the application layer (``trainpipe.app``) si
 
 - import-linter (pyproject's ``[tool.importlinter]``): a library module importing a composition (as the CLI
   and the runner did from inside functions), a component importing another (a relative import included),
-  a pipeline importing a component's module other than its spec and faces, anything importing the app;
+  a pipeline importing a component's module other than its spec and faces, anything importing the app,
+  and inside the library a layer importing one above it or a module of its own row;
 - ruff: a relative import beyond a package's siblings (TID252), an import by name (TID251), which
   import-linter cannot see; and at run time the one import by name refuses the layers above the library.
 """
@@ -84,6 +85,21 @@ VIOLATIONS = {
         {"contract/planted.py": "from trainpipe.app import cli\n"},
         "application > DAGs > pipelines > components > library BROKEN",
         "trainpipe.contract.planted -> trainpipe.app.cli",
+    ),
+    "the contract reaches up to a service inside a function (Progress's old home)": (
+        {"contract/planted.py": "def f():\n    from trainpipe.telemetry import TrainingMetrics\n"},
+        "application > DAGs > pipelines > components > library BROKEN",
+        "trainpipe.contract.planted -> trainpipe.telemetry",
+    ),
+    "a service imports training": (
+        {"serving/planted.py": "from trainpipe.training import loop\n"},
+        "application > DAGs > pipelines > components > library BROKEN",
+        "trainpipe.serving.planted -> trainpipe.training.loop",
+    ),
+    "a service imports another of its row": (
+        {"serving/planted.py": "from trainpipe.tracking import probe\n"},
+        "application > DAGs > pipelines > components > library BROKEN",
+        "trainpipe.serving.planted -> trainpipe.tracking",
     ),
     "a component imports another's core with a relative import": (
         {"components/evaluate_model/planted.py": "from ..train_model.core import train_model\n"},

@@ -20,6 +20,7 @@ from tests.helpers.k8s_schema import validate_pytorchjob, validate_trainjob
 from trainpipe import pods, telemetry
 from trainpipe.components.train_model import k8s
 from trainpipe.components.train_model.spec import ClusterJob
+from trainpipe.contract import push
 from trainpipe.profiles import PROFILES, metrics_port
 
 pytestmark = pytest.mark.contract
@@ -153,7 +154,7 @@ def _exprs(path: Path) -> list[tuple[str, str]]:
 
 
 def test_the_dashboards_query_only_series_trainpipe_serves_and_take_a_run():
-    source = Path(telemetry.__file__).read_text()
+    source = Path(telemetry.__file__).read_text() + Path(push.__file__).read_text()  # served, pushed
     served = set(re.findall(r'"(trainpipe_[a-z_]+)"', source))
     paths = sorted((REPO / "monitoring" / "grafana").glob("*.json"))
     assert [p.name for p in paths] == ["trainpipe-pipeline.json", "trainpipe-training.json"]

@@ -147,8 +147,8 @@ def by_slurm_job(cfg: dict, tmp: Path) -> dict:
 
 def by_tune_trial(cfg: dict, tmp: Path) -> dict:
     """A study's trial: the train section's train_config, one key sampled into it, as its command reads it."""
-    from trainpipe.components.tune_model.core import TrialRun, trial_settings
     from trainpipe.components.tune_model.spec import TuneModelConfig
+    from trainpipe.components.tune_model.trial import TrialRun, trial_settings
     from trainpipe.contract.lineage import Lineage
 
     tune = build(
@@ -177,7 +177,7 @@ def by_tuned(cfg: dict, tmp: Path) -> dict:
 
     import optuna
 
-    from trainpipe.components.tune_model import core as tune_core
+    from trainpipe.components.tune_model import summary as tune_summary
     from trainpipe.components.tune_model.spec import TuneModelConfig
     from trainpipe.contract.entrypoint import lay_settings
     from trainpipe.contract.lineage import Lineage
@@ -194,7 +194,7 @@ def by_tuned(cfg: dict, tmp: Path) -> dict:
     study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs={"settings": settings, "params": {}}))
     out.mkdir(parents=True, exist_ok=True)
     with mock.patch("trainpipe.components.tune_model.report.write_report", return_value=""):  # no figures here
-        tune_core.summarize(study, tune, 1, "", Lineage(), out, write=True)
+        tune_summary.summarize(study, tune, 1, "", Lineage(), out, write=True)
     paths = {"data": str(tmp / "d.csv"), "output_dir": str(tmp / "m"), "tuned": str(out)}
     cmd = component_command(NAME, paths, orchestrator="manual")
     ns = vars(make_parser(NAME, TrainModelConfig, "").parse_args(cmd[cmd.index("--orchestrator") :]))

@@ -1,5 +1,5 @@
-"""trainpipe.telemetry on its own: progress lines, the scrape-time collector, a node's endpoint,
-and telemetry that never raises."""
+"""trainpipe.telemetry on its own, with the contract's progress and push: progress lines, the scrape-time
+collector, a node's endpoint, and telemetry that never raises."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import pytest
 
 from tests.conftest import free_port_pair
 from trainpipe import telemetry
+from trainpipe.contract import progress, push
 
 pytestmark = pytest.mark.unit
 
 
 def test_progress_prints_at_its_cadence_with_rate_and_eta(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(telemetry.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
     out = io.StringIO()
-    p = telemetry.Progress("train_model", 100, "batches", rate_unit=("samples", 64), every_s=2, stream=out)
+    p = progress.Progress("train_model", 100, "batches", rate_unit=("samples", 64), every_s=2, stream=out)
     for t, done in ((0.5, 10), (1.0, 20), (2.5, 50), (3.0, 60)):  # one line, at 2.5 s
         now[0] = t
         p.update(done)
@@ -34,13 +35,13 @@ def test_progress_prints_at_its_cadence_with_rate_and_eta(monkeypatch):
 
 def test_progress_of_another_rank_is_silent_and_a_resumed_run_counts_its_own_rate(monkeypatch):
     out = io.StringIO()
-    quiet = telemetry.Progress("train_model", 10, "batches", every_s=0, stream=out, show=False)
+    quiet = progress.Progress("train_model", 10, "batches", every_s=0, stream=out, show=False)
     quiet.update(5)
     quiet.finish()
     assert out.getvalue() == ""
     now = [0.0]
-    monkeypatch.setattr(telemetry.time, "perf_counter", lambda: now[0])
-    resumed = telemetry.Progress("train_model", 100, "batches", start=60, every_s=100, stream=out)
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    resumed = progress.Progress("train_model", 100, "batches", start=60, every_s=100, stream=out)
     now[0] = 4.0
     resumed.update(80)
     assert resumed.rate() == 5.0  # 20 batches in 4 s, not the 60 a previous process did
@@ -130,15 +131,13 @@ def test_local_rank_0_answers_for_its_node_and_a_taken_port_is_one_warning(monke
 
 
 def test_without_a_pushgateway_nothing_is_pushed_and_one_that_is_down_is_one_warning(monkeypatch, capsys):
-    monkeypatch.delenv(telemetry.PUSHGATEWAY_ENV, raising=False)
-    assert telemetry.push_component("validate_data", 0, 1.0, "r", {}, "local") is False
+    monkeypatch.delenv(push.PUSHGATEWAY_ENV, raising=False)
+    assert push.push_component("validate_data", 0, 1.0, "r", {}, "local") is False
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     assert (
-        telemetry.push_component(
-            "validate_data", 0, 1.0, "r", {"rows": 3}, "local", url=f"http://u:pw@127.0.0.1:{closed}"
-        )
+        push.push_component("validate_data", 0, 1.0, "r", {"rows": 3}, "local", url=f"http://u:pw@127.0.0.1:{closed}")
         is False
     )
     err = capsys.readouterr().err.splitlines()
@@ -157,7 +156,7 @@ def test_hashing_a_large_dataset_reports_progress_and_the_same_hash(tmp_path, mo
     for i in range(3):
         (folder / f"part-{i}.parquet").write_bytes(bytes([i]) * (3 << 20))
     plain = dataset_digest(folder)
-    monkeypatch.setenv(telemetry.PROGRESS_ENV, "0")
+    monkeypatch.setenv(progress.PROGRESS_ENV, "0")
     assert dataset_digest(folder, "snapshot_dataset: hashing the data") == plain
     lines = capsys.readouterr().err.splitlines()
     assert lines and all(

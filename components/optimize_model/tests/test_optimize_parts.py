@@ -19,7 +19,7 @@ def _mlp(hidden: list[int]):
 def test_pruning_spares_the_last_layer_and_reaches_the_sparsity():
     import torch
 
-    from trainpipe.components.optimize_model.core import prunable, prune, zero_share
+    from trainpipe.components.optimize_model.variants import prunable, prune, zero_share
 
     torch.manual_seed(0)
     net = _mlp([16, 16])
@@ -35,7 +35,7 @@ def test_pruning_spares_the_last_layer_and_reaches_the_sparsity():
 def test_an_impossible_sparsity_and_a_model_without_layers_to_prune_are_refused():
     import torch
 
-    from trainpipe.components.optimize_model.core import prune
+    from trainpipe.components.optimize_model.variants import prune
 
     with pytest.raises(
         InputError, match=r"^sparsity: 0.97 structured removes all 16 units of layer body.0; at most 0.938 keeps one$"
@@ -49,7 +49,7 @@ def test_export_names_the_operator_onnx_cannot_translate(tmp_path):
     import numpy as np
     import torch
 
-    from trainpipe.components.optimize_model.core import _unexportable_op, export_onnx
+    from trainpipe.components.optimize_model.variants import _unexportable_op, export_onnx
 
     class Kth(torch.nn.Module):
         def forward(self, x):
@@ -89,7 +89,7 @@ def _variant(name: str, metric: float, p50: float, rps: float, size: int, accept
 
 
 def test_the_choice_is_among_accepted_variants_only_and_the_chart_draws_each():
-    from trainpipe.components.optimize_model.core import _select, chart, report
+    from trainpipe.components.optimize_model.choice import _select, chart, report
     from trainpipe.components.optimize_model.spec import OptimizeModelResult
 
     vs = [

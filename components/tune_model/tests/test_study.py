@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainpipe.components.tune_model import core
+from trainpipe.components.tune_model import core, summary, trial
+from trainpipe.components.tune_model import study as studies
 from trainpipe.components.tune_model.spec import (
     SCORED,
     SIZE_OBJECTIVES,
@@ -155,10 +156,10 @@ def test_the_builtins_log_each_epoch_what_epoch_logs_says():
 
 
 def _study(config: TuneModelConfig):
-    search = core.search_of(config, _lineage())
+    search = studies.search_of(config, _lineage())
     if config.study_name is None:
-        config = config.model_copy(update={"study_name": core.study_name_for(Lineage(), search)})
-    return config, core.open_study(config, search)
+        config = config.model_copy(update={"study_name": studies.study_name_for(Lineage(), search)})
+    return config, studies.open_study(config, search)
 
 
 def _lineage() -> Lineage:
@@ -185,33 +186,33 @@ def test_two_searches_in_one_folder_never_share_a_trial_folder(tmp_path_factory,
         return _config(tmp, space=s)
 
     a, b = config(first), config(second)
-    names = [core.study_name_for(Lineage(), core.search_of(c, _lineage())) for c in (a, b)]
+    names = [studies.study_name_for(Lineage(), studies.search_of(c, _lineage())) for c in (a, b)]
     a, b = (c.model_copy(update={"study_name": n}) for c, n in zip((a, b), names, strict=True))
     if first == second:
-        assert core.trial_dir(a, 1) == core.trial_dir(b, 1)  # the same search: the same study
+        assert studies.trial_dir(a, 1) == studies.trial_dir(b, 1)  # the same search: the same study
     else:
-        assert core.trial_dir(a, 1) != core.trial_dir(b, 1)
-        assert core.trial_dir(b, 1).parent == core.study_dir(b) != core.study_dir(a)
+        assert studies.trial_dir(a, 1) != studies.trial_dir(b, 1)
+        assert studies.trial_dir(b, 1).parent == studies.study_dir(b) != studies.study_dir(a)
 
 
 def test_a_second_study_in_the_same_folder_trains_in_its_own(tmp_path):
     """The user's case: another space, default name, same output_dir. Its trial 1 writes where the first
     study's trial 1 never did (so it resumes no checkpoint of it), and it reads its own rows."""
     first, study_a = _study(_config(tmp_path))
-    old = core.trial_dir(first, 1) / "checkpoints" / "ckpt-0000000034"
+    old = studies.trial_dir(first, 1) / "checkpoints" / "ckpt-0000000034"
     old.mkdir(parents=True)  # the first study's trial 1 finished
     other = {"train_config.learning_rate": {"type": "float", "low": 0.001, "high": 0.01}}
     second, study_b = _study(_config(tmp_path, space=other))
     assert second.study_name != first.study_name and study_a.study_name != study_b.study_name
 
-    run = core.TrialRun(second, core.study_dir(second) / core.ROWS_FILE, "", Lineage(), None)
-    settings_file = core.trial_dir(second, 1).with_suffix(".json")
+    run = trial.TrialRun(second, studies.study_dir(second) / studies.ROWS_FILE, "", Lineage(), None)
+    settings_file = studies.trial_dir(second, 1).with_suffix(".json")
     settings_file.parent.mkdir(parents=True, exist_ok=True)
-    run.command(SimpleNamespace(number=1), {}, core.trial_dir(second, 1))
+    run.command(SimpleNamespace(number=1), {}, studies.trial_dir(second, 1))
     written = json.loads(settings_file.read_text())
-    assert Path(written["output_dir"]) == core.trial_dir(second, 1)
+    assert Path(written["output_dir"]) == studies.trial_dir(second, 1)
     assert not Path(written["output_dir"], "checkpoints").exists()
-    assert Path(written["data"]).parent == core.study_dir(second)  # its rows, not the first study's
+    assert Path(written["data"]).parent == studies.study_dir(second)  # its rows, not the first study's
 
 
 def test_a_folder_is_never_another_studys(tmp_path):
@@ -220,31 +221,31 @@ def test_a_folder_is_never_another_studys(tmp_path):
     import optuna
 
     config, study = _study(_config(tmp_path, study_name="digits"))
-    first_id = study.user_attrs[core.ID_ATTR]
-    (core.trial_dir(config, 0) / "checkpoints").mkdir(parents=True)
+    first_id = study.user_attrs[studies.ID_ATTR]
+    (studies.trial_dir(config, 0) / "checkpoints").mkdir(parents=True)
     elsewhere = f"sqlite:///{tmp_path / 'other.db'}"
     with pytest.raises(InputError, match=r"^study_name: .* holds the trials of another study named 'digits'"):
         _study(_config(tmp_path, study_name="digits", storage=elsewhere))
     assert "digits" not in optuna.get_all_study_names(elsewhere)  # refused before it was made
 
-    optuna.delete_study(study_name="digits", storage=core.storage_url(config))
+    optuna.delete_study(study_name="digits", storage=studies.storage_url(config))
     again, remade = _study(_config(tmp_path, study_name="digits"))
-    assert not core.trial_dir(again, 0).exists()
-    assert remade.user_attrs[core.ID_ATTR] != first_id
+    assert not studies.trial_dir(again, 0).exists()
+    assert remade.user_attrs[studies.ID_ATTR] != first_id
 
 
 def test_the_sampler_has_its_own_seed_and_the_trials_split_with_seed(tmp_path):
     def sampled(name: str, **seeds) -> list:
         config, study = _study(_config(tmp_path / name, study_name="s", **seeds))
-        return [core.sample(study.ask(), config.space) for _ in range(3)]
+        return [trial.sample(study.ask(), config.space) for _ in range(3)]
 
     assert sampled("a", seed=1, sampler_seed=7) == sampled("b", seed=2, sampler_seed=7)
     assert sampled("c", seed=1, sampler_seed=7) != sampled("d", seed=1, sampler_seed=8)
 
     config = _config(tmp_path / "e", seed=5, sampler_seed=11, study_name="s")
-    out = core.trial_dir(config, 0)
+    out = studies.trial_dir(config, 0)
     out.parent.mkdir(parents=True)
-    core.TrialRun(config, tmp_path / "rows.parquet", "", Lineage(), None).command(SimpleNamespace(number=0), {}, out)
+    trial.TrialRun(config, tmp_path / "rows.parquet", "", Lineage(), None).command(SimpleNamespace(number=0), {}, out)
     assert json.loads(out.with_suffix(".json").read_text())["seed"] == 5
 
 
@@ -272,7 +273,7 @@ def T(number: int, *values: float) -> SimpleNamespace:  # noqa: N802
     ],
 )
 def test_the_trial_taken_is_the_best_on_the_first_objective(trials, directions, taken):
-    assert core.choose(trials, directions).number == taken
+    assert summary.choose(trials, directions).number == taken
 
 
 VALUES = st.floats(-1e6, 1e6, allow_nan=False)
@@ -290,7 +291,7 @@ VALUES = st.floats(-1e6, 1e6, allow_nan=False)
 def test_the_trial_taken_is_on_the_pareto_front_and_does_not_depend_on_order(case, rnd):
     rows, directions = case
     trials = [T(i, *v) for i, v in enumerate(rows)]
-    best = core.choose(trials, directions)
+    best = summary.choose(trials, directions)
 
     def better(a, b):  # a at least as good on every objective, better on one
         sign = [1 if d == "maximize" else -1 for d in directions]
@@ -302,7 +303,7 @@ def test_the_trial_taken_is_on_the_pareto_front_and_does_not_depend_on_order(cas
     assert best.values[0] == (max(first) if directions[0] == "maximize" else min(first))
     shuffled = list(trials)
     rnd.shuffle(shuffled)
-    assert core.choose(shuffled, directions) is best
+    assert summary.choose(shuffled, directions) is best
 
 
 # --- what a trial adds to its MLflow run -------------------------------------------------------------------
@@ -320,7 +321,7 @@ def test_the_trial_taken_is_on_the_pareto_front_and_does_not_depend_on_order(cas
 def test_a_trial_names_its_scores_once(metrics):
     """The validation scores as val_<metric>, the size as parameters; what the function logged (val_loss)
     and what the training used are on the run under train_model's names already, never a doubled one."""
-    out = core.run_metrics(metrics)
+    out = trial.run_metrics(metrics)
     for name, value in out.items():
         assert name.removeprefix("val_") in VALIDATION_METRICS or name in SIZE_OBJECTIVES, name
         assert not name.startswith("val_val_") and value == value
@@ -340,7 +341,7 @@ def test_the_gate_holds_the_chief_until_the_judge_answers_each_epoch(tmp_path):
         heard.append(line)
         return line["epoch"] == 2
 
-    judge = core._Judge(decide)
+    judge = trial._Judge(decide)
     judge.start()
     gate = EpochGate(judge.path)
     try:
@@ -362,7 +363,7 @@ def test_the_judge_prunes_on_the_first_objective_and_refuses_what_the_function_d
         t = study.ask()
         t.report(0.9, 1)
         study.tell(t, 0.9)
-    run = core.TrialRun(config, tmp_path / "rows.parquet", "", Lineage(), None)
+    run = trial.TrialRun(config, tmp_path / "rows.parquet", "", Lineage(), None)
     worse = study.ask()
     assert run.judge(worse, {"epoch": 0, "step": 17, "loss": 2.0, "accuracy": 0.1}) is True
     assert worse.user_attrs["pruned_at"] == {"epoch": 1, "step": 17}

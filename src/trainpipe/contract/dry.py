@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from trainpipe.contract.io import atomic_write_settings, atomic_write_text
+from trainpipe.contract.runtime import profile_label
 
 #: The folder a dry run writes what each step received into; unset, steps do their work.
 ENV = "TRAINPIPE_DRY_RUN"
@@ -88,7 +89,7 @@ def record(name: str, settings: BaseModel, runtime: Any, ns: dict[str, Any], rec
         "orchestrator": ns.get("orchestrator") or os.environ.get("TRAINPIPE_ORCHESTRATOR") or "manual",
         "run_id": ns.get("run_id"),
         "settings": settings.model_dump(mode="json"),
-        "hardware_profile": _profile_name(runtime.hardware_profile),
+        "hardware_profile": profile_label(runtime.hardware_profile),
         # a step that trusts more than the platform and its setting say (tune_model: its function's package) says so
         "trusted_code": received.get("trusted_code", list(runtime.trusted_code)),
         "policy": runtime.policy.model_dump(mode="json", exclude_defaults=True),
@@ -97,18 +98,6 @@ def record(name: str, settings: BaseModel, runtime: Any, ns: dict[str, Any], rec
     path = where / f"{name}-{time.time_ns()}-{os.getpid()}.json"
     atomic_write_settings(path, doc)
     return path
-
-
-def _profile_name(value: str) -> str:
-    """The hardware profile's name, where the step was given the profile itself (its content, as JSON)."""
-    import json
-
-    if value.lstrip().startswith("{"):
-        try:
-            return str(json.loads(value).get("name", value))
-        except ValueError:
-            return value
-    return value
 
 
 def read(where: str | os.PathLike[str], component: str | None = None) -> list[dict[str, Any]]:

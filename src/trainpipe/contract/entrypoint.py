@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.json_schema import JsonDict
 
-from trainpipe.contract import artifacts
+from trainpipe.contract import artifacts, push
 from trainpipe.contract import dry as dry_run
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.config import M, build, load_file
@@ -33,15 +34,17 @@ from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, Trainp
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.result import ComponentResult, ErrorRecord
-from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.runtime import PROFILE_ENV, Runtime, profile_label
 
-INPUT = {"role": "input"}
+#: A field's ``json_schema_extra``: an input artifact.
+INPUT: JsonDict = {"role": "input"}
 #: An input that may also be raw data the user names (a file, or a folder of Parquet files) rather than an artifact.
-SOURCE = {"role": "input", "source": True}
-OUTPUT = {"role": "output"}
+SOURCE: JsonDict = {"role": "input", "source": True}
+#: A field's ``json_schema_extra``: the output folder.
+OUTPUT: JsonDict = {"role": "output"}
 
 
-def settings_input(file: str, made_by: str) -> dict[str, Any]:
+def settings_input(file: str, made_by: str) -> JsonDict:
     """An input artifact that holds settings of this step (``file`` in it, written by the step ``made_by``):
     laid over the step's own before they are checked (:func:`lay_settings`; train_model's ``tuned``)."""
     return {**INPUT, "settings": file, "made_by": made_by}
@@ -223,7 +226,7 @@ def lay_settings(model: type[BaseModel], settings: dict[str, Any]) -> dict[str, 
         where = settings.get(name)
         if not extra.get("settings") or not where or not isinstance(where, str):
             continue
-        path = Path(where) / extra["settings"]
+        path = Path(where) / str(extra["settings"])
         try:
             held = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -337,20 +340,16 @@ def run(
 
 def _push(name: str, code: int, seconds: float, ns: dict[str, Any], payload: dict[str, Any], result: Any) -> None:
     """The run's batch-job figures to the Pushgateway, when the platform set one (never fails the run)."""
-    from trainpipe import telemetry
-    from trainpipe.contract.runtime import PROFILE_ENV
-    from trainpipe.profiles import profile_name
-
-    if not os.environ.get(telemetry.PUSHGATEWAY_ENV):
+    if not os.environ.get(push.PUSHGATEWAY_ENV):
         return
     run_id = ns.get("run_id") or ((payload.get("lineage") or {}).get("orchestrator") or {}).get("run_id")
-    telemetry.push_component(
+    push.push_component(
         name,
         code,
         seconds,
         run_id,
         result.figures() if result is not None else {},
-        profile_name(os.environ.get(PROFILE_ENV) or "local"),
+        profile_label(os.environ.get(PROFILE_ENV) or "local"),
         series=result.series() if result is not None else [],
     )
 
@@ -428,7 +427,7 @@ def _run(
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130, payload, None, "interrupted"
-    except Exception:
+    except Exception as exc:
         import traceback
 
         traceback.print_exc()
@@ -443,9 +442,9 @@ def _run(
                     ns,
                     payload,
                     None,
-                    TrainpipeError(f"internal error: {sys.exc_info()[0].__name__}"),
+                    TrainpipeError(f"internal error: {type(exc).__name__}"),
                 )
-        return EXIT_INTERNAL, payload, None, f"internal error: {sys.exc_info()[0].__name__} (a bug in trainpipe)"
+        return EXIT_INTERNAL, payload, None, f"internal error: {type(exc).__name__} (a bug in trainpipe)"
     return EXIT_OK, payload, result, ""
 
 

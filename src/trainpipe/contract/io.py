@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trainpipe.contract.progress import Progress
+
 _CHUNK = 1 << 20
 
 
@@ -118,7 +120,7 @@ def atomic_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pa
 
 def file_digest(path: str | os.PathLike[str], algorithm: str = "md5", progress: Any = None) -> str:
     """Hex digest of a file's bytes (md5 by default, the hash DVC uses); ``progress`` (a
-    :class:`trainpipe.telemetry.Progress` in MB) advances as it reads."""
+    :class:`trainpipe.contract.progress.Progress` in MB) advances as it reads."""
     h = hashlib.new(algorithm)
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
@@ -137,8 +139,6 @@ def dataset_digest(path: str | os.PathLike[str], progress_for: str | None = None
     files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
     progress = None
     if progress_for:
-        from trainpipe.telemetry import Progress
-
         progress = Progress(progress_for, sum(f.stat().st_size for f in files) / 2**20, "MB")
     if p.is_file():
         digest = file_digest(p, progress=progress)

@@ -160,6 +160,7 @@ def _wait_tree(pid: int, waited: tuple[int, ...], grace: float) -> int:
                         _kill(pid, signal.SIGTERM, group=True)
         except ChildProcessError:
             break  # no child left: every process of the tree has exited (an orphan would be this one's child)
+        info: signal.struct_siginfo | None
         if deadline is None or deadline == float("inf"):
             info = signal.sigwaitinfo(waited)
         else:

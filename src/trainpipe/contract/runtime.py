@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
+from trainpipe.contract.config import load_file, parse_json
 from trainpipe.contract.policy import Policy, load_policy
 
 #: The hardware profile a step runs on: a built-in's name, a profile file's path, or a profile's JSON (the
@@ -18,6 +19,24 @@ from trainpipe.contract.policy import Policy, load_policy
 PROFILE_ENV = "TRAINPIPE_HARDWARE_PROFILE"
 #: Team packages whose model code steps may import to rebuild a model (comma-separated).
 TRUSTED_CODE_ENV = "TRAINPIPE_TRUSTED_MODEL_CODE"
+
+
+def profile_label(value: str) -> str:
+    """What a step records as its hardware profile (the lineage, the metric labels, a dry run): the
+    profile's own ``name`` where ``value`` is its content (JSON) or its file; else ``value`` itself
+    (a built-in's name, ``local``: no profile). A profile that cannot be read is named by ``value``
+    (a label never fails a run). ``trainpipe.profiles`` validates profiles; this only names one."""
+    try:
+        if value.lstrip().startswith("{"):
+            doc = parse_json(value, PROFILE_ENV)
+        elif value.endswith((".yaml", ".yml", ".json")):
+            doc = load_file(value)
+        else:
+            return value
+    except Exception:  # noqa: BLE001 (a label never fails a run)
+        return value
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) and name else value
 
 
 #: What a trusted package is named by: a top-level package or module (``teampkg``, ``acme.models``).

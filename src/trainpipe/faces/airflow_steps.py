@@ -29,7 +29,7 @@ def _step_of(task: Any) -> tuple[Any, dict[str, Any]] | None:
     cls = getattr(task, "operator_cls", None) or type(task)
     settings = getattr(task, "settings", None)
     config = getattr(cls, "config", None)
-    if isinstance(config, type) and issubclass(config, BaseModel) and getattr(cls, "component", ""):
+    if isinstance(config, type) and issubclass(config, BaseModel) and getattr(cls, "component", None):
         return (cls, settings) if isinstance(settings, dict) else None
     return None
 

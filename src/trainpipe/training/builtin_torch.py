@@ -5,6 +5,7 @@ context as a team's function. Imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ def tabular(ctx: Any, config: BuiltinConfig, arch: str) -> None:
     cfg = parse(config, task)
     data = ctx.data.load()
     args = init_args(arch, cfg, data, task)
-    builder = nets.BUILDERS[arch]
+    builder: Callable[..., Any] = nets.BUILDERS[arch]
     net = builder(**args)
     with torch.no_grad():  # the scaling travels inside the model: it serves raw rows
         net.norm.mean.copy_(torch.tensor(data.mean))
@@ -34,7 +35,12 @@ def tabular(ctx: Any, config: BuiltinConfig, arch: str) -> None:
     )
     ctx.restore(model=model, optimizer=opt)
     scale = float(data.target_std)
-    regression_loss = {"auto": F.mse_loss, "mse": F.mse_loss, "huber": F.huber_loss, "mae": F.l1_loss}[cfg.loss]
+    regression_loss: Any = {
+        "auto": F.mse_loss,
+        "mse": F.mse_loss,
+        "huber": F.huber_loss,
+        "mae": F.l1_loss,
+    }[cfg.loss]
     for x, y in ctx.batches(data):
         with ctx.autocast():
             out = model(x)

@@ -232,7 +232,7 @@ def validate(
 def _as_parameter(error: Any, typed: frozenset[str]) -> Any:
     """An error about a typed key's own value (a pipeline parameter's stand-in) names the parameter's type,
     not the stand-in."""
-    loc = error.get("loc") or ()
+    loc: tuple[Any, ...] = tuple(error.get("loc") or ())
     if len(loc) != 1 or str(loc[0]) not in typed or isinstance(error.get("input"), (dict, list)):
         return error
     kind = type(error.get("input")).__name__

@@ -329,7 +329,9 @@ class ParquetStream(_Rows):
             perm = np.random.default_rng([seed, epoch, gi]).permutation(len(x))[start_row:]
             start_row = 0
             nx, ny = x[perm], self._encode(y[perm])
-            if cur_x is not None and pos < len(cur_x):  # the last group's remainder starts the next batch
+            if (
+                cur_x is not None and cur_y is not None and pos < len(cur_x)
+            ):  # the last group's remainder starts the next batch
                 nx, ny = np.concatenate([cur_x[pos:], nx]), np.concatenate([cur_y[pos:], ny])
             cur_x, cur_y, pos = nx, ny, 0
             while len(cur_x) - pos >= local_batch and emitted < total:

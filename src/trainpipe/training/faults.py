@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainpipe.contract.errors import InputError
-from trainpipe.telemetry import TRY_ENV
+from trainpipe.contract.push import TRY_ENV
 
 FAULT_ENV = "TRAINPIPE_FAULT"
 

@@ -255,7 +255,7 @@ class Loop:
             InputError: the source has fewer rows than one global batch.
             Preempted: the platform asked the job to stop (a checkpoint was written first).
         """
-        from trainpipe.telemetry import Progress
+        from trainpipe.contract.progress import Progress
 
         s = self.settings
         per_epoch, iterate = sources.plan(source, placement, s, self.rank, self.world_size)

@@ -88,7 +88,7 @@ class TorchContext(BaseContext):
         self.scaler = torch.amp.GradScaler("cuda") if self._amp == torch.float16 else None
         self._models: list[torch.nn.Module] = []
         self._optimizer: torch.optim.Optimizer | None = None
-        self._rows = None
+        self._rows: sources.Placement | None = None
         from trainpipe.training.torch_profiling import NvmlSampler, TorchProfile
 
         self._profiler = (
