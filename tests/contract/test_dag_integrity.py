@@ -46,6 +46,27 @@ print("ok")
 """
 
 
+def _config(tmp_path):
+    """A minimal pipeline config, as every process of a deployment names it in TRAINPIPE_CONFIG."""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"data: {tmp_path / 'data.csv'}\n")
+    return path
+
+
+def test_a_dag_without_trainpipe_config_is_one_import_error(tmp_path):
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env.pop("TRAINPIPE_CONFIG", None)
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag({str(REPO / 'dags')!r}, include_examples=False)\n"
+        "print(len(bag.dags)); print(*sorted(bag.import_errors.values()), sep='\\n')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0] == "0"  # no DAG parses with defaults
+    assert "ImportError: TRAINPIPE_CONFIG is not set: every scheduler, dag-processor and worker" in proc.stdout
+
+
 @pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py"])
 @pytest.mark.parametrize("mode", ["local", "kubernetes"])
 def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
@@ -56,6 +77,7 @@ def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
         # an unreachable database: parsing must not need one
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent-trainpipe-dir/airflow.db",
         "TRAINPIPE_AIRFLOW_MODE": mode,
+        "TRAINPIPE_CONFIG": str(_config(tmp_path)),
     }
     code = PARSE_GUARDED.format(path=str(REPO / "dags" / dag_file))
     proc = subprocess.run(
