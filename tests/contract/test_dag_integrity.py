@@ -58,7 +58,7 @@ def test_a_dag_without_trainpipe_config_is_one_import_error(tmp_path):
     env.pop("TRAINPIPE_CONFIG", None)
     code = (
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag({str(REPO / 'dags')!r}, include_examples=False)\n"
+        f"bag = DagBag({str(REPO / 'dags')!r})\n"
         "print(len(bag.dags)); print(*sorted(bag.import_errors.values()), sep='\\n')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

@@ -28,7 +28,7 @@ def dagbag(tmp_path, monkeypatch):
     config.write_text(yaml.safe_dump({"data": str(tmp_path / "d.csv"), "profile": str(profile), "schedule": None}))
     monkeypatch.setenv("TRAINPIPE_CONFIG", str(config))
     monkeypatch.setenv("TRAINPIPE_AIRFLOW_MODE", "local")
-    bag = DagBag(dag_folder=str(REPO / "dags"), include_examples=False)
+    bag = DagBag(dag_folder=str(REPO / "dags"))
     assert not bag.import_errors, bag.import_errors
     return bag
 
