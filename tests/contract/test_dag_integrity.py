@@ -291,7 +291,12 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
         "task.emit_assets({'task': task, 'dag': tm.dag, 'run_id': 'manual__1', 'outlet_events': events}, result)\n"
         "print(next(iter(events.values())).extra['trained_by'])\n"
     )
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_CONFIG": str(_config(tmp_path)),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
     )
