@@ -256,6 +256,7 @@ def default_args(profile: Any) -> dict[str, Any]:
         "execution_timeout": timedelta(seconds=profile.timeout_s),
     }
 
+
 #: Where one DAG run keeps its step outputs.
 RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 

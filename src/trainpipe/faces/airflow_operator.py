@@ -5,8 +5,9 @@ timeout, "mark failed", ``airflow tasks clear``) ends the step's whole process g
 its ranks included. Only transient exit codes are retried: a failed suite, bad input or a failed
 gate fails the task for good. A preemption (exit 75 after a checkpoint: "preempted by SIGTERM …") spends
 no retry: the operator runs the entrypoint again in the same try, which resumes from the checkpoint, up to
-``max_preemptions`` times (the hardware profile's); one more is an ordinary transient failure. Kubernetes mode runs the same command in a pod
-(:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in :mod:`trainpipe.pipelines.dag_topology`.
+``max_preemptions`` times (the hardware profile's); one more is an ordinary transient failure. Kubernetes
+mode runs the same command in a pod (:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in
+:mod:`trainpipe.pipelines.dag_topology`.
 """
 
 from __future__ import annotations
