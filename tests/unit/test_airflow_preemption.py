@@ -68,3 +68,15 @@ def test_one_preemption_over_the_bound_fails_in_one_line_that_never_says_will_re
     with pytest.raises(AirflowException) as first:
         FakeOperator(task_id="fake", times=5, max_preemptions=0).execute(context(try_number=1, retries=1))
     assert "(transient, will retry)" in str(first.value)
+
+
+@pytest.mark.parametrize(("taken", "fires"), [(0, True), (1, True), (2, False)])
+def test_the_preempt_fault_with_times_fires_in_that_many_runs_of_a_try(monkeypatch, taken, fires):
+    from trainpipe.training.faults import Fault
+
+    monkeypatch.setenv("TRAINPIPE_FAULT", "preempt:3:2")
+    monkeypatch.setenv("TRAINPIPE_PREEMPTION", str(taken))
+    monkeypatch.delenv("TRAINPIPE_TRY_NUMBER", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("TRAINPIPE_ATTEMPT", raising=False)
+    assert (Fault.from_env().kind == "preempt") is fires
