@@ -32,7 +32,8 @@ class Fault:
     ``kill_checkpoint:STEP`` SIGKILLs rank 0 half way through writing checkpoint STEP (its data
     written, its metadata not); ``preempt:STEP`` has every rank take a SIGTERM before global step STEP
     (as the launcher's forwarding would, but at the same step on every machine): any step, the last included;
-    ``preempt:STEP:TIMES`` does so in each of the first TIMES runs of the step within one try (an Airflow task
+    ``preempt:STEP:TIMES`` does so (at the first step at or after STEP) in each of the first TIMES runs of the step
+    within one try (an Airflow task
     runs a preempted step again without a retry: ``TRAINPIPE_PREEMPTION`` counts them);
     ``preempt:after`` has train_model's own process take a SIGTERM once its ranks finished, as it logs the
     model (a platform's stop that comes just after the last step).
@@ -42,6 +43,7 @@ class Fault:
     rank: int = -1
     step: int = -1
     times: int = 1
+    fired: bool = False
 
     @classmethod
     def from_env(cls) -> Fault:
@@ -70,7 +72,9 @@ class Fault:
 
     def maybe_preempt(self, step: int) -> None:
         """Take a SIGTERM now, on this rank, when the fault names this step."""
-        if self.kind == "preempt" and self.step == step:
+        # with TIMES, at the first step at or after STEP: a run resumed from that checkpoint starts past it
+        if self.kind == "preempt" and (self.step == step or (self.times > 1 and step >= self.step and not self.fired)):
+            self.fired = True
             from trainpipe.training import control
 
             control.request(signal.SIGTERM)
