@@ -19,7 +19,6 @@ from datetime import datetime
 from airflow.sdk import DAG
 
 from trainpipe.pipelines.dag_topology import (
-    DEFAULT_ARGS,
     RUN_DIR,
     DagSettings,
     GateOperator,
@@ -41,7 +40,7 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=SETTINGS.default_args,
     doc_md=__doc__,
     tags=["trainpipe"],
     params=SETTINGS.params(),

@@ -23,7 +23,7 @@ from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.pipelines.dag_topology import DEFAULT_ARGS, RUN_DIR, DagSettings, dataset_asset, drift_steps, model_steps
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, dataset_asset, drift_steps, model_steps
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -37,7 +37,7 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=SETTINGS.default_args,
     doc_md=__doc__,
     tags=["trainpipe"],
     params=SETTINGS.params(),

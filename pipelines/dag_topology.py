@@ -65,7 +65,6 @@ def model_steps(
         TrainModelOperator,
         "train_model",
         {"data": snapshot_dir, "output_dir": model, **({"tuned": f"{run_dir}/tune_model"} if tuning else {})},
-        execution_timeout=timedelta(hours=6),
     )
     if tuning:
         tuning[-1] >> train
@@ -245,14 +244,18 @@ def gate_passed(ti: Any = None, **_: Any) -> bool:
     return bool(result and result.get("decision", {}).get("passed"))
 
 
-#: Retries with a capped exponential backoff and a timeout on every task of trainpipe's DAGs.
-DEFAULT_ARGS: dict[str, Any] = {
-    "retries": 3,
-    "retry_delay": timedelta(seconds=10),
-    "retry_exponential_backoff": True,
-    "max_retry_delay": timedelta(minutes=10),
-    "execution_timeout": timedelta(hours=1),
-}
+def default_args(profile: Any) -> dict[str, Any]:
+    """Every task's retries, capped exponential backoff and timeout: the hardware profile's ``retries``,
+    ``retry_backoff_s`` and ``timeout_s`` (train_model takes ``train_timeout_s``: :meth:`DagSettings.step`),
+    as the KFP pipeline applies them."""
+    return {
+        "retries": profile.retries,
+        "retry_delay": timedelta(seconds=profile.retry_backoff_s),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=10),
+        "execution_timeout": timedelta(seconds=profile.timeout_s),
+    }
+
 
 #: Where one DAG run keeps its step outputs.
 RUN_DIR = "{{ params.workspace }}/airflow-runs/{{ run_id | replace(':', '_') | replace('+', '_') }}"
@@ -282,7 +285,12 @@ class DagSettings:
 
     def __init__(self, exclude: tuple[str, ...] = ()) -> None:
         path = os.environ.get("TRAINPIPE_CONFIG")
-        self.config = load_pipeline_config(path) if path else PipelineConfig(data="data.csv").resolved()
+        if not path:  # not a DAG on <cwd>/data.csv, a SQLite MLflow in the working directory and @daily
+            raise ImportError(
+                "TRAINPIPE_CONFIG is not set: every scheduler, dag-processor and worker process needs the path of "
+                "the pipeline config (README: Deploying the DAGs)"
+            )
+        self.config = load_pipeline_config(path)
         self.mode = os.environ.get("TRAINPIPE_AIRFLOW_MODE", "local")
         self.exclude = exclude
         if self.config.policy is not None:
@@ -297,6 +305,11 @@ class DagSettings:
     def optimizes(self) -> bool:
         """Whether the DAG runs optimize_model (the config's ``optimize.enabled``, else the profile's)."""
         return self.config.optimizes()
+
+    @property
+    def default_args(self) -> dict[str, Any]:
+        """The DAG's default args, from the hardware profile (:func:`default_args`)."""
+        return default_args(self.profile)
 
     @functools.cached_property
     def profile(self) -> Any:
@@ -367,6 +380,10 @@ class DagSettings:
         resources, image = self._placement(operator_cls, task_id, kwargs)
         settings = {**self.templates(operator_cls), **paths}
         profile = self.profile if self.mode == "kubernetes" else None
+        if task_id == "train_model":
+            kwargs.setdefault("execution_timeout", timedelta(seconds=self.profile.train_timeout_s))
+        if self.mode == "local":
+            kwargs.setdefault("max_preemptions", self.profile.max_preemptions)
         return component_task(
             operator_cls, task_id, settings, mode=self.mode, image=image, resources=resources, profile=profile, **kwargs
         )

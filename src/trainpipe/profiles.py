@@ -142,6 +142,14 @@ class HardwareProfile(StrictModel):
     )
     retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: int = Field(30, ge=1, le=3600, description="first retry wait; doubles each retry, capped at 600 s")
+    max_preemptions: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="preemptions (exit 75 after a checkpoint) a step is run again after without spending a retry, "
+        "on Airflow; one more counts as a failure (a flapping node cannot loop forever). KFP's retry policy counts "
+        "every failure, so there a preemption spends one of `retries`",
+    )
 
 
 PROFILES: dict[str, HardwareProfile] = {

@@ -37,7 +37,13 @@ def test_import_loads_no_heavy_library(target, tmp_path):
     else:
         code = target + "\n"
     code += f"import sys; print('heavy=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    (tmp_path / "pipeline.yaml").write_text(f"data: {tmp_path / 'data.csv'}\n")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_CONFIG": str(tmp_path / "pipeline.yaml"),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False
     )
@@ -200,6 +206,8 @@ def test_cli_compile(tmp_path):
 
 
 def test_dagbag_loads_without_errors_and_every_task_has_retries_and_timeout(tmp_path, monkeypatch):
+    (tmp_path / "pipeline.yaml").write_text(f"data: {tmp_path / 'data.csv'}\n")
+    monkeypatch.setenv("TRAINPIPE_CONFIG", str(tmp_path / "pipeline.yaml"))
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     code = (
@@ -229,9 +237,11 @@ def test_kubernetes_mode_builds_pod_operators(tmp_path):
         "print(type(t).__mro__[1].__name__, t.cmds, t.image)\n"
         "assert '--result' in t.arguments and '/airflow/xcom/return.json' in t.arguments\n"
     )
+    (tmp_path / "pipeline.yaml").write_text(f"data: {tmp_path / 'data.csv'}\n")
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(tmp_path),
+        "TRAINPIPE_CONFIG": str(tmp_path / "pipeline.yaml"),
         "TRAINPIPE_AIRFLOW_MODE": "kubernetes",
         "TRAINPIPE_IMAGE": "registry.example/trainpipe:1",
     }

@@ -4,6 +4,7 @@ with a capped exponential backoff, a timeout and documentation."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,6 +47,31 @@ print("ok")
 """
 
 
+def _config(tmp_path):
+    """A minimal pipeline config, as every process of a deployment names it in TRAINPIPE_CONFIG."""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"data: {tmp_path / 'data.csv'}\n")
+    return path
+
+
+def test_a_dag_without_trainpipe_config_is_one_import_error(tmp_path):
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env.pop("TRAINPIPE_CONFIG", None)
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag({str(REPO / 'dags')!r})\n"
+        "import json; print(json.dumps({'dags': len(bag.dags), 'errors': sorted(bag.import_errors.values())}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["dags"] == 0 and len(got["errors"]) == 2, got  # no DAG parses with defaults
+    for error in got["errors"]:
+        assert "ImportError: TRAINPIPE_CONFIG is not set: every scheduler, dag-processor and worker" in error, error
+
+
 @pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py"])
 @pytest.mark.parametrize("mode", ["local", "kubernetes"])
 def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
@@ -56,6 +82,7 @@ def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
         # an unreachable database: parsing must not need one
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent-trainpipe-dir/airflow.db",
         "TRAINPIPE_AIRFLOW_MODE": mode,
+        "TRAINPIPE_CONFIG": str(_config(tmp_path)),
     }
     code = PARSE_GUARDED.format(path=str(REPO / "dags" / dag_file))
     proc = subprocess.run(
@@ -264,7 +291,12 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
         "task.emit_assets({'task': task, 'dag': tm.dag, 'run_id': 'manual__1', 'outlet_events': events}, result)\n"
         "print(next(iter(events.values())).extra['trained_by'])\n"
     )
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_CONFIG": str(_config(tmp_path)),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=False
     )

@@ -214,7 +214,8 @@ def test_a_setting_added_to_a_spec_reaches_every_face_with_no_other_edit(tmp_pat
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     }
-    env.pop("TRAINPIPE_CONFIG", None)
+    (tmp_path / "dag.yaml").write_text(f"data: {tmp_path / 'data.csv'}\n")
+    env["TRAINPIPE_CONFIG"] = str(tmp_path / "dag.yaml")
     proc = subprocess.run(
         [sys.executable, "-c", PROBE_NEW_SETTING, str(tmp_path), str(pkg / "dags" / "training_dag.py")],
         capture_output=True,

@@ -2,7 +2,8 @@
 processes, PostgreSQL as the metadata database, LocalExecutor. The run is triggered through
 the REST API as a user would, with the MLflow tracking server down at first: detect_drift (the
 first step that reads MLflow) exits 75 (transient), Airflow retries it with backoff, the server
-comes up, and the run succeeds. Then the retraining DAG, on asset events posted through the API:
+comes up, and the run succeeds; train_model, preempted twice, runs again in its first try (no retry
+spent). Then the retraining DAG, on asset events posted through the API:
 a new snapshot of the same data does not retrain (the retrain task says why), a drifted one does.
 """
 
@@ -118,6 +119,7 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "TRAINPIPE_CONFIG": str(config),
         "TRAINPIPE_AIRFLOW_MODE": "local",
+        "TRAINPIPE_FAULT": "preempt:3:2",  # train_model is preempted twice in its first try (a checkpoint each time)
     }
     env.pop("MLFLOW_TRACKING_URI", None)
     airflow = [sys.executable, "-m", "airflow"]
@@ -131,7 +133,7 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
     try:
         for name, args in {
             "api-server": ["api-server", "--port", str(api_port), "--host", "127.0.0.1"],
-            "scheduler": ["scheduler"],
+            "scheduler": ["scheduler", "--skip-serve-logs"],  # its log server would bind 0.0.0.0
             "dag-processor": ["dag-processor"],
         }.items():
             start(airflow, name, args, env, logs, procs)
@@ -173,6 +175,11 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
             "success",
         )
         assert tis["detect_drift"]["try_number"] >= 2 and tis["validate_data"]["try_number"] == 1
+        # two preemptions spent no retry: train_model ran again in its first try, resuming from its checkpoint
+        assert tis["train_model"]["try_number"] == 1, tis["train_model"]
+        log = json.dumps(api.call("GET", f"{run_path}/taskInstances/train_model/logs/1?full_content=true"))
+        assert "preemption 1 of at most 3" in log and "preemption 2 of at most 3" in log, log[-3000:]
+        assert "resumes from ckpt-" in log and "Traceback" not in log, log[-3000:]
         tries = api.call("GET", f"{run_path}/taskInstances/detect_drift/tries")["task_instances"]
         states = [t["state"] for t in sorted(tries, key=lambda t: t["try_number"])]
         assert states[0] == "failed" and states[-1] == "success", states  # the history of a retried task

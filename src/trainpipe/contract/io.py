@@ -48,6 +48,26 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return atomic_write_chunks(path, (data,))
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (/proc; no race with threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (0666 less the umask): ``mkstemp`` makes 0600, which
+    other users of a shared volume (a step run as another user, a server reading the artifacts) cannot read."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], durable: bool = True) -> Path:
     """Write the concatenated ``chunks`` to ``path`` atomically (temp file, fsync, rename).
 
@@ -60,6 +80,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], d
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:
                 fh.write(chunk)
@@ -107,6 +128,7 @@ def atomic_copy(src: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Pa
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())
         shutil.copyfile(src, tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())

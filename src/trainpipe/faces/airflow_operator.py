@@ -3,8 +3,11 @@
 The step's log reaches the task log line by line as it is written; a task that is killed (a
 timeout, "mark failed", ``airflow tasks clear``) ends the step's whole process group, torchrun and
 its ranks included. Only transient exit codes are retried: a failed suite, bad input or a failed
-gate fails the task for good. Kubernetes mode runs the same command in a pod
-(:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in :mod:`trainpipe.pipelines.dag_topology`.
+gate fails the task for good. A preemption (exit 75 after a checkpoint: "preempted by SIGTERM …") spends
+no retry: the operator runs the entrypoint again in the same try, which resumes from the checkpoint, up to
+``max_preemptions`` times (the hardware profile's); one more is an ordinary transient failure. Kubernetes
+mode runs the same command in a pod (:mod:`trainpipe.faces.airflow_pod`); the DAG topology is in
+:mod:`trainpipe.pipelines.dag_topology`.
 """
 
 from __future__ import annotations
@@ -31,14 +34,40 @@ from trainpipe.faces.command import component_command, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
+#: How many preemptions the step has taken in this try (0 on its first run): the fault hooks read it.
+PREEMPTION_ENV = "TRAINPIPE_PREEMPTION"
 
 
-def outcome(component: str, code: int, last: str) -> Exception:
-    """The Airflow exception for a failed step: retried only when the exit code is transient."""
+def outcome(component: str, code: int, last: str, *, retries_left: bool = True) -> Exception:
+    """The Airflow exception for a failed step: retried only when the exit code is transient and the task has
+    a retry left (a final failure never says it will retry)."""
     last = last or f"exit {code}"
     if is_retryable_exit(code):
-        return AirflowException(f"{component} exited {code} (transient, will retry): {last}")
+        then = "will retry" if retries_left else "no retry left"
+        return AirflowException(f"{component} exited {code} (transient, {then}): {last}")
     return AirflowFailException(f"{component} exited {code} (permanent, not retried): {last}")
+
+
+def is_preemption(code: int, message: str) -> bool:
+    """Whether a step's exit is a preemption after a checkpoint (exit 75, its record says "preempted by ...")
+    rather than an unreachable service (also 75)."""
+    return code == 75 and message.startswith("preempted")
+
+
+def rerun_after(component: str, code: int, message: str, taken: int, bound: int) -> str | None:
+    """The one line to log when a preempted step is run again in the same try (no retry spent), or None: not a
+    preemption, or the ``bound`` (``max_preemptions``) is reached and it fails as any transient exit does."""
+    if not is_preemption(code, message) or taken >= bound:
+        return None
+    return f"{component}: {message} (preemption {taken + 1} of at most {bound}: running it again, no retry spent)"
+
+
+def retries_left(ti: Any) -> bool:
+    """Whether Airflow retries the task after this try (its try number is within its retries)."""
+    try:
+        return int(ti.try_number) <= int(ti.task.retries)
+    except (AttributeError, TypeError, ValueError):
+        return True
 
 
 class TrainpipeOperator(BaseOperator):
@@ -48,6 +77,8 @@ class TrainpipeOperator(BaseOperator):
         settings: The component's settings (templated), as its CLI flags take them.
         env: Extra environment of the step (the platform policy; never a secret: those come
             from the worker's own environment or Airflow connections, not from the DAG).
+        max_preemptions: Preemptions (exit 75 after a checkpoint) run again in the same try without spending
+            a retry (the hardware profile's ``max_preemptions``); one more fails as any transient exit does.
     """
 
     component: ClassVar[str] = ""
@@ -56,11 +87,14 @@ class TrainpipeOperator(BaseOperator):
     template_fields: Sequence[str] = ("settings",)
     ui_color = "#e8f4ea"
 
-    def __init__(self, *, settings: dict[str, Any], env: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, settings: dict[str, Any], env: dict[str, str] | None = None, max_preemptions: int = 3, **kwargs: Any
+    ) -> None:
         self.check_settings(settings)
         super().__init__(**kwargs)
         self.settings = settings
         self.env = dict(env or {})
+        self.max_preemptions = max_preemptions
         self._proc: subprocess.Popen[str] | None = None
         check_neighbours(self, type(self), settings)
 
@@ -160,6 +194,23 @@ class TrainpipeOperator(BaseOperator):
             TRAINPIPE_RUN_ID=str(context["run_id"]),
             TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1),
         )  # the Pushgateway's retries figure
+        taken = 0
+        while True:
+            code, out, message = self._run_once(context, {**env, PREEMPTION_ENV: str(taken)})
+            line = rerun_after(self.component, code, message, taken, self.max_preemptions) if code else None
+            if line is None:
+                break
+            self.log.warning("%s", line)  # one line, no traceback: the step resumes from its checkpoint
+            taken += 1
+        if code == 0:
+            result = json.loads(out.strip().splitlines()[-1])
+            self.emit_assets(context, result)
+            return result
+        note_failure(self.component, code, message)
+        raise outcome(self.component, code, message, retries_left=retries_left(ti))
+
+    def _run_once(self, context: Any, env: dict[str, str]) -> tuple[int, str, str]:
+        """Run the entrypoint once: its exit code, its output and (when it failed) its one line."""
         with tempfile.TemporaryDirectory(prefix="trainpipe-") as tmp:
             error_record = os.path.join(tmp, "error.json")
             try:
@@ -173,12 +224,7 @@ class TrainpipeOperator(BaseOperator):
             finally:
                 self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
             message = ErrorRecord.explain(self.component, code, error_record) if code != 0 else ""
-        if code == 0:
-            result = json.loads(out.strip().splitlines()[-1])
-            self.emit_assets(context, result)
-            return result
-        note_failure(self.component, code, message)
-        raise outcome(self.component, code, message)
+        return code, out, message
 
     def _started(self, proc: subprocess.Popen[str]) -> None:
         self._proc = proc
@@ -216,7 +262,7 @@ def component_task(
         f"trainpipe `{name}`: runs `python -m trainpipe.components.{name}` "
         f"({'in a pod with the component image' if mode == 'kubernetes' else 'on the worker'}); its result JSON is the "
         "XCom value. "
-        "Only transient exits (75, signals) are retried.",
+        "Only transient exits (75, signals) are retried; a preemption is run again without spending a retry.",
     )
     operator_cls.check_settings(settings)  # a setting the spec lacks fails here, when the DAG file is parsed
     if mode == "kubernetes":

@@ -13,6 +13,9 @@ from trainpipe.contract.errors import InputError
 from trainpipe.contract.push import TRY_ENV
 
 FAULT_ENV = "TRAINPIPE_FAULT"
+#: Preemptions a step took in this try before this run (set by the Airflow operator that runs it again:
+#: trainpipe.faces.airflow_operator.PREEMPTION_ENV).
+PREEMPTIONS_ENV = "TRAINPIPE_PREEMPTION"
 
 
 def attempt() -> int:
@@ -29,6 +32,9 @@ class Fault:
     ``kill_checkpoint:STEP`` SIGKILLs rank 0 half way through writing checkpoint STEP (its data
     written, its metadata not); ``preempt:STEP`` has every rank take a SIGTERM before global step STEP
     (as the launcher's forwarding would, but at the same step on every machine): any step, the last included;
+    ``preempt:STEP:TIMES`` does so (at the first step at or after STEP) in each of the first TIMES runs of the step
+    within one try (an Airflow task
+    runs a preempted step again without a retry: ``TRAINPIPE_PREEMPTION`` counts them);
     ``preempt:after`` has train_model's own process take a SIGTERM once its ranks finished, as it logs the
     model (a platform's stop that comes just after the last step).
     """
@@ -36,6 +42,8 @@ class Fault:
     kind: str = ""
     rank: int = -1
     step: int = -1
+    times: int = 1
+    fired: bool = False
 
     @classmethod
     def from_env(cls) -> Fault:
@@ -43,7 +51,12 @@ class Fault:
         if not raw or attempt() > 0 or int(os.environ.get(TRY_ENV) or 1) > 1:
             return cls()
         parts = raw.split(":")
+        taken = int(os.environ.get(PREEMPTIONS_ENV) or 0)  # a preempted step's runs again in the same try
         try:
+            if parts[0] == "preempt" and len(parts) == 3:
+                return cls("preempt", 0, int(parts[1]), int(parts[2])) if taken < int(parts[2]) else cls()
+            if taken:
+                return cls()
             if parts[0] == "kill" and len(parts) == 3:
                 return cls("kill", int(parts[1]), int(parts[2]))
             if parts[0] == "preempt" and parts[1:] == ["after"]:
@@ -53,12 +66,15 @@ class Fault:
         except ValueError:
             pass
         raise InputError(
-            f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP, kill_checkpoint:STEP, preempt:STEP or preempt:after"
+            f"{FAULT_ENV}: {raw!r} is not kill:RANK:STEP, kill_checkpoint:STEP, preempt:STEP, preempt:STEP:TIMES "
+            "or preempt:after"
         )
 
     def maybe_preempt(self, step: int) -> None:
         """Take a SIGTERM now, on this rank, when the fault names this step."""
-        if self.kind == "preempt" and self.step == step:
+        # with TIMES, at the first step at or after STEP: a run resumed from that checkpoint starts past it
+        if self.kind == "preempt" and (self.step == step or (self.times > 1 and step >= self.step and not self.fired)):
+            self.fired = True
             from trainpipe.training import control
 
             control.request(signal.SIGTERM)
