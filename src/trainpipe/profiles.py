@@ -244,7 +244,7 @@ def get_profile(value: str) -> HardwareProfile:
     if value.lstrip().startswith("{"):
         return build(HardwareProfile, parse_json(value, "profile"), where="profile")
     if value.endswith((".yaml", ".yml", ".json")):
-        return build(HardwareProfile, load_file(value), where="profile")
+        return build(HardwareProfile, load_file(value, "profile: hardware profile file"), where="profile")
     raise InputError(
         f"profile: unknown profile {value!r} (built in: {', '.join(PROFILES)}; or a YAML file, or a profile's JSON)"
     )

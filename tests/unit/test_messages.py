@@ -83,3 +83,13 @@ def test_a_single_class_is_named_as_the_number_it_is(label):
 def test_plain_is_the_python_value(label):
     value = plain(label)
     assert type(value) in (int, float, bool, str) and value == label
+
+
+def test_a_missing_profile_file_is_named_as_the_profile_not_as_a_config(tmp_path):
+    """A new user's ``profile: nothere.yaml`` read "config file ... does not exist": the pipeline config
+    was there; the line names the field and what the file is."""
+    from trainpipe.profiles import get_profile
+
+    with pytest.raises(InputError) as exc:
+        get_profile(str(tmp_path / "nothere.yaml"))
+    assert str(exc.value).startswith("profile: hardware profile file ") and "does not exist" in str(exc.value)

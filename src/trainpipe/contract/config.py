@@ -162,8 +162,9 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_yaml_classes()[1], sort_keys=False, allow_unicode=True)
 
 
-def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a YAML or JSON config file into a dict.
+def load_file(path: str | os.PathLike[str], what: str = "config file") -> dict[str, Any]:
+    """Read a YAML or JSON config file into a dict; ``what`` names the file in messages (with the field
+    that named it: ``profile: hardware profile file``).
 
     Raises:
         InputError: the file is missing, unreadable, not YAML/JSON, or not a mapping.
@@ -172,11 +173,11 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"config file {str(p)!r} does not exist") from None
+        raise InputError(f"{what} {str(p)!r} does not exist") from None
     except OSError as exc:
-        raise InputError(f"config file {str(p)!r} cannot be read: {exc.strerror}") from None
+        raise InputError(f"{what} {str(p)!r} cannot be read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start})") from None
+        raise InputError(f"{what} {str(p)!r} is not UTF-8 text (byte {exc.start})") from None
     try:
         if p.suffix == ".json":
             data = json.loads(text)
@@ -184,9 +185,9 @@ def load_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             data = parse_yaml(text)
     except Exception as exc:  # yaml and json raise many kinds
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"config file {str(p)!r} is not valid YAML/JSON: {first}") from None
+        raise InputError(f"{what} {str(p)!r} is not valid YAML/JSON: {first}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"config file {str(p)!r} must hold a mapping of settings, not {type(data).__name__}")
+        raise InputError(f"{what} {str(p)!r} must hold a mapping of settings, not {type(data).__name__}")
     return data
