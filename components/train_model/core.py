@@ -174,6 +174,7 @@ def _train_here(
         tracking_thread.result()
     rank_errors = sorted((out / ERRORS_DIR).glob("rank*.json")) if (out / ERRORS_DIR).exists() else []
     if code != 0 or rank_errors:
+        stop.failure = _rank_failure(out)  # read before _failed discards it: a stop while failing keeps it
         _failed(config, out, code, rank_errors, tracking_thread, spending.reason)
     if tracking_thread is None:
         return _worker_node_result(config, spending.training_wall or 0.0, lineage)
@@ -201,6 +202,8 @@ class _PlatformStop:
         self.signal: str | None = None
         self.tracking: _Tracking | None = None
         self.when = "before its ranks started"
+        #: A rank's own error, once the step is failing on it (a stop then changes nothing of that).
+        self.failure: errors.TrainpipeError | None = None
         self._previous: dict[str, Any] = {}
 
     def __enter__(self) -> _PlatformStop:
@@ -219,12 +222,25 @@ class _PlatformStop:
             raise _Stopped(self.signal)
 
 
-def _stopped(config: TrainModelConfig, stop: _PlatformStop, signal_name: str) -> errors.Preempted:
+def _rank_failure(out: Path) -> errors.TrainpipeError | None:
+    """A rank's own error, recorded before a stop came: what the step failed on (a retry would fail again)."""
+    folder = out / ERRORS_DIR
+    for path in sorted(folder.glob("rank*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            err = json.loads(path.read_text(encoding="utf-8"))
+            if err.get("type") not in ("Preempted", "BudgetReached"):
+                return getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
+    return None
+
+
+def _stopped(config: TrainModelConfig, stop: _PlatformStop, signal_name: str) -> errors.TrainpipeError:
     """The step stopped on the platform's signal outside its ranks' training: nothing half-made is left, the
-    run is KILLED, and the one line says where a retry resumes."""
+    run is KILLED, and the one line says where a retry resumes. A rank that failed before the signal came
+    (a bad label column) is the step's error instead: exit 2, not a retry that fails again."""
     from trainpipe.training.checkpoint import checkpoint_name, completed_checkpoints
 
     out = Path(config.output_dir)
+    failure = stop.failure or _rank_failure(out)
     _discard_outputs(out)
     (out / f".train_config.node{launch.node_rank(config)}.json").unlink(missing_ok=True)
     t = stop.tracking
@@ -232,7 +248,9 @@ def _stopped(config: TrainModelConfig, stop: _PlatformStop, signal_name: str) ->
         t.join()
         if t.client is not None and t.run_id and not t.finished:
             with contextlib.suppress(Exception):  # the line below is what matters now
-                t.client.set_terminated(t.run_id, status="KILLED")
+                t.client.set_terminated(t.run_id, status="KILLED" if failure is None else "FAILED")
+    if failure is not None:
+        return failure
     done = completed_checkpoints(_checkpoint_dir(config))
     step = int(done[-1].name.split("-")[1]) if done else None
     kept = f"a retry resumes from {checkpoint_name(step)}" if step is not None else "a retry starts over"

@@ -143,3 +143,22 @@ def test_a_stop_outside_the_ranks_says_where_a_retry_resumes(tmp_path, checkpoin
     kept = "a retry resumes from ckpt-0000000012" if checkpoints else "a retry starts over"
     assert str(error) == f"preempted by SIGTERM after its ranks' last step, before the model was logged: {kept}"
     assert error.exit_code == 75 and not (out / "model.safetensors").exists()  # nothing half-made is left
+
+
+def test_a_stop_after_a_rank_failed_on_bad_input_is_that_failure_not_a_preemption(tmp_path):
+    """A new user's run: the rank refused the label column, then SIGTERM came while the step wound up; it
+    exited 75 ("preempted ... a retry starts over"), so Airflow and KFP retried what would fail again."""
+    from trainpipe.components.train_model.spec import TrainModelConfig
+    from trainpipe.contract.errors import InputError
+
+    csv = tmp_path / "d.csv"
+    csv.write_text("a,label\n1,0\n")
+    out = tmp_path / "m"
+    (out / core.ERRORS_DIR).mkdir(parents=True)
+    message = "label_column: 'label' is not a column of the data (columns: a)"
+    (out / core.ERRORS_DIR / "rank0.json").write_text(json.dumps({"type": "InputError", "message": message}))
+    stop = core._PlatformStop()
+    stop.when = "after its ranks' last step, before the model was logged"
+    error = core._stopped(TrainModelConfig(data=str(csv), output_dir=str(out)), stop, "SIGTERM")
+    assert isinstance(error, InputError) and str(error) == message and error.exit_code == 2
+    assert not (out / core.ERRORS_DIR).exists()
