@@ -67,12 +67,12 @@ def test_a_dag_without_trainpipe_config_is_one_import_error(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["dags"] == 0 and len(got["errors"]) == 2, got  # no DAG parses with defaults
+    assert got["dags"] == 0 and len(got["errors"]) == 3, got  # no DAG parses with defaults
     for error in got["errors"]:
         assert "ImportError: TRAINPIPE_CONFIG is not set: every scheduler, dag-processor and worker" in error, error
 
 
-@pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py"])
+@pytest.mark.parametrize("dag_file", ["training_dag.py", "retrain_dag.py", "ingest_dag.py"])
 @pytest.mark.parametrize("mode", ["local", "kubernetes"])
 def test_dag_parses_without_database_or_connections(tmp_path, mode, dag_file):
     env = {
@@ -306,6 +306,51 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
     assert "new_snapshot" in lines[-2] and "register_model" in lines[-2] and "validate_data" not in lines[-2]
     assert lines[-1] == "run manual__1 of trainpipe_training", lines[-1]  # the retraining DAG leaves it to that run
 
+
+
+INGESTED = """
+import importlib.util, json, sys
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + "/" + name + ".py")
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    return m
+ingest, retrain = load("ingest_dag"), load("retrain_dag")
+task = ingest.dag.get_task("snapshot_dataset")
+events = {o: type("E", (), {"extra": None})() for o in task.outlets}
+result = {"md5": "m", "rev": "r", "path": "p", "remote_url": "u", "committed": True, "snapshot_dir": "/s"}
+task.emit_assets({"task": task, "dag": ingest.dag, "run_id": "manual__2", "outlet_events": events}, result)
+event = next(iter(events.values()))
+listened = [a[0].uri if isinstance(a, tuple) else a.uri for a in retrain.dag.timetable.asset_condition.objects]
+print(json.dumps({"tasks": sorted(ingest.dag.task_dict), "outlets": [o.uri for o in task.outlets],
+                  "listened": listened, "extra": event.extra}))
+"""
+
+
+def test_the_ingest_dag_snapshots_new_data_for_the_retrain_dag(tmp_path):
+    """With only the training and retrain DAGs deployed, every snapshot said its own run trained it and the
+    retrain DAG never retrained: the ingest DAG's event carries no trained_by, on the asset retrain listens to."""
+    from trainpipe.pipelines.dag_topology import new_snapshot
+
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TRAINPIPE_CONFIG": str(_config(tmp_path)),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", INGESTED, str(REPO / "dags")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["tasks"] == ["snapshot_dataset", "validate_data"]
+    assert got["outlets"] == got["listened"] and "trained_by" not in got["extra"] and got["extra"]["made_at"]
+    event = type("E", (), {"extra": got["extra"]})()
+    assert new_snapshot({"asset": [event]}) == got["extra"]["snapshot_dir"]
 
 TUNED_DAG = """
 import importlib.util, json, sys
