@@ -40,7 +40,7 @@ with DAG(
     default_args=SETTINGS.default_args,
     doc_md=__doc__,
     tags=["trainpipe"],
-    params=SETTINGS.params(),
+    params=SETTINGS.dag_params(),
 ) as dag:
     validate = step(
         ValidateDataOperator,

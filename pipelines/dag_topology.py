@@ -11,6 +11,7 @@ beyond reading the pipeline config (no database, no connection lookups).
 from __future__ import annotations
 
 import functools
+import json
 import os
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator, co
 from trainpipe.pipelines.config import (
     NOT_PIPELINE_PARAMETERS,
     PROFILE_STEPS,
+    OptimizeSettings,
     PipelineConfig,
     TrainSettings,
     load_pipeline_config,
@@ -268,9 +270,42 @@ SECTIONS = {"optimize_model": "optimize"}
 NESTED = ("workspace", "train", "optimize")
 
 
-def _param(path: str) -> str:
-    """The template of a DAG param, as JSON (the entrypoint reads every flag's value as YAML/JSON)."""
+#: The models whose settings a nested DAG param holds (its schema: a run's override names some of them).
+SECTION_MODELS: dict[str, Any] = {"train": TrainSettings, "optimize": OptimizeSettings}
+
+
+def _param(path: str, default: Any = None, nested: bool = False) -> str:
+    """The template of a DAG param, as JSON (the entrypoint reads every flag's value as YAML/JSON). A setting
+    of a nested param falls back to the config's value: a run's ``conf {"train": {"epochs": 2}}`` replaces
+    the whole ``train`` param (Airflow merges a run's conf one level deep), and the settings it does not
+    name keep the config's."""
+    if nested:
+        return "{{ params." + path + " | default(" + jinja_literal(default) + ") | tojson }}"
     return "{{ params." + path + " | tojson }}"
+
+
+def jinja_literal(value: Any) -> str:
+    """A JSON value as a Jinja expression that evaluates to it (``none``, ``true``, dicts in their order)."""
+    if value is None or isinstance(value, bool):
+        return {None: "none", True: "true", False: "false"}[value]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {jinja_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(jinja_literal(v) for v in value) + "]"
+    return json.dumps(value)  # numbers, and strings with JSON's escapes, which Jinja's string literals read
+
+
+def section_param(name: str, value: dict[str, Any]) -> Any:
+    """A nested DAG param (``train``, ``optimize``) with the schema of its settings: a run's override that
+    names an unknown setting or mistypes one is refused when the run is triggered (the UI's form, the
+    REST API), not when its task renders. Every setting is optional in an override."""
+    from airflow.sdk import Param
+
+    schema = SECTION_MODELS[name].model_json_schema()
+    for key in ("required", "title", "type", "additionalProperties"):
+        schema.pop(key, None)
+    properties = {k: v for k, v in schema.pop("properties", {}).items() if k in value}
+    return Param(value, type="object", properties=properties, additionalProperties=False, **schema)
 
 
 class DagSettings:
@@ -326,22 +361,26 @@ class DagSettings:
         values["optimize"] = self.config.optimize.settings()
         return {k: values[k] for k in names if k not in self.exclude}
 
+    def dag_params(self) -> dict[str, Any]:
+        """:meth:`params` as the DAG takes them: the nested ones with their settings' schema."""
+        return {k: section_param(k, v) if k in SECTION_MODELS else v for k, v in self.params().items()}
+
     def templates(self, operator_cls: type[TrainpipeOperator]) -> dict[str, str]:
         """Every setting of the step that takes a DAG param, as that param's template."""
         config = operator_cls.config
         paths = set(input_fields(config)) | set(output_fields(config))
         settings = [n for n in config.model_fields if n not in paths]
-        params = set(self.params())
+        values = self.params()
         out = {}
         for setting, wanted in pipeline_names(operator_cls.component, settings).items():
-            if wanted in TrainSettings.model_fields and "train" in params:
-                out[setting] = _param(f"train.{wanted}")
-            elif wanted in params:
+            if wanted in TrainSettings.model_fields and "train" in values:
+                out[setting] = _param(f"train.{wanted}", values["train"].get(wanted), nested=True)
+            elif wanted in values:
                 out[setting] = _param(wanted)
         section = SECTIONS.get(operator_cls.component)
-        if section in params:
-            for setting in self.params()[section]:
-                out.setdefault(setting, _param(f"{section}.{setting}"))
+        if section in values:
+            for setting, default in values[section].items():
+                out.setdefault(setting, _param(f"{section}.{setting}", default, nested=True))
         if "trusted_packages" in config.model_fields and self.config.trusted_code():
             out["trusted_packages"] = [self.config.trusted_code()]  # it rebuilds the team's model from its code
         return out

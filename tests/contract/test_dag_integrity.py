@@ -307,7 +307,6 @@ def test_retrain_dag_is_scheduled_on_the_dataset_asset(tmp_path):
     assert lines[-1] == "run manual__1 of trainpipe_training", lines[-1]  # the retraining DAG leaves it to that run
 
 
-
 INGESTED = """
 import importlib.util, json, sys
 def load(name):
@@ -351,6 +350,7 @@ def test_the_ingest_dag_snapshots_new_data_for_the_retrain_dag(tmp_path):
     assert got["outlets"] == got["listened"] and "trained_by" not in got["extra"] and got["extra"]["made_at"]
     event = type("E", (), {"extra": got["extra"]})()
     assert new_snapshot({"asset": [event]}) == got["extra"]["snapshot_dir"]
+
 
 TUNED_DAG = """
 import importlib.util, json, sys

@@ -46,3 +46,57 @@ def test_every_task_takes_the_profiles_retries_backoff_and_timeouts(dagbag):
                 assert task.retries == 1 and task.retry_delay == timedelta(seconds=7), task.task_id
                 trainpipe_tasks += 1
     assert trainpipe_tasks >= 8
+
+
+def test_a_runs_override_of_one_train_setting_keeps_the_others(dagbag):
+    """The DAG's docstring says a run's conf overrides its params; ``{"train": {"epochs": 2}}`` replaced the
+    whole train param (Airflow merges one level deep) and the other settings' templates failed to render
+    (StrictUndefined). Each takes the config's value unless the run names it."""
+    import json
+
+    import jinja2
+
+    task = dagbag.dags["trainpipe_training"].get_task("train_model")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+
+    def rendered(setting: str, train: dict) -> object:
+        return json.loads(env.from_string(task.settings[setting]).render(params={"train": train}))
+
+    assert rendered("epochs", {"epochs": 2}) == 2
+    assert rendered("batch_size", {"epochs": 2}) == 64 and rendered("max_cost", {"epochs": 2}) is None
+    assert rendered("train_config", {"epochs": 2}) == {} and rendered("train_config", {"train_config": {"b": 1}})
+    assert rendered("batch_size", {"batch_size": 8}) == 8
+
+
+def test_an_unknown_or_mistyped_override_is_refused_when_the_run_is_triggered(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    train = dagbag.dags["trainpipe_training"].params.get_param("train")
+    assert train.resolve({"epochs": 2, "train_config": {"z": 1, "a": [1]}})["epochs"] == 2
+    for bad in ({"epoch": 2}, {"epochs": "two"}, {"backend": "mpi"}):
+        with pytest.raises(ParamValidationError):
+            train.resolve(bad)
+
+
+def test_a_jinja_literal_renders_back_to_its_json_value():
+    import json
+
+    import jinja2
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from trainpipe.pipelines.dag_topology import jinja_literal
+
+    env = jinja2.Environment()
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+    values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c, max_size=3))
+
+    @settings(max_examples=150, deadline=None)
+    @given(values)
+    def check(value):
+        got = env.from_string("{{ (" + jinja_literal(value) + ") | tojson }}").render()
+        assert json.loads(got) == value
+
+    check()
+    # a team's dict keeps its order in the literal (what the step receives is rendered from it)
+    assert env.from_string("{{ (" + jinja_literal({"b": 1, "a": None}) + ").keys() | list }}").render() == "['b', 'a']"
