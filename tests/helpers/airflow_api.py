@@ -17,15 +17,21 @@ class Api:
         self.base = base
         self.token = ""
 
-    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def call(self, method: str, path: str, body: dict | None = None, ok: bool = True) -> dict:
+        """The response's JSON; with ``ok=False`` an HTTP error is returned (``status`` and its body) too."""
         req = urllib.request.Request(
             self.base + path, method=method, data=json.dumps(body).encode() if body is not None else None
         )
         req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read() or b"{}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            if ok:
+                raise
+            return {"status": exc.code, "body": exc.read().decode("utf-8", "replace")}
 
     def login(self, user: str, password: str) -> None:
         self.token = self.call("POST", "/auth/token", {"username": user, "password": password})["access_token"]

@@ -140,7 +140,14 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         api = Api(f"http://127.0.0.1:{api_port}")
         dag = serving(api, procs, logs, "ci", password, DAG_ID)
         assert dag["is_paused"] is True  # new DAGs start paused (dags_are_paused_at_creation)
-        run = api.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {}})
+        # an override of one nested setting: the config's 3 epochs become 2, every other train setting stays
+        bad = api.call(
+            "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {"train": {"epoch": 2}}}, ok=False
+        )
+        assert bad["status"] == 400 and "epoch" in json.dumps(bad), bad  # an unknown setting: refused at trigger
+        run = api.call(
+            "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {"train": {"epochs": 2}}}
+        )
         run_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
 
         def drift_state():
@@ -187,6 +194,9 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         result = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
         assert result["model_name"] == "scheduler-digits" and str(result["version"]) == "1"
         assert result["lineage"]["orchestrator"] == {"name": "airflow", "run_id": run["dag_run_id"]}
+        trained = api.call("GET", f"{run_path}/taskInstances/train_model/xcomEntries/return_value")["value"]
+        trained = trained if isinstance(trained, dict) else json.loads(trained)
+        assert trained["epochs"] == 2, trained  # the run's override; batch_size etc. from the config
 
         # the retraining DAG, on new snapshots: the same data again, then a drifted copy
         ws = tmp_path / "ws"
