@@ -18,7 +18,7 @@ from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, dataset_asset
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -46,6 +46,6 @@ with DAG(
         SnapshotDatasetOperator,
         "snapshot_dataset",
         {"data": f"{RUN_DIR}/validate_data", "output_dir": f"{RUN_DIR}/snapshot_dataset"},
-        outlets=[dataset_asset(CONFIG.dataset_name)],
+        outlets=[SETTINGS.asset],
     )
     validate >> snapshot

@@ -22,7 +22,6 @@ from trainpipe.pipelines.dag_topology import (
     RUN_DIR,
     DagSettings,
     GateOperator,
-    dataset_asset,
     drift_steps,
     model_steps,
     new_snapshot,
@@ -36,7 +35,7 @@ CONFIG = SETTINGS.config
 with DAG(
     dag_id="trainpipe_retrain_on_new_data",
     description="Retrain when a new snapshot of the dataset drifted from the champion's training data.",
-    schedule=[dataset_asset(CONFIG.dataset_name)],
+    schedule=[SETTINGS.asset],
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

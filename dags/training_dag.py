@@ -23,7 +23,7 @@ from airflow.sdk import DAG
 
 from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
 from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, dataset_asset, drift_steps, model_steps
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, drift_steps, model_steps
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -52,7 +52,7 @@ with DAG(
         SnapshotDatasetOperator,
         "snapshot_dataset",
         {"data": f"{RUN_DIR}/validate_data", "output_dir": SNAPSHOT},
-        outlets=[dataset_asset(CONFIG.dataset_name)],  # the asset event carries the DVC hash: retrain_dag listens
+        outlets=[SETTINGS.asset],  # the asset event carries the DVC hash: retrain_dag listens
     )
     detect, decide = drift_steps(step, snapshot_dir=SNAPSHOT, run_dir=RUN_DIR)
     train, _ = model_steps(

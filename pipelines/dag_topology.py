@@ -337,6 +337,11 @@ class DagSettings:
         return timedelta(hours=self.config.approval_timeout_hours) if self.config.require_approval else None
 
     @property
+    def asset(self) -> Any:
+        """The Asset of the config's dataset: what the snapshot tasks update and the retrain DAG listens to."""
+        return dataset_asset(str(self.config.model_dump(include={"dataset_name"})["dataset_name"]))
+
+    @property
     def optimizes(self) -> bool:
         """Whether the DAG runs optimize_model (the config's ``optimize.enabled``, else the profile's)."""
         return self.config.optimizes()
