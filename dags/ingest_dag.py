@@ -16,12 +16,9 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
-from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, snapshot_steps
 
 SETTINGS = DagSettings()
-CONFIG = SETTINGS.config
 step = SETTINGS.step
 
 with DAG(
@@ -36,16 +33,4 @@ with DAG(
     tags=["trainpipe"],
     params=SETTINGS.dag_params(),
 ) as dag:
-    validate = step(
-        ValidateDataOperator,
-        "validate_data",
-        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data"},
-        retries=0,  # a failed suite or a bad file does not fix itself
-    )
-    snapshot = step(
-        SnapshotDatasetOperator,
-        "snapshot_dataset",
-        {"data": f"{RUN_DIR}/validate_data", "output_dir": f"{RUN_DIR}/snapshot_dataset"},
-        outlets=[SETTINGS.asset],
-    )
-    validate >> snapshot
+    validate, snapshot = snapshot_steps(step, run_dir=RUN_DIR, asset=SETTINGS.asset)

@@ -21,9 +21,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
-from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, drift_steps, model_steps
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, drift_steps, model_steps, snapshot_steps
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -42,18 +40,7 @@ with DAG(
     tags=["trainpipe"],
     params=SETTINGS.dag_params(),
 ) as dag:
-    validate = step(
-        ValidateDataOperator,
-        "validate_data",
-        {"data": "{{ params.data }}", "output_dir": f"{RUN_DIR}/validate_data"},
-        retries=0,  # a failed suite or a bad file does not fix itself
-    )
-    snapshot = step(
-        SnapshotDatasetOperator,
-        "snapshot_dataset",
-        {"data": f"{RUN_DIR}/validate_data", "output_dir": SNAPSHOT},
-        outlets=[SETTINGS.asset],  # the asset event carries the DVC hash: retrain_dag listens
-    )
+    validate, snapshot = snapshot_steps(step, run_dir=RUN_DIR, asset=SETTINGS.asset)
     detect, decide = drift_steps(step, snapshot_dir=SNAPSHOT, run_dir=RUN_DIR)
     train, _ = model_steps(
         step,
@@ -64,5 +51,5 @@ with DAG(
         tune=CONFIG.tune_settings(),
         mapped=SETTINGS.mapped,
     )
-    validate >> snapshot >> detect
+    snapshot >> detect
     decide >> train

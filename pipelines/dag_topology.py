@@ -176,6 +176,29 @@ def approval_steps(register: Any, timeout: timedelta) -> Any:
     return rejected
 
 
+def snapshot_steps(step: Any, *, run_dir: str, asset: Any) -> tuple[Any, Any]:
+    """validate_data → snapshot_dataset on the params' data, the snapshot updating ``asset`` (its event
+    carries the DVC hash: the retrain DAG listens); returns the two tasks, wired. The snapshot is
+    ``{run_dir}/snapshot_dataset``."""
+    from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
+    from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
+
+    validate = step(
+        ValidateDataOperator,
+        "validate_data",
+        {"data": "{{ params.data }}", "output_dir": f"{run_dir}/validate_data"},
+        retries=0,  # a failed suite or a bad file does not fix itself
+    )
+    snapshot = step(
+        SnapshotDatasetOperator,
+        "snapshot_dataset",
+        {"data": f"{run_dir}/validate_data", "output_dir": f"{run_dir}/snapshot_dataset"},
+        outlets=[asset],
+    )
+    validate >> snapshot
+    return validate, snapshot
+
+
 def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str) -> tuple[Any, Any]:
     """detect_drift on a snapshot, then the gate that lets the model steps run only when it says
     to retrain. Returns both tasks. (A DAG without the ``retrain_on`` param leaves detect_drift's
