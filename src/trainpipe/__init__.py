@@ -4,7 +4,12 @@ Importing this package loads no ML framework, no data tooling and no
 orchestrator SDK; the heavy parts are imported where they are used.
 """
 
+from trainpipe.contract.plugins import defer_feast_headers
+
 __version__ = "0.1.0"
+
+# Feast's MLflow plugin would otherwise load all of Feast into every process that imports MLflow.
+defer_feast_headers()
 
 COMPONENTS = (
     "validate_data",
