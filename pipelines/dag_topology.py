@@ -44,8 +44,12 @@ def switches(
     tune: dict[str, Any] | None = None,
 ) -> list[str]:
     """The optional steps' switches (:data:`~trainpipe.pipelines.graph.SWITCHES`) these settings turn on."""
-    on = {"profile": "profile_training" in include, "optimize": optimizes, "approval": approval_timeout is not None}
-    return [name for name, flag in {**on, "tune": bool(tune)}.items() if flag]
+    return graph.switches(
+        tune=bool(tune),
+        profile="profile_training" in include,
+        optimize=optimizes,
+        approval=approval_timeout is not None,
+    )
 
 
 def render(

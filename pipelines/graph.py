@@ -147,6 +147,12 @@ STEPS: tuple[Step, ...] = (
 BY_NAME = {s.name: s for s in STEPS}
 
 
+def switches(*, tune: bool, profile: bool, optimize: bool, approval: bool) -> list[str]:
+    """The switches (:data:`SWITCHES`) that are on, by name."""
+    flags = {"tune": tune, "profile": profile, "optimize": optimize, "approval": approval}
+    return [name for name, flag in flags.items() if flag]
+
+
 def steps(switches: Iterable[str], engine: str, start: str | None = None, stop: str | None = None) -> list[Step]:
     """The steps one rendering makes: those of ``engine`` whose switch is on, from ``start`` to ``stop``
     (inclusive; default: all), with the inputs from steps that are off dropped."""
