@@ -239,7 +239,7 @@ def approval_steps(register: Any, timeout: timedelta) -> tuple[Any, Any, Any]:
         task_id="record_rejection",
         settings=settings,
         reject=True,
-        trigger_rule="all_skipped",
+        trigger_rule=graph.BY_NAME["record_rejection"].trigger_rule,
         doc_md="Records a rejection (or the timeout's default) on the version and in the audit log; moves nothing.",
     )
     register >> approve >> promote >> rejected

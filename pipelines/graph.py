@@ -51,6 +51,7 @@ class Step:
         fan_out: It runs as parallel workers on one study and then one summarizing task.
         held_by_approval: With approval, it registers the challenger only (``move_alias`` false).
         engines: The renderings it is in (KFP has no human step: ``trainpipe promote`` does it there).
+        trigger_rule: When it runs given the steps before it (Airflow's trigger rule; default: all succeeded).
     """
 
     name: str
@@ -64,6 +65,7 @@ class Step:
     fan_out: bool = False
     held_by_approval: bool = False
     engines: frozenset[str] = frozenset({"kfp", "airflow"})
+    trigger_rule: str = "all_success"
 
     def producers(self) -> list[str]:
         """The steps it takes an input from, then those it follows, in order."""
@@ -141,6 +143,7 @@ STEPS: tuple[Step, ...] = (
         when=_GATED,
         optional="approval",
         engines=frozenset({"airflow"}),
+        trigger_rule="all_skipped",  # the answer was no, or nobody answered: promote_model was skipped
     ),
 )
 
