@@ -175,3 +175,12 @@ def test_the_dags_are_the_declared_graph(dags, dag_file):
     rules = {s.name: s.trigger_rule for s in chosen}
     for task in dag.tasks:
         assert task.trigger_rule == rules.get(task.task_id, "all_success"), task.task_id
+
+
+def test_the_declaration_loads_no_orchestrator_or_heavy_library():
+    import subprocess
+
+    heavy = ("kfp", "airflow", "torch", "tensorflow", "great_expectations", "dvc", "mlflow")
+    code = f"import sys, trainpipe.pipelines.graph; print([m for m in {heavy!r} if m in sys.modules])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
