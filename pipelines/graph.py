@@ -150,21 +150,41 @@ STEPS: tuple[Step, ...] = (
 BY_NAME = {s.name: s for s in STEPS}
 
 
+def _check_order(declared: tuple[Step, ...]) -> None:
+    """Refuse a declaration where a step comes before a step it takes from, follows, or whose decision it
+    waits for (the renderings make the tasks in the declared order)."""
+    seen: set[str] = set()
+    for s in declared:
+        needed = [*s.producers(), *(CONDITIONS[c].decided_by for c in s.when)]
+        late = [n for n in needed if n not in seen]
+        if late:
+            raise ValueError(f"{s.name} is declared before {', '.join(late)}, which it needs: move it after them")
+        seen.add(s.name)
+
+
 def switches(*, tune: bool, profile: bool, optimize: bool, approval: bool) -> list[str]:
     """The switches (:data:`SWITCHES`) that are on, by name."""
     flags = {"tune": tune, "profile": profile, "optimize": optimize, "approval": approval}
     return [name for name, flag in flags.items() if flag]
 
 
-def steps(switches: Iterable[str], engine: str, start: str | None = None, stop: str | None = None) -> list[Step]:
+def steps(
+    switches: Iterable[str],
+    engine: str,
+    start: str | None = None,
+    stop: str | None = None,
+    declared: tuple[Step, ...] = STEPS,
+) -> list[Step]:
     """The steps one rendering makes: those of ``engine`` whose switch is on, from ``start`` to ``stop``
-    (inclusive; default: all), with the inputs from steps that are off dropped."""
+    (inclusive; default: all), with the inputs from steps that are off dropped. ``declared``: another
+    declaration than :data:`STEPS` (what an edit to it would render)."""
+    _check_order(declared)
     on = set(switches)
-    names = [s.name for s in STEPS]
+    names = [s.name for s in declared]
     first = names.index(start) if start else 0
     last = names.index(stop) if stop else len(names) - 1
-    chosen = [s for s in STEPS[first : last + 1] if engine in s.engines and (s.optional is None or s.optional in on)]
-    present = {s.name for s in STEPS if engine in s.engines and (s.optional is None or s.optional in on)}
+    chosen = [s for s in declared[first : last + 1] if engine in s.engines and (s.optional is None or s.optional in on)]
+    present = {s.name for s in declared if engine in s.engines and (s.optional is None or s.optional in on)}
     out = []
     for s in chosen:
         takes = {k: v for k, v in s.takes.items() if v == RAW or v.partition(".")[0] in present}
