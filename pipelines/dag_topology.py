@@ -1,6 +1,7 @@
-"""The topology of trainpipe's DAGs: which tasks, in which mode, wired how, with which params.
+"""trainpipe's DAGs: the Airflow rendering of the declared graph (:mod:`trainpipe.pipelines.graph`: which
+steps, wired how), in which mode, with which params.
 
-``dags/training_dag.py`` and ``dags/retrain_dag.py`` are a few lines on top of this. A DAG's params
+``dags/`` are a few lines on top of this: each renders its slice of the graph (:func:`render`). A DAG's params
 are the pipeline config's settings (``train`` and ``optimize`` nested, as in the config file), and
 each task's settings are derived from its component's spec: every setting that takes a pipeline
 setting (:func:`~trainpipe.pipelines.config.pipeline_names`) gets that param as a template, so
@@ -71,7 +72,6 @@ def render(
     :func:`~trainpipe.pipelines.graph.edges` says; ``roots`` maps a step to a task made before it. Returns
     the tasks by id."""
     tasks: dict[str, Any] = {task.task_id: task for task in (roots or {}).values()}
-    made = graph.BY_NAME
     for s in chosen:
         if s.name in tasks:  # made with the step before it (the approval's three)
             continue
@@ -83,7 +83,7 @@ def render(
             made_now = approval_steps(tasks["register_model"], approval_timeout or timedelta(0))
             tasks.update({t.task_id: t for t in made_now})
         else:
-            paths = _paths(s, made, snapshot_dir=snapshot_dir, run_dir=run_dir)
+            paths = _paths(s, snapshot_dir=snapshot_dir, run_dir=run_dir)
             if s.held_by_approval and approval_timeout is not None:
                 paths["move_alias"] = False
             tasks[s.name] = step(_operators()[s.name], s.name, paths, **_step_kwargs(s.name, asset))
@@ -98,7 +98,7 @@ def render(
     return tasks
 
 
-def _paths(s: graph.Step, made: dict[str, graph.Step], *, snapshot_dir: str, run_dir: str) -> dict[str, Any]:
+def _paths(s: graph.Step, *, snapshot_dir: str, run_dir: str) -> dict[str, Any]:
     """A step's artifact paths: the inputs from the steps that are always there, its output folder, then the
     inputs from optional steps (the order its command's flags take)."""
 
@@ -109,7 +109,8 @@ def _paths(s: graph.Step, made: dict[str, graph.Step], *, snapshot_dir: str, run
         return snapshot_dir if producer == "snapshot_dataset" else f"{run_dir}/{producer}"
 
     artifacts = {k: v for k, v in s.takes.items() if v not in graph.VALUES}
-    fixed = {k: where(v) for k, v in artifacts.items() if v == graph.RAW or made[v.partition(".")[0]].optional is None}
+    always = {n for n, declared in graph.BY_NAME.items() if declared.optional is None}
+    fixed = {k: where(v) for k, v in artifacts.items() if v == graph.RAW or v.partition(".")[0] in always}
     optional = {k: where(v) for k, v in artifacts.items() if k not in fixed}
     return {**fixed, "output_dir": f"{run_dir}/{s.name}", **optional}
 

@@ -244,7 +244,7 @@ def build_pipeline(
         made: dict[str, list[Any]] = {}  # each step's tasks (a fanned-out one: its workers, then the summary)
         branches: list[tuple[str, Any]] = []  # the open dsl.If contexts, outermost first
         for s in chosen:
-            while branches and branches[-1][0] not in s.when:
+            while [name for name, _ in branches] != list(s.when[: len(branches)]):  # leave the branches it is not in
                 branches.pop()[1].__exit__(None, None, None)
             for name in s.when[len(branches) :]:  # the step's conditions not open yet: after their deciders
                 decided = made[graph.CONDITIONS[name].decided_by][-1].outputs["Output"]
