@@ -16,7 +16,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, snapshot_steps
+from trainpipe.pipelines import graph
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, render
 
 SETTINGS = DagSettings()
 step = SETTINGS.step
@@ -33,4 +34,10 @@ with DAG(
     tags=["trainpipe"],
     params=SETTINGS.dag_params(),
 ) as dag:
-    validate, snapshot = snapshot_steps(step, run_dir=RUN_DIR, asset=SETTINGS.asset)
+    tasks = render(
+        step,
+        graph.steps((), "airflow", stop="snapshot_dataset"),
+        snapshot_dir=f"{RUN_DIR}/snapshot_dataset",
+        run_dir=RUN_DIR,
+        asset=SETTINGS.asset,
+    )

@@ -18,14 +18,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.pipelines.dag_topology import (
-    RUN_DIR,
-    DagSettings,
-    GateOperator,
-    drift_steps,
-    model_steps,
-    new_snapshot,
-)
+from trainpipe.pipelines import graph
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, GateOperator, new_snapshot, render, switches
 
 # it starts from a snapshot: the settings of validate_data and snapshot_dataset are not its params, and
 # it always decides on drift (detect_drift's own retrain_on)
@@ -52,13 +46,12 @@ with DAG(
         "directory.",
     )
     snapshot_dir = "{{ ti.xcom_pull(task_ids='new_snapshot') }}"
-    detect, decide = drift_steps(SETTINGS.step, snapshot_dir=snapshot_dir, run_dir=RUN_DIR)
-    train, _ = model_steps(
+    ON = switches(optimizes=SETTINGS.optimizes, approval_timeout=SETTINGS.approval_timeout)
+    tasks = render(
         SETTINGS.step,
+        graph.steps(ON, "airflow", start="detect_drift"),
         snapshot_dir=snapshot_dir,
         run_dir=RUN_DIR,
-        optimizes=SETTINGS.optimizes,
         approval_timeout=SETTINGS.approval_timeout,
+        roots={"detect_drift": changed},
     )
-    changed >> detect
-    decide >> train

@@ -21,7 +21,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, drift_steps, model_steps, snapshot_steps
+from trainpipe.pipelines import graph
+from trainpipe.pipelines.dag_topology import RUN_DIR, DagSettings, render, switches
 
 SETTINGS = DagSettings()
 CONFIG = SETTINGS.config
@@ -40,16 +41,15 @@ with DAG(
     tags=["trainpipe"],
     params=SETTINGS.dag_params(),
 ) as dag:
-    validate, snapshot = snapshot_steps(step, run_dir=RUN_DIR, asset=SETTINGS.asset)
-    detect, decide = drift_steps(step, snapshot_dir=SNAPSHOT, run_dir=RUN_DIR)
-    train, _ = model_steps(
+    TUNE = CONFIG.tune_settings()
+    ON = switches(optimizes=SETTINGS.optimizes, approval_timeout=SETTINGS.approval_timeout, tune=TUNE)
+    tasks = render(
         step,
+        graph.steps(ON, "airflow"),
         snapshot_dir=SNAPSHOT,
         run_dir=RUN_DIR,
-        optimizes=SETTINGS.optimizes,
+        asset=SETTINGS.asset,
         approval_timeout=SETTINGS.approval_timeout,
-        tune=CONFIG.tune_settings(),
+        tune=TUNE,
         mapped=SETTINGS.mapped,
     )
-    snapshot >> detect
-    decide >> train

@@ -1,6 +1,7 @@
-"""The topology of trainpipe's DAGs: which tasks, in which mode, wired how, with which params.
+"""trainpipe's DAGs: the Airflow rendering of the declared graph (:mod:`trainpipe.pipelines.graph`: which
+steps, wired how), in which mode, with which params.
 
-``dags/training_dag.py`` and ``dags/retrain_dag.py`` are a few lines on top of this. A DAG's params
+``dags/`` are a few lines on top of this: each renders its slice of the graph (:func:`render`). A DAG's params
 are the pipeline config's settings (``train`` and ``optimize`` nested, as in the config file), and
 each task's settings are derived from its component's spec: every setting that takes a pipeline
 setting (:func:`~trainpipe.pipelines.config.pipeline_names`) gets that param as a template, so
@@ -25,6 +26,7 @@ from trainpipe.components.train_model.airflow_task import TrainModelOperator
 from trainpipe.components.tune_model.airflow_task import TuneModelOperator
 from trainpipe.contract.entrypoint import input_fields, output_fields
 from trainpipe.faces.airflow_operator import GateOperator, TrainpipeOperator, component_task
+from trainpipe.pipelines import graph
 from trainpipe.pipelines.config import (
     NOT_PIPELINE_PARAMETERS,
     PROFILE_STEPS,
@@ -34,6 +36,109 @@ from trainpipe.pipelines.config import (
     load_pipeline_config,
     pipeline_names,
 )
+
+
+def switches(
+    include: tuple[str, ...] = ("profile_training",),
+    optimizes: bool = False,
+    approval_timeout: timedelta | None = None,
+    tune: dict[str, Any] | None = None,
+) -> list[str]:
+    """The optional steps' switches (:data:`~trainpipe.pipelines.graph.SWITCHES`) these settings turn on."""
+    return graph.switches(
+        tune=bool(tune),
+        profile="profile_training" in include,
+        optimize=optimizes,
+        approval=approval_timeout is not None,
+    )
+
+
+def render(
+    step: Any,
+    chosen: list[graph.Step],
+    *,
+    snapshot_dir: str,
+    run_dir: str,
+    asset: Any = None,
+    approval_timeout: timedelta | None = None,
+    tune: dict[str, Any] | None = None,
+    mapped: Any = None,
+    roots: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Airflow rendering of the declared graph's ``chosen`` steps (:func:`~trainpipe.pipelines.graph.steps`):
+    each step a task in the DAG's mode (``step(operator_cls, task_id, paths, **kwargs)``: :meth:`DagSettings.step`)
+    given its inputs as the producers' output folders (the snapshot's is ``snapshot_dir``, which may be a
+    template), each condition a :class:`GateOperator` after the step that decides it, wired as
+    :func:`~trainpipe.pipelines.graph.edges` says; ``roots`` maps a step to a task made before it. Returns
+    the tasks by id."""
+    tasks: dict[str, Any] = {task.task_id: task for task in (roots or {}).values()}
+    for s in chosen:
+        if s.name in tasks:  # made with the step before it (the approval's three)
+            continue
+        if s.fan_out:
+            tasks[f"{s.name}_workers"], tasks[s.name] = tune_steps(
+                step, mapped, tune or {}, snapshot_dir=snapshot_dir, run_dir=run_dir
+            )
+        elif s.name == "approve":
+            made_now = approval_steps(tasks["register_model"], approval_timeout or timedelta(0))
+            tasks.update({t.task_id: t for t in made_now})
+        else:
+            paths = _paths(s, snapshot_dir=snapshot_dir, run_dir=run_dir)
+            if s.held_by_approval and approval_timeout is not None:
+                paths["move_alias"] = False
+            tasks[s.name] = step(_operators()[s.name], s.name, paths, **_step_kwargs(s.name, asset))
+        for cond in graph.CONDITIONS.values():
+            if cond.decided_by == s.name and any(cond.name in c.when for c in chosen):
+                gate = GATES[cond.name]
+                tasks[cond.task_id] = GateOperator(task_id=cond.task_id, condition=GATE_CONDITIONS[cond.name], **gate)
+    roots_ = {k: v.task_id for k, v in (roots or {}).items()}
+    for before, after in sorted(graph.edges(chosen, roots_)):
+        if after not in tasks[before].downstream_task_ids:
+            tasks[before] >> tasks[after]
+    return tasks
+
+
+def _paths(s: graph.Step, *, snapshot_dir: str, run_dir: str) -> dict[str, Any]:
+    """A step's artifact paths: the inputs from the steps that are always there, its output folder, then the
+    inputs from optional steps (the order its command's flags take)."""
+
+    def where(ref: str) -> str:
+        producer = ref.partition(".")[0]
+        if ref == graph.RAW:
+            return "{{ params.data }}"
+        return snapshot_dir if producer == "snapshot_dataset" else f"{run_dir}/{producer}"
+
+    artifacts = {k: v for k, v in s.takes.items() if v not in graph.VALUES}
+    always = {n for n, declared in graph.BY_NAME.items() if declared.optional is None}
+    fixed = {k: where(v) for k, v in artifacts.items() if v == graph.RAW or v.partition(".")[0] in always}
+    optional = {k: where(v) for k, v in artifacts.items() if k not in fixed}
+    return {**fixed, "output_dir": f"{run_dir}/{s.name}", **optional}
+
+
+def _step_kwargs(name: str, asset: Any) -> dict[str, Any]:
+    """What one step's task takes beyond its settings (the rendering's own, not the graph's)."""
+    if name == "validate_data":
+        return {"retries": 0}  # a failed suite or a bad file does not fix itself
+    if name == "snapshot_dataset":
+        return {"outlets": [asset]}  # its event carries the DVC hash: the retrain DAG listens
+    return {}
+
+
+def _operators() -> dict[str, Any]:
+    """Each step's operator class, looked up when a DAG renders (validate and snapshot only where a DAG has them)."""
+    from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
+    from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
+
+    return {
+        "validate_data": ValidateDataOperator,
+        "snapshot_dataset": SnapshotDatasetOperator,
+        "detect_drift": DetectDriftOperator,
+        "train_model": TrainModelOperator,
+        "profile_training": ProfileTrainingOperator,
+        "evaluate_model": EvaluateModelOperator,
+        "optimize_model": OptimizeModelOperator,
+        "register_model": RegisterModelOperator,
+    }
 
 
 def model_steps(
@@ -47,64 +152,30 @@ def model_steps(
     tune: dict[str, Any] | None = None,
     mapped: Any = None,
 ) -> tuple[Any, Any]:
-    """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them.
+    """train → (profile ∥ evaluate) → gate → (optimize →) register on a snapshot, as both DAGs run them: the
+    declared graph (:mod:`~trainpipe.pipelines.graph`) from tune_model on, rendered (:func:`render`).
 
-    ``step(operator_cls, task_id, paths, **kwargs)`` builds one task in the DAG's mode from its
-    artifact paths (its settings are derived: :meth:`DagSettings.step`); ``snapshot_dir`` may be a
-    template; ``include`` names the optional steps (without profile_training, register_model
-    records no training profile); ``optimizes`` puts optimize_model after the gate, and
-    register_model registers its variant beside the model. ``approval_timeout`` (the config's
-    require_approval) has register_model register the challenger only, then waits for a person's
-    answer in Airflow's approval task: approved, ``promote_model`` moves the alias; rejected or
-    timed out, ``record_rejection`` notes it. ``tune`` (:meth:`PipelineConfig.tune_settings`) puts
-    tune_model first: its workers mapped over one study (``mapped(operator_cls, task_id, paths,
-    variants)``: dynamic task mapping), then the step that summarizes it, whose best settings the
-    training takes. Returns the first and the last task.
+    ``include`` names the optional steps (without profile_training, register_model records no training
+    profile); ``optimizes`` puts optimize_model after the gate, and register_model registers its variant
+    beside the model. ``approval_timeout`` (the config's require_approval) has register_model register the
+    challenger only, then waits for a person's answer in Airflow's approval task: approved,
+    ``promote_model`` moves the alias; rejected or timed out, ``record_rejection`` notes it. ``tune``
+    (:meth:`PipelineConfig.tune_settings`) puts tune_model first: its workers mapped over one study
+    (``mapped(operator_cls, task_id, paths, variants)``: dynamic task mapping), then the step that
+    summarizes it, whose best settings the training takes. Returns the first and the last task.
     """
-    model = f"{run_dir}/train_model"
-    tuning = tune_steps(step, mapped, tune, snapshot_dir=snapshot_dir, run_dir=run_dir) if tune else None
-    train = step(
-        TrainModelOperator,
-        "train_model",
-        {"data": snapshot_dir, "output_dir": model, **({"tuned": f"{run_dir}/tune_model"} if tuning else {})},
+    on = switches(include, optimizes, approval_timeout, tune)
+    chosen = graph.steps(on, "airflow", start="tune_model")
+    tasks = render(
+        step,
+        chosen,
+        snapshot_dir=snapshot_dir,
+        run_dir=run_dir,
+        approval_timeout=approval_timeout,
+        tune=tune,
+        mapped=mapped,
     )
-    if tuning:
-        tuning[-1] >> train
-    profile = None
-    if "profile_training" in include:
-        profile = step(
-            ProfileTrainingOperator, "profile_training", {"model": model, "output_dir": f"{run_dir}/profile_training"}
-        )
-    evaluate = step(
-        EvaluateModelOperator,
-        "evaluate_model",
-        {"model": model, "data": snapshot_dir, "output_dir": f"{run_dir}/evaluate_model"},
-    )
-    gate = GateOperator(
-        task_id="gate", condition=gate_passed, doc_md="Continue only when evaluate_model's decision passed."
-    )
-    optimize = None
-    if optimizes:
-        optimize = step(
-            OptimizeModelOperator,
-            "optimize_model",
-            {"model": model, "data": snapshot_dir, "output_dir": f"{run_dir}/optimize_model"},
-        )
-    paths = {"model": model, "decision": f"{run_dir}/evaluate_model", "output_dir": f"{run_dir}/register_model"}
-    if profile is not None:
-        paths["training_profile"] = f"{run_dir}/profile_training"
-    if optimize is not None:
-        paths["optimized"] = f"{run_dir}/optimize_model"
-    constants = {"move_alias": False} if approval_timeout is not None else {}
-    register = step(RegisterModelOperator, "register_model", {**paths, **constants})
-    last = register if approval_timeout is None else approval_steps(register, approval_timeout)
-    train >> [t for t in (profile, evaluate) if t is not None]
-    evaluate >> gate >> (optimize if optimize is not None else register)
-    if optimize is not None:
-        optimize >> register
-    if profile is not None:
-        profile >> register
-    return (tuning[0] if tuning else train), last
+    return tasks[f"{chosen[0].name}_workers" if chosen[0].fan_out else chosen[0].name], tasks[chosen[-1].name]
 
 
 def tune_steps(step: Any, mapped: Any, tune: dict[str, Any], *, snapshot_dir: str, run_dir: str) -> list[Any]:
@@ -127,12 +198,12 @@ def tune_steps(step: Any, mapped: Any, tune: dict[str, Any], *, snapshot_dir: st
     return [workers, summary]
 
 
-def approval_steps(register: Any, timeout: timedelta) -> Any:
+def approval_steps(register: Any, timeout: timedelta) -> tuple[Any, Any, Any]:
     """register_model (challenger only) → approve (Airflow's ApprovalOperator: a person answers in
     the UI's Required Actions or through the REST API; "Reject" when ``timeout`` passes) →
     promote_model (approved) → record_rejection (runs only when promote_model was skipped). Both
     run ``trainpipe promote`` with the answer: who, and the reason typed into the form, go into the
-    version's tags and the audit log. Returns the last task."""
+    version's tags and the audit log. Returns the three tasks."""
     from airflow.sdk import Param
 
     from trainpipe.faces.airflow_approval import TrainpipeApprovalOperator
@@ -169,50 +240,21 @@ def approval_steps(register: Any, timeout: timedelta) -> Any:
         task_id="record_rejection",
         settings=settings,
         reject=True,
-        trigger_rule="all_skipped",
+        trigger_rule=graph.BY_NAME["record_rejection"].trigger_rule,
         doc_md="Records a rejection (or the timeout's default) on the version and in the audit log; moves nothing.",
     )
     register >> approve >> promote >> rejected
-    return rejected
+    return approve, promote, rejected
 
 
-def snapshot_steps(step: Any, *, run_dir: str, asset: Any) -> tuple[Any, Any]:
-    """validate_data → snapshot_dataset on the params' data, the snapshot updating ``asset`` (its event
-    carries the DVC hash: the retrain DAG listens); returns the two tasks, wired. The snapshot is
-    ``{run_dir}/snapshot_dataset``."""
-    from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
-    from trainpipe.components.validate_data.airflow_task import ValidateDataOperator
-
-    validate = step(
-        ValidateDataOperator,
-        "validate_data",
-        {"data": "{{ params.data }}", "output_dir": f"{run_dir}/validate_data"},
-        retries=0,  # a failed suite or a bad file does not fix itself
-    )
-    snapshot = step(
-        SnapshotDatasetOperator,
-        "snapshot_dataset",
-        {"data": f"{run_dir}/validate_data", "output_dir": f"{run_dir}/snapshot_dataset"},
-        outlets=[asset],
-    )
-    validate >> snapshot
-    return validate, snapshot
-
-
-def drift_steps(step: Any, *, snapshot_dir: str, run_dir: str) -> tuple[Any, Any]:
-    """detect_drift on a snapshot, then the gate that lets the model steps run only when it says
-    to retrain. Returns both tasks. (A DAG without the ``retrain_on`` param leaves detect_drift's
-    own: retrain on drift.)"""
-    paths = {"data": snapshot_dir, "output_dir": f"{run_dir}/detect_drift"}
-    detect = step(DetectDriftOperator, "detect_drift", paths)
-    decide = GateOperator(
-        task_id="retrain",
-        condition=drift_says_retrain,
-        retries=0,
-        doc_md="Continue only when detect_drift decided to retrain; a skip logs why in one line.",
-    )
-    detect >> decide
-    return detect, decide
+#: The gate tasks' own settings, by condition.
+GATES: dict[str, dict[str, Any]] = {
+    "retrain": {
+        "retries": 0,
+        "doc_md": "Continue only when detect_drift decided to retrain; a skip logs why in one line.",
+    },
+    "gate-passed": {"doc_md": "Continue only when evaluate_model's decision passed."},
+}
 
 
 def drift_says_retrain(ti: Any = None, **_: Any) -> bool:
@@ -267,6 +309,10 @@ def gate_passed(ti: Any = None, **_: Any) -> bool:
     """Gate condition: True when evaluate_model's decision passed."""
     result = ti.xcom_pull(task_ids="evaluate_model")
     return bool(result and result.get("decision", {}).get("passed"))
+
+
+#: Each condition's gate function.
+GATE_CONDITIONS = {"retrain": drift_says_retrain, "gate-passed": gate_passed}
 
 
 def default_args(profile: Any) -> dict[str, Any]:

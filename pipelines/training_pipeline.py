@@ -1,7 +1,8 @@
 """The reference training pipeline (KFP v2), composed from the components' KFP faces.
 
 validate → snapshot → detect drift → if retraining: train → (profile ∥ evaluate) → if the gate passed:
-(optimize →) register.
+(optimize →) register: the KFP rendering of the graph declared in :mod:`trainpipe.pipelines.graph`
+(its steps, inputs, conditions and optional steps), which the Airflow DAGs render too.
 Every task has a retry policy with exponential backoff, a timeout, and the
 resources of one hardware profile. Importing this module loads kfp only.
 """
@@ -31,6 +32,7 @@ from trainpipe.contract.runtime import PROFILE_ENV
 from trainpipe.faces.kfp_face import accelerated
 from trainpipe.faces.surface import REQUIRED, kfp_params
 from trainpipe.images import RUN_AS
+from trainpipe.pipelines import graph
 from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
 from trainpipe.profiles import PROFILES, HardwareProfile, Resources
 from trainpipe.profiles import to_env as profile_env
@@ -139,6 +141,54 @@ def _tuning(p: dict[str, Any], data: dict[str, Any], tune: dict[str, Any]) -> li
     return [worker, summary]
 
 
+#: Each declared step's KFP face (:mod:`trainpipe.pipelines.graph`).
+COMPONENTS = {
+    "validate_data": validate_data,
+    "snapshot_dataset": snapshot_dataset,
+    "detect_drift": detect_drift,
+    "train_model": train_model,
+    "profile_training": profile_training,
+    "evaluate_model": evaluate_model,
+    "optimize_model": optimize_model,
+    "register_model": register_model,
+}
+
+
+def _output(made: dict[str, list[Any]], ref: str) -> Any:
+    """The output ``<step>.<name>`` of the task a step made (a fanned-out step's summary)."""
+    step, _, name = ref.partition(".")
+    return made[step][-1].outputs[name]
+
+
+def _optimize_settings(optimize: dict[str, Any] | None, trust: dict[str, Any]) -> dict[str, Any]:
+    """optimize_model's compile-time settings: the set ones, and its trusted packages with the team's, once."""
+    settings = {k: v for k, v in (optimize or {}).items() if v is not None}
+    packages = [*settings.pop("trusted_packages", []), *trust.get("trusted_packages", [])]
+    settings["trusted_packages"] = list(dict.fromkeys(packages))
+    return settings
+
+
+def _settings(
+    chosen: list[graph.Step], made: dict[str, list[Any]], profile: HardwareProfile, hardware: str, policy_json: str
+) -> None:
+    """What every task is given beside its inputs: resources, retries and caching, the hardware profile's
+    content (the steps that read it: its content, not its path), the cluster's settings and the policy."""
+    from trainpipe.contract.policy import ENV as POLICY_ENV
+
+    trained = next(made[s.name][0] for s in chosen if s.trains)
+    every = []
+    for s in chosen:
+        for task in made[s.name]:
+            _configure(task, profile.train if s.trains else profile.default, profile, caching=s.cached)
+            if "profile" in s.given:
+                task.set_env_variable(name=PROFILE_ENV, value=hardware)
+            every.append(task)
+    _kubernetes_settings(profile, trained, every)
+    if policy_json != "{}":
+        for task in every:
+            task.set_env_variable(name=POLICY_ENV, value=policy_json)
+
+
 def build_pipeline(
     profile: HardwareProfile,
     policy: Any = None,
@@ -169,65 +219,47 @@ def build_pipeline(
             summarizes it, and train_model takes the best trial's settings (its ``tuned`` input).
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
-    from trainpipe.contract.policy import ENV as POLICY_ENV
     from trainpipe.contract.policy import to_env
 
     policy_json = to_env(policy) if policy is not None else "{}"
     hardware = profile_env(profile)
 
+    faces = {**COMPONENTS, "train_model": train_op}
+    on = graph.switches(
+        tune=tune is not None,
+        profile="profile_training" in include,
+        optimize=optimize is not None,
+        approval=require_approval,
+    )
+    chosen = graph.steps(on, "kfp")
+    trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
+    # compile-time settings of a step beyond the pipeline's parameters; an unset one (None) is left to the face
+    constants = {"optimize_model": _optimize_settings(optimize, trust), "register_model": {}}
+    constants["register_model"]["move_alias"] = not require_approval  # no run parameter can skip the approval
+
     def steps(p: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         raw = dsl.importer(artifact_uri=p["data"], artifact_class=Dataset, reimport=False)
         raw.set_display_name("raw-data")
-        validated = bind(validate_data, p, data=raw.output, run_id=run_id)
-        # validate and snapshot read data that can change behind the same URI: never cached
-        # (the snapshot is content-addressed and idempotent, so rerunning it is cheap). Every
-        # later data-consuming task takes the snapshot's DVC md5 as a parameter, so its cache
-        # key includes the content hash and new data never hits a stale cache.
-        snap = bind(snapshot_dataset, p, data=validated.outputs["validated"], run_id=run_id)
-        data = {"data": snap.outputs["snapshot"], "dataset_md5": snap.outputs["md5"], "run_id": run_id}
-        # the data against the champion's own training data; the steps after it run when it says
-        # so (retrain_on: always, or drift found, the champion too old, or none yet)
-        trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
-        drifted = bind(detect_drift, p, **data, **trust)
-        with dsl.If(drifted.outputs["Output"] == True, name="retrain"):  # noqa: E712 (KFP condition syntax)
-            tuning = _tuning(p, data, tune) if tune is not None else []  # its settings trust the team's package
-            tuned = {"tuned": tuning[-1].outputs["study"]} if tuning else {}
-            trained = bind(train_op, p, **data, **tuned)
-            model = trained.outputs["model"]
-            profiled = bind(profile_training, p, model=model, run_id=run_id) if "profile_training" in include else None
-            evaluated = bind(evaluate_model, p, model=model, **data, **trust)
-            with dsl.If(evaluated.outputs["Output"] == True, name="gate-passed"):  # noqa: E712 (KFP condition syntax)
-                extra = {"training_profile": profiled.outputs["training_profile"]} if profiled is not None else {}
-                optimized = None
-                if optimize is not None:  # compile-time settings; an unset one (None) is left to the face's default
-                    settings = {k: v for k, v in optimize.items() if v is not None}
-                    # the optimize section's trusted packages and the team's, once
-                    packages = [*settings.pop("trusted_packages", []), *trust.get("trusted_packages", [])]
-                    settings["trusted_packages"] = list(dict.fromkeys(packages))
-                    optimized = bind(optimize_model, p, model=model, **data, **settings)
-                    extra["optimized"] = optimized.outputs["optimized"]
-                decision = evaluated.outputs["decision"]
-                move = not require_approval  # a compiled constant: no run parameter can skip the approval
-                registered = bind(
-                    register_model, p, model=model, decision=decision, run_id=run_id, move_alias=move, **extra
-                )
-                _configure(registered, profile.default, profile, caching=False)
-        later = [t for t in (*tuning, profiled, evaluated, optimized) if t is not None]
-        for task_ in later:
-            _configure(task_, profile.default, profile)
-        # detect_drift reads the champion, which moves between runs: its result is not a function of its inputs
-        for task_ in (validated, snap, drifted):
-            _configure(task_, profile.default, profile, caching=False)
-        _configure(trained, profile.train, profile)
-        for task_ in (trained, *tuning, profiled):  # the steps that read it (PROFILE_STEPS): its content, not its path
-            if task_ is not None:
-                task_.set_env_variable(name=PROFILE_ENV, value=hardware)
-        every = [validated, snap, drifted, trained, *later, registered]
-        _kubernetes_settings(profile, trained, every)
-        if policy_json != "{}":
-            for task_ in every:
-                task_.set_env_variable(name=POLICY_ENV, value=policy_json)
+        made: dict[str, list[Any]] = {}  # each step's tasks (a fanned-out one: its workers, then the summary)
+        branches: list[tuple[str, Any]] = []  # the open dsl.If contexts, outermost first
+        for s in chosen:
+            while [name for name, _ in branches] != list(s.when[: len(branches)]):  # leave the branches it is not in
+                branches.pop()[1].__exit__(None, None, None)
+            for name in s.when[len(branches) :]:  # the step's conditions not open yet: after their deciders
+                decided = made[graph.CONDITIONS[name].decided_by][-1].outputs["Output"]
+                branch = dsl.If(decided == True, name=name)  # noqa: E712 (KFP condition syntax)
+                branch.__enter__()
+                branches.append((name, branch))
+            given = {k: raw.output if v == graph.RAW else _output(made, v) for k, v in s.takes.items()}
+            given = {**given, "run_id": run_id, **(trust if "trust" in s.given else {})}
+            if s.fan_out:
+                made[s.name] = _tuning(p, given, tune or {})
+            else:
+                made[s.name] = [bind(faces[s.name], p, **{**given, **constants.get(s.name, {})})]
+        while branches:
+            branches.pop()[1].__exit__(None, None, None)
+        _settings(chosen, made, profile, hardware, policy_json)
 
     description = "Validate, snapshot, check drift, train, profile, evaluate and register a model."
     return dsl.pipeline(name=PIPELINE_NAME, description=description, pipeline_root=pipeline_root)(

@@ -1,0 +1,235 @@
+"""The reference pipeline's graph, declared once: its steps, the artifacts each takes from which step, the
+conditions they run under, the optional steps and what each step is given.
+
+The KFP pipeline (:mod:`trainpipe.pipelines.training_pipeline`) and the Airflow DAGs
+(:mod:`trainpipe.pipelines.dag_topology`, ``dags/``) are renderings of :data:`STEPS`, as Dagster's one
+definition runs on any executor; ``tests/contract/test_graph.py`` holds each rendering to it (the compiled
+YAML's edges and conditions, the DagBag's edges and trigger rules). Adding, guarding or reordering a step is
+one edit here (docs/layout.md shows one). Plain data: importing it loads neither kfp nor airflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: The pipeline's own input: the raw data's URI (KFP imports it as an artifact; a DAG reads ``params.data``).
+RAW = "@data"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A branch: the steps under it run only when ``decided_by``'s decision says so.
+
+    Attributes:
+        name: The KFP ``dsl.If`` name.
+        task_id: The Airflow gate task's id.
+        decided_by: The step whose decision it reads (KFP: its ``Output``; Airflow: its result's XCom).
+    """
+
+    name: str
+    task_id: str
+    decided_by: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the reference pipeline.
+
+    Attributes:
+        name: The component (its folder), the KFP task and the Airflow task id.
+        takes: Each input the step takes from another step, as ``"<step>.<output>"`` (or :data:`RAW`). Airflow
+            passes an artifact as the producer's output folder; a value (:data:`VALUES`) only KFP passes.
+        when: The conditions it runs under, outermost first.
+        optional: The switch that puts it in the pipeline (:data:`SWITCHES`); None: always there.
+        given: What it is given besides its settings and inputs: ``profile`` (the hardware profile's
+            content), ``trust`` (the team's package among its trusted packages). Every step gets the policy.
+        after: Steps it follows without taking their output.
+        cached: Whether KFP may reuse an earlier run's result (the ones that read what changes behind one
+            URI, and the registration, are never cached).
+        trains: It takes the profile's training resources, timeout and queue.
+        fan_out: It runs as parallel workers on one study and then one summarizing task.
+        held_by_approval: With approval, it registers the challenger only (``move_alias`` false).
+        engines: The renderings it is in (KFP has no human step: ``trainpipe promote`` does it there).
+        trigger_rule: When it runs given the steps before it (Airflow's trigger rule; default: all succeeded).
+    """
+
+    name: str
+    takes: Mapping[str, str] = field(default_factory=dict)
+    when: tuple[str, ...] = ()
+    optional: str | None = None
+    given: frozenset[str] = frozenset()
+    after: tuple[str, ...] = ()
+    cached: bool = True
+    trains: bool = False
+    fan_out: bool = False
+    held_by_approval: bool = False
+    engines: frozenset[str] = frozenset({"kfp", "airflow"})
+    trigger_rule: str = "all_success"
+
+    def producers(self) -> list[str]:
+        """The steps it takes an input from, then those it follows, in order."""
+        taken = [ref.partition(".")[0] for ref in self.takes.values() if ref != RAW]
+        return list(dict.fromkeys([*taken, *self.after]))
+
+
+#: The optional steps' switches: the pipeline config's setting that turns each on.
+SWITCHES = {
+    "tune": "tune (tune_model's settings and workers)",
+    "profile": "profile_training in `include` (default on)",
+    "optimize": "optimize.enabled, else the hardware profile's optimize",
+    "approval": "require_approval",
+}
+
+#: The outputs that are values, not artifacts: KFP passes the snapshot's content hash into every later
+#: data-consuming task's cache key; an Airflow step reads the snapshot's folder instead.
+VALUES = frozenset({"snapshot_dataset.md5"})
+
+RETRAIN = Condition("retrain", "retrain", decided_by="detect_drift")
+GATE_PASSED = Condition("gate-passed", "gate", decided_by="evaluate_model")
+CONDITIONS = {c.name: c for c in (RETRAIN, GATE_PASSED)}
+
+_SNAPSHOT = {"data": "snapshot_dataset.snapshot", "dataset_md5": "snapshot_dataset.md5"}
+_RETRAIN = (RETRAIN.name,)
+_GATED = (RETRAIN.name, GATE_PASSED.name)
+
+#: The reference pipeline, in the order its tasks are made.
+STEPS: tuple[Step, ...] = (
+    Step("validate_data", takes={"data": RAW}, cached=False),
+    Step("snapshot_dataset", takes={"data": "validate_data.validated"}, cached=False),
+    Step("detect_drift", takes=_SNAPSHOT, given=frozenset({"trust"}), cached=False),
+    Step("tune_model", takes=_SNAPSHOT, when=_RETRAIN, optional="tune", given=frozenset({"profile"}), fan_out=True),
+    Step(
+        "train_model",
+        takes={**_SNAPSHOT, "tuned": "tune_model.study"},
+        when=_RETRAIN,
+        given=frozenset({"profile"}),
+        trains=True,
+    ),
+    Step(
+        "profile_training",
+        takes={"model": "train_model.model"},
+        when=_RETRAIN,
+        optional="profile",
+        given=frozenset({"profile"}),
+    ),
+    Step(
+        "evaluate_model", takes={"model": "train_model.model", **_SNAPSHOT}, when=_RETRAIN, given=frozenset({"trust"})
+    ),
+    Step(
+        "optimize_model",
+        takes={"model": "train_model.model", **_SNAPSHOT},
+        when=_GATED,
+        optional="optimize",
+        given=frozenset({"trust"}),
+    ),
+    Step(
+        "register_model",
+        takes={
+            "model": "train_model.model",
+            "decision": "evaluate_model.decision",
+            "training_profile": "profile_training.training_profile",
+            "optimized": "optimize_model.optimized",
+        },
+        when=_GATED,
+        cached=False,
+        held_by_approval=True,
+    ),
+    Step("approve", after=("register_model",), when=_GATED, optional="approval", engines=frozenset({"airflow"})),
+    Step("promote_model", after=("approve",), when=_GATED, optional="approval", engines=frozenset({"airflow"})),
+    Step(
+        "record_rejection",
+        after=("promote_model",),
+        when=_GATED,
+        optional="approval",
+        engines=frozenset({"airflow"}),
+        trigger_rule="all_skipped",  # the answer was no, or nobody answered: promote_model was skipped
+    ),
+)
+
+BY_NAME = {s.name: s for s in STEPS}
+
+
+def _check_order(declared: tuple[Step, ...]) -> None:
+    """Refuse a declaration where a step comes before a step it takes from, follows, or whose decision it
+    waits for (the renderings make the tasks in the declared order)."""
+    seen: set[str] = set()
+    for s in declared:
+        needed = [*s.producers(), *(CONDITIONS[c].decided_by for c in s.when)]
+        late = [n for n in needed if n not in seen]
+        if late:
+            raise ValueError(f"{s.name} is declared before {', '.join(late)}, which it needs: move it after them")
+        seen.add(s.name)
+
+
+def switches(*, tune: bool, profile: bool, optimize: bool, approval: bool) -> list[str]:
+    """The switches (:data:`SWITCHES`) that are on, by name."""
+    flags = {"tune": tune, "profile": profile, "optimize": optimize, "approval": approval}
+    return [name for name, flag in flags.items() if flag]
+
+
+def steps(
+    switches: Iterable[str],
+    engine: str,
+    start: str | None = None,
+    stop: str | None = None,
+    declared: tuple[Step, ...] = STEPS,
+) -> list[Step]:
+    """The steps one rendering makes: those of ``engine`` whose switch is on, from ``start`` to ``stop``
+    (inclusive; default: all), with the inputs from steps that are off dropped. ``declared``: another
+    declaration than :data:`STEPS` (what an edit to it would render)."""
+    _check_order(declared)
+    on = set(switches)
+    names = [s.name for s in declared]
+    first = names.index(start) if start else 0
+    last = names.index(stop) if stop else len(names) - 1
+    chosen = [s for s in declared[first : last + 1] if engine in s.engines and (s.optional is None or s.optional in on)]
+    present = {s.name for s in declared if engine in s.engines and (s.optional is None or s.optional in on)}
+    out = []
+    for s in chosen:
+        takes = {k: v for k, v in s.takes.items() if v == RAW or v.partition(".")[0] in present}
+        out.append(Step(**{**s.__dict__, "takes": takes}))
+    return out
+
+
+def edges(chosen: list[Step], roots: Mapping[str, str] | None = None) -> set[tuple[str, str]]:
+    """The Airflow rendering's edges among ``chosen`` and their conditions' gate tasks: each step after the
+    steps it takes from or follows and after its innermost condition's gate, each gate after the step that
+    decides it; less every edge another path implies (Airflow's DAGs name the shortest). A fanned-out step is
+    its workers (``<name>_workers``), then itself.
+
+    Args:
+        chosen: The steps (:func:`steps`).
+        roots: Extra edges into the graph (``{"detect_drift": "new_snapshot"}``: a task before a step).
+    """
+    names = {s.name for s in chosen}
+    up: dict[str, set[str]] = {}
+    for s in chosen:
+        up[s.name] = {p for p in s.producers() if p in names}
+        # a condition decided before this graph starts (its step is not in it) has no gate task here
+        conds = [CONDITIONS[c] for c in s.when if CONDITIONS[c].decided_by in names]
+        if conds:
+            up[s.name].add(conds[-1].task_id)
+        for cond in conds:
+            up.setdefault(cond.task_id, set()).add(cond.decided_by)
+    for step, before in (roots or {}).items():
+        up.setdefault(step, set()).add(before)
+        up.setdefault(before, set())
+
+    def reaches(src: str, dst: str, skip: tuple[str, str]) -> bool:
+        todo, seen = [dst], set()
+        while todo:
+            node = todo.pop()
+            for b in up.get(node, ()):
+                if (b, node) == skip or b in seen:
+                    continue
+                if b == src:
+                    return True
+                seen.add(b)
+                todo.append(b)
+        return False
+
+    kept = {(b, n) for n, before in up.items() for b in before if not reaches(b, n, (b, n))}
+    fanned = {s.name for s in chosen if s.fan_out}  # its workers, then the task that summarizes them
+    out = {(b, f"{n}_workers" if n in fanned else n) for b, n in kept}
+    return out | {(f"{n}_workers", n) for n in fanned}
