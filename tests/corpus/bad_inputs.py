@@ -204,10 +204,18 @@ CASES: list[tuple[str, str, list[str], dict[str, object], int, str]] = [
     (
         "input-artifact-traversal",
         "train_model",
-        ["--data", "{d}/x/../../somewhere", "--output-dir", "{d}/out"],
+        ["--data", "{snap}/x/..", "--output-dir", "{d}/out"],
         {"d.csv": GOOD_CSV},
         2,
         "climbs out with '..'",
+    ),
+    (  # a new user's `--data ../nope.csv` was told it climbs out, while `../churn.csv` was read
+        "missing-input-with-dotdot",
+        "validate_data",
+        ["--data", "{d}/../nope.csv", "--output-dir", "{d}/out"],
+        {"d.csv": GOOD_CSV},
+        2,
+        "data: '{d}/../nope.csv' does not exist",
     ),
     (
         "outside-workspace",

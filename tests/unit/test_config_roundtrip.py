@@ -280,3 +280,11 @@ def test_kfp_carries_a_pipeline_parameter_inside_the_config_as_its_type():
     assert same(got, {"hidden_units": [32, 16], "learning_rate": 1e-05, "x": {"n": 3, "f": False, "t": "blue"}})
     with pytest.raises(TypeError, match="pipeline parameter 'd' is a Dict"):
         surface.to_kfp_text({"d": Channel("d", "Dict")}, "train_config")
+
+
+def test_a_flag_is_taken_only_as_spelt(capsys):
+    """A new user's ``--epoch 2`` trained as ``--epochs 2``: argparse takes an unambiguous prefix. A step's
+    flags are its settings' names, and a misspelt one is refused as unknown."""
+    with pytest.raises(SystemExit) as exc:
+        make_parser(NAME, TrainModelConfig, "").parse_args(["--epoch", "2"])
+    assert exc.value.code == 2 and "unrecognized arguments: --epoch 2" in capsys.readouterr().err

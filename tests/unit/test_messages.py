@@ -93,3 +93,15 @@ def test_a_missing_profile_file_is_named_as_the_profile_not_as_a_config(tmp_path
     with pytest.raises(InputError) as exc:
         get_profile(str(tmp_path / "nothere.yaml"))
     assert str(exc.value).startswith("profile: hardware profile file ") and "does not exist" in str(exc.value)
+
+
+def test_a_misspelt_profile_key_is_not_called_a_components_setting(tmp_path):
+    """A new user's ``retires: 2`` in a profile file read "unknown key (not a setting of this component)":
+    a profile is not a component."""
+    from trainpipe.profiles import get_profile
+
+    (tmp_path / "team.yaml").write_text("name: team\nretires: 2\n")
+    with pytest.raises(InputError) as exc:
+        get_profile(str(tmp_path / "team.yaml"))
+    assert "'retires': unknown key (no such setting here)" in str(exc.value)
+    assert "component" not in str(exc.value)

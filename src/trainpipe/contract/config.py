@@ -51,7 +51,7 @@ def describe_errors(errors: list[Any], where: str = "config") -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
-            msg = "unknown key (not a setting of this component)"
+            msg = "unknown key (no such setting here)"
         if not loc:
             named = re.match(r"^([A-Za-z_][\w.]*(?:, [A-Za-z_][\w.]*)*): (.*)$", msg)
             loc, msg = (named.group(1), named.group(2)) if named else ("(root)", msg)

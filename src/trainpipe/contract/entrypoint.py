@@ -262,6 +262,7 @@ def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.Argumen
     parser = argparse.ArgumentParser(
         prog=f"python -m trainpipe.components.{name}",
         description=doc,
+        allow_abbrev=False,  # `--epoch 2` is a typo to refuse, not `--epochs 2`
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad input, 3 data failed its suite, 4 gate not passed, "
         "6 the audit log failed verification, 7 a model failed signature verification, 8 its job was cancelled or "
         "deleted outside trainpipe, "
@@ -475,6 +476,8 @@ def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:
             p.is_file() or (field in source_fields(model) and p.is_dir() and not (p / artifacts.MARKER).exists())
         ):
             continue  # raw data the user names (a file, a folder of Parquet files) may live anywhere it can be read
+        if field in input_fields(model) and not p.exists():
+            raise InputError(f"{field}: {value!r} does not exist")  # not "climbs out": a missing file is the news
         if ".." in Path(value).parts:
             raise InputError(
                 f"{field}: {value!r} climbs out with '..' (path traversal is refused; give the path itself)"
