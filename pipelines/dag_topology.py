@@ -117,8 +117,6 @@ def _paths(s: graph.Step, *, snapshot_dir: str, run_dir: str) -> dict[str, Any]:
 
 def _step_kwargs(name: str, asset: Any) -> dict[str, Any]:
     """What one step's task takes beyond its settings (the rendering's own, not the graph's)."""
-    if name == "validate_data":
-        return {"retries": 0}  # a failed suite or a bad file does not fix itself
     if name == "snapshot_dataset":
         return {"outlets": [asset]}  # its event carries the DVC hash: the retrain DAG listens
     return {}
@@ -295,14 +293,24 @@ def new_snapshot(triggering_asset_events: Any = None, **_: Any) -> str | bool:
     training DAG does: two runs training one snapshot race to move the alias), else False (skip)."""
     events = [e for evs in (triggering_asset_events or {}).values() for e in evs]
     if not events:
-        return False
+        return _skip(
+            "the run was not triggered by a snapshot's asset event (trigger it by one, or run the training DAG)"
+        )
     extra = dict(newest_event(events).extra or {})
-    if not extra.get("changed") or not extra.get("snapshot_dir"):
-        return False
+    if not extra.get("snapshot_dir"):
+        return _skip("the triggering asset event names no snapshot_dir (it was not posted by snapshot_dataset)")
+    if not extra.get("changed"):
+        return _skip(f"the snapshot {extra['snapshot_dir']} holds no new data (its content hash is unchanged)")
     if extra.get("trained_by"):
-        print(f"trainpipe: not retraining: {extra['trained_by']} trains this snapshot itself", flush=True)
-        return False
+        return _skip(f"{extra['trained_by']} trains this snapshot itself")
+    print(f"trainpipe: retraining on the new snapshot {extra['snapshot_dir']}", flush=True)  # the task log
     return str(extra["snapshot_dir"])
+
+
+def _skip(reason: str) -> bool:
+    """A gate's skip, with its reason as one line in the task log (the steps after it are skipped)."""
+    print(f"trainpipe: not retraining: {reason}", flush=True)
+    return False
 
 
 def gate_passed(ti: Any = None, **_: Any) -> bool:

@@ -11,15 +11,33 @@ from trainpipe.pipelines.dag_topology import drift_says_retrain, gate_passed, ne
 pytestmark = pytest.mark.unit
 
 
-def test_the_retraining_dag_runs_only_for_a_new_hash():
+def test_the_retraining_dag_runs_only_for_a_new_hash_and_says_why_it_skips(capsys):
+    """A new user's retrain run without an event stopped at new_snapshot with only Airflow's "Condition result
+    is False"; each skip now says why in one line of the task log, as the retrain task does."""
+
     def events(*extras):
         return {"asset": [SimpleNamespace(extra=e) for e in extras]}
 
+    def said():
+        return capsys.readouterr().out.strip().splitlines()
+
     new = {"md5": "a", "changed": True, "snapshot_dir": "/runs/1/snapshot_dataset"}
     assert new_snapshot(triggering_asset_events=events(new)) == "/runs/1/snapshot_dataset"
+    assert said() == ["trainpipe: retraining on the new snapshot /runs/1/snapshot_dataset"]
     same = {"md5": "a", "changed": False, "snapshot_dir": "/runs/2/snapshot_dataset"}
     assert new_snapshot(triggering_asset_events=events(same)) is False
+    assert said() == [
+        "trainpipe: not retraining: the snapshot /runs/2/snapshot_dataset holds no new data (its "
+        "content hash is unchanged)"
+    ]
     assert new_snapshot(triggering_asset_events={}) is False
+    (line,) = said()
+    assert line.startswith("trainpipe: not retraining: the run was not triggered by a snapshot's asset event")
+    assert new_snapshot(triggering_asset_events=events({"changed": True})) is False
+    assert said() == [
+        "trainpipe: not retraining: the triggering asset event names no snapshot_dir (it was not "
+        "posted by snapshot_dataset)"
+    ]
 
 
 def test_the_retrain_task_follows_detect_drifts_decision_and_says_why(capsys):
