@@ -40,7 +40,7 @@ for t in dag.tasks:
     assert t.doc_md, f"{{t.task_id}} has no doc_md"
     assert t.execution_timeout is not None, f"{{t.task_id}} has no execution_timeout"
     # conditions on XComs: a retry reads the same
-    if t.task_id not in ("validate_data", "gate", "new_snapshot", "retrain"):
+    if t.task_id not in ("gate", "new_snapshot", "retrain"):
         assert t.retries >= 1 and t.retry_exponential_backoff and t.max_retry_delay is not None, t.task_id
 assert dag.doc_md and dag.max_active_runs == 1 and dag.catchup is False
 print("ok")

@@ -42,7 +42,7 @@ def test_every_task_takes_the_profiles_retries_backoff_and_timeouts(dagbag):
                 assert task.max_preemptions == 2
             elif task.task_id not in ("approve",):
                 assert task.execution_timeout == timedelta(seconds=120), task.task_id
-            if task.task_id not in ("validate_data", "gate", "new_snapshot", "retrain"):  # those retry nothing
+            if task.task_id not in ("gate", "new_snapshot", "retrain"):  # decisions: they retry nothing
                 assert task.retries == 1 and task.retry_delay == timedelta(seconds=7), task.task_id
                 trainpipe_tasks += 1
     assert trainpipe_tasks >= 8
