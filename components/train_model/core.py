@@ -285,13 +285,17 @@ def _failed(
     )
 
 
+#: Which rerun resumes: a pipeline engine gives each run its own output folder (a new run starts over there).
+SAME = " (on the same checkpoints: the same output_dir, or a checkpoint_dir the runs share)"
+
+
 def _where_stopped(err: dict[str, Any] | None) -> str:
     """Where a budget's stop left the training, from the ranks' record of it (the step, the checkpoint)."""
     step, ckpt = (err or {}).get("step"), (err or {}).get("checkpoint")
     if ckpt:
-        return f"stopped at step {step} with a checkpoint: a rerun with a larger budget resumes from {ckpt}"
+        return f"stopped at step {step} with a checkpoint: a rerun with a larger budget resumes from {ckpt}{SAME}"
     if err is None:  # the ranks were stopped before they could say where
-        return "stopped: a rerun with a larger budget resumes from the newest checkpoint, if one was written"
+        return f"stopped: a rerun with a larger budget resumes from the newest checkpoint, if one was written{SAME}"
     return f"stopped at step {step or 0}: no checkpoint was written, so a rerun with a larger budget starts over"
 
 
@@ -329,7 +333,7 @@ class _Spending:
         self.gpus = config.nproc_per_node if _uses_cuda(config) else 0
         self.reason: str | None = None
         if self.budget is not None and self.before is not None and (said := self.budget.reached(self.before)):
-            raise errors.BudgetReached(f"{said}; nothing started: a rerun with a larger budget resumes")
+            raise errors.BudgetReached(f"{said}; nothing started: a rerun with a larger budget resumes{SAME}")
         self.meter = Meter()
 
     def start(self) -> None:

@@ -67,7 +67,7 @@ def test_the_launcher_prints_the_teams_whole_error_above_its_one_line(tmp_path, 
         ({"step": 11, "checkpoint": "ckpt-0000000011"}, "stopped at step 11 with a checkpoint: a rerun with a larger "),
         ({"step": 0, "checkpoint": None}, "stopped at step 0: no checkpoint was written, so a rerun with a larger "),
         ({"step": 4, "checkpoint": None}, "stopped at step 4: no checkpoint was written"),  # no ctx.restore
-        (None, "stopped: a rerun with a larger budget resumes from the newest checkpoint, if one was written"),
+        (None, "stopped: a rerun with a larger budget resumes from the newest checkpoint, if one was written (on "),
     ],
     ids=["with-checkpoint", "before-the-first-step", "no-state", "ranks-silent"],
 )
