@@ -9,12 +9,13 @@ own process and of every rank it waited for), not the requests of the pod.
 
 from __future__ import annotations
 
+import re
 import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainpipe.contract.config import StrictModel
 
@@ -22,10 +23,17 @@ from trainpipe.contract.config import StrictModel
 class Prices(StrictModel):
     """What the enterprise's cost model charges for the hardware of a profile."""
 
-    currency: str = Field("USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 code of the prices' currency")
+    currency: str = Field("USD", description="ISO 4217 code of the prices' currency")
     gpu_hour: float = Field(0.0, ge=0, le=1e6, description="per GPU-hour (one accelerator for one hour)")
     cpu_core_hour: float = Field(0.0, ge=0, le=1e6, description="per CPU-core-hour the processes used")
     node_hour: float = Field(0.0, ge=0, le=1e6, description="per node-hour the step held")
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_4217(cls, code: str) -> str:
+        if re.fullmatch(r"[A-Z]{3}", code) is None:
+            raise ValueError(f"{code!r} is not an ISO 4217 code (three capital letters, such as EUR or USD)")
+        return code
 
 
 class Usage(BaseModel):

@@ -105,3 +105,16 @@ def test_a_misspelt_profile_key_is_not_called_a_components_setting(tmp_path):
         get_profile(str(tmp_path / "team.yaml"))
     assert "'retires': unknown key (no such setting here)" in str(exc.value)
     assert "component" not in str(exc.value)
+
+
+@pytest.mark.parametrize("code", ["eur", "EURO", "E1R", ""])
+def test_a_currency_that_is_no_iso_4217_code_is_named_so(code, tmp_path):
+    """The docs promise a currency that is not an ISO 4217 code is one line naming it; a new user's ``eur`` read
+    "String should match pattern '^[A-Z]{3}$'"."""
+    from trainpipe.profiles import get_profile
+
+    (tmp_path / "team.yaml").write_text(f"name: team\nprices: {{currency: '{code}', cpu_core_hour: 0.04}}\n")
+    with pytest.raises(InputError) as exc:
+        get_profile(str(tmp_path / "team.yaml"))
+    assert f"'prices.currency': {code!r} is not an ISO 4217 code (three capital letters" in str(exc.value)
+    assert "pattern" not in str(exc.value)
