@@ -88,6 +88,8 @@ VALUES = frozenset({"snapshot_dataset.md5"})
 RETRAIN = Condition("retrain", "retrain", decided_by="detect_drift")
 GATE_PASSED = Condition("gate-passed", "gate", decided_by="evaluate_model")
 CONDITIONS = {c.name: c for c in (RETRAIN, GATE_PASSED)}
+#: The conditions, outermost first (the order a step lists those it runs under).
+OUTERMOST_FIRST = [RETRAIN.name, GATE_PASSED.name]
 
 _SNAPSHOT = {"data": "snapshot_dataset.snapshot", "dataset_md5": "snapshot_dataset.md5"}
 _RETRAIN = (RETRAIN.name,)
@@ -150,16 +152,53 @@ STEPS: tuple[Step, ...] = (
 BY_NAME = {s.name: s for s in STEPS}
 
 
-def _check_order(declared: tuple[Step, ...]) -> None:
-    """Refuse a declaration where a step comes before a step it takes from, follows, or whose decision it
-    waits for (the renderings make the tasks in the declared order)."""
+def check(declared: tuple[Step, ...]) -> None:
+    """Refuse a declaration the renderings cannot make, each mistake in one line naming the step: a name declared
+    twice; an input from, or an ``after`` of, no declared step; an unknown condition or switch; conditions not
+    listed outermost first; a step before a step it takes from, follows, or whose decision it waits for (the
+    renderings make the tasks in the declared order); a condition's steps not declared together (KFP opens one
+    ``dsl.If`` for them)."""
+    names = [s.name for s in declared]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{twice[0]} is declared twice: each step once")
     seen: set[str] = set()
     for s in declared:
+        _check_step(s, set(names))
         needed = [*s.producers(), *(CONDITIONS[c].decided_by for c in s.when)]
         late = [n for n in needed if n not in seen]
         if late:
             raise ValueError(f"{s.name} is declared before {', '.join(late)}, which it needs: move it after them")
         seen.add(s.name)
+    for cond in CONDITIONS:
+        under = [i for i, s in enumerate(declared) if cond in s.when]
+        apart = [declared[i].name for i in range(under[0], under[-1] + 1) if i not in under] if under else []
+        if apart:
+            raise ValueError(
+                f"the steps under {cond} are not declared together: {apart[0]}, which is not under it, is among "
+                "them (declare it before or after them)"
+            )
+
+
+def _check_step(s: Step, names: set[str]) -> None:
+    """One step's own references: its inputs' and ``after``'s steps, its conditions, its switch."""
+    for key, ref in s.takes.items():
+        producer, _, output = ref.partition(".")
+        if ref != RAW and (producer not in names or not output):
+            raise ValueError(
+                f"{s.name} takes {key} from {ref!r}: no declared step is named {producer!r} (write <step>.<output>)"
+            )
+    for before in s.after:
+        if before not in names:
+            raise ValueError(f"{s.name} follows {before!r}: no declared step has that name")
+    unknown = [c for c in s.when if c not in CONDITIONS]
+    if unknown:
+        raise ValueError(f"{s.name} runs when {unknown[0]!r}: no such condition (conditions: {', '.join(CONDITIONS)})")
+    outermost_first = sorted(s.when, key=OUTERMOST_FIRST.index)
+    if list(s.when) != outermost_first:
+        raise ValueError(f"{s.name} lists its conditions inner first: write ({', '.join(outermost_first)})")
+    if s.optional is not None and s.optional not in SWITCHES:
+        raise ValueError(f"{s.name} is optional on {s.optional!r}: no such switch (switches: {', '.join(SWITCHES)})")
 
 
 def switches(*, tune: bool, profile: bool, optimize: bool, approval: bool) -> list[str]:
@@ -178,7 +217,7 @@ def steps(
     """The steps one rendering makes: those of ``engine`` whose switch is on, from ``start`` to ``stop``
     (inclusive; default: all), with the inputs from steps that are off dropped. ``declared``: another
     declaration than :data:`STEPS` (what an edit to it would render)."""
-    _check_order(declared)
+    check(declared)
     on = set(switches)
     names = [s.name for s in declared]
     first = names.index(start) if start else 0

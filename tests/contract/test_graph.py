@@ -64,6 +64,9 @@ def compiled_graph(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
             here = conds
             if condition is not None:
                 channel = condition.split("['", 1)[1].split("']", 1)[0]
+                # a condition runs its steps when its decision is true: nothing compared, nothing negated
+                truth = f"inputs.parameter_values['{channel}']"
+                assert condition in (truth, f"{truth} == true"), f"{name}: condition {condition!r}"
                 here = (*conds, (task["taskInfo"]["name"], inputs[channel][0]))
             walk(inner, inputs, here)
 
@@ -115,6 +118,65 @@ def test_the_pipeline_with_every_optional_step_is_the_declared_graph(tmp_path):
     out = tmp_path / "p.yaml"
     compiler.Compiler().compile(pipeline, package_path=str(out))
     _compare_kfp(next(yaml.safe_load_all(out.read_text())), ["tune", "profile", "optimize", "approval"])
+
+
+def test_each_declared_input_is_an_output_of_its_producers_component():
+    """Airflow passes a producer's output folder whatever the output's name; KFP needs the name: a misspelt one
+    fails here, not as a bare KeyError in the compile."""
+    import importlib
+
+    for s in graph.STEPS:
+        for key, ref in s.takes.items():
+            if ref == graph.RAW:
+                continue
+            producer, _, output = ref.partition(".")
+            face = importlib.import_module(f"trainpipe.components.{producer}.kfp_component")
+            outputs = getattr(face, producer).component_spec.outputs or {}
+            assert output in outputs, f"{s.name} takes {key} from {ref}: {producer} has {sorted(outputs)}"
+
+
+def _without(name: str, **changes: Any) -> tuple[graph.Step, ...]:
+    """The declaration with one step changed."""
+    from dataclasses import replace
+
+    return tuple(replace(s, **changes) if s.name == name else s for s in graph.STEPS)
+
+
+def _moved(name: str, before: str) -> tuple[graph.Step, ...]:
+    rest = [s for s in graph.STEPS if s.name != name]
+    i = [s.name for s in rest].index(before)
+    return (*rest[:i], graph.BY_NAME[name], *rest[i:])
+
+
+@pytest.mark.parametrize(
+    ("declared", "said"),
+    [
+        (_without("evaluate_model", takes={"model": "train_modle.model"}), "no declared step is named 'train_modle'"),
+        (_without("profile_training", optional="profiel"), "optional on 'profiel': no such switch"),
+        (_without("profile_training", when=("gate_passed",)), "runs when 'gate_passed': no such condition"),
+        (_without("optimize_model", when=("gate-passed", "retrain")), "inner first: write (retrain, gate-passed)"),
+        (_without("optimize_model", after=("nope",)), "optimize_model follows 'nope': no declared step"),
+        ((*graph.STEPS, graph.BY_NAME["approve"]), "approve is declared twice"),
+        (_moved("profile_training", "register_model"), "the steps under gate-passed are not declared together"),
+        (_moved("evaluate_model", "train_model"), "evaluate_model is declared before train_model, which it needs"),
+    ],
+    ids=[
+        "unknown-producer",
+        "unknown-switch",
+        "unknown-condition",
+        "inner-first",
+        "unknown-after",
+        "twice",
+        "condition-apart",
+        "before-its-input",
+    ],
+)
+def test_a_declaration_the_renderings_cannot_make_is_refused_in_one_line(declared, said):
+    """A contributor's mistakes in the declaration, each found by trying them: every one was accepted (and
+    vanished from a rendering, or crashed the KFP compile) or named the wrong thing."""
+    with pytest.raises(ValueError) as exc:
+        graph.steps(list(graph.SWITCHES), "kfp", declared=declared)
+    assert said in str(exc.value) and "\n" not in str(exc.value)
 
 
 def _load_dag(name: str) -> Any:
@@ -175,6 +237,16 @@ def test_the_dags_are_the_declared_graph(dags, dag_file):
     rules = {s.name: s.trigger_rule for s in chosen}
     for task in dag.tasks:
         assert task.trigger_rule == rules.get(task.task_id, "all_success"), task.task_id
+    # each gate reads the decision of the step the declaration says decides it, and no other step's
+    from types import SimpleNamespace
+
+    decided = {"retrain": True, "reasons": ["drifted"], "decision": {"passed": True, "reasons": ["passed"]}}
+    for cond in graph.CONDITIONS.values():
+        if cond.task_id in gates:
+            gate = dag.task_dict[cond.task_id]
+            mine = SimpleNamespace(xcom_pull=lambda task_ids, c=cond: decided if task_ids == c.decided_by else None)
+            other = SimpleNamespace(xcom_pull=lambda task_ids, c=cond: None if task_ids == c.decided_by else decided)
+            assert gate.condition(ti=mine) is True and not gate.condition(ti=other), cond.task_id
 
 
 def test_the_declaration_loads_no_orchestrator_or_heavy_library():
