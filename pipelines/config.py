@@ -31,6 +31,7 @@ from trainpipe.contract.config import StrictModel, build, load_file
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.policy import Policy
 from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params, kfp_value
+from trainpipe.pipelines import graph
 from trainpipe.profiles import PROFILES, HardwareProfile, get_profile
 
 #: train_model settings that are not in ``train:``: the pipeline sets them once for every step
@@ -40,7 +41,8 @@ NOT_IN_TRAIN = ("label_column", "tracking_uri", "experiment_name", "node_rank", 
 #: DAGs set on them): train_model for its prices (what it cost, its max_cost) and metrics port, tune_model for
 #: its cost objective or budget and its trials' trainings, profile_training for the prices its cost per epoch
 #: is figured at.
-PROFILE_STEPS = ("train_model", "tune_model", "profile_training")
+#: The pipeline's graph declares them (a step ``given`` the profile): read from there, as both renderings do.
+PROFILE_STEPS = tuple(s.name for s in graph.STEPS if "profile" in s.given)
 #: optimize_model settings that are not in ``optimize:``: the pipeline's own (the label, the split's seed).
 OPTIMIZE_FROM_PIPELINE = ("label_column", "seed")
 #: Pipeline settings taken from a component's spec, by (component, its field).

@@ -323,6 +323,12 @@ def gate_passed(ti: Any = None, **_: Any) -> bool:
 GATE_CONDITIONS = {"retrain": drift_says_retrain, "gate-passed": gate_passed}
 
 
+def _trains(component: str) -> bool:
+    """Whether the graph declares the step a training (the profile's training resources, timeout and queue)."""
+    declared = graph.BY_NAME.get(component)
+    return bool(declared and declared.trains)
+
+
 def default_args(profile: Any) -> dict[str, Any]:
     """Every task's retries, capped exponential backoff and timeout: the hardware profile's ``retries``,
     ``retry_backoff_s`` and ``timeout_s`` (train_model takes ``train_timeout_s``: :meth:`DagSettings.step`),
@@ -472,12 +478,13 @@ class DagSettings:
     ) -> tuple[Any, Any]:
         """The task's queue, its environment (the policy; the hardware profile where the step reads it) and,
         on Kubernetes, its resources and image."""
-        kwargs.setdefault("queue", self.profile.train_queue if task_id == "train_model" else self.profile.queue)
+        trains = _trains(operator_cls.component)
+        kwargs.setdefault("queue", self.profile.train_queue if trains else self.profile.queue)
         resources = image = None
         if self.mode == "kubernetes":
             from trainpipe.images import image_for
 
-            resources = self.profile.train if task_id == "train_model" else self.profile.default
+            resources = self.profile.train if trains else self.profile.default
             image = image_for(operator_cls.component, accelerated=resources.accelerated)
         env: dict[str, str] = {}
         if self.config.policy is not None:  # the config's policy travels with every step
@@ -501,7 +508,7 @@ class DagSettings:
         resources, image = self._placement(operator_cls, task_id, kwargs)
         settings = {**self.templates(operator_cls), **paths}
         profile = self.profile if self.mode == "kubernetes" else None
-        if task_id == "train_model":
+        if _trains(operator_cls.component):
             kwargs.setdefault("execution_timeout", timedelta(seconds=self.profile.train_timeout_s))
         if self.mode == "local":
             kwargs.setdefault("max_preemptions", self.profile.max_preemptions)
