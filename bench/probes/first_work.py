@@ -15,13 +15,13 @@ import trainpipe.contract.entrypoint as entrypoint
 _run = entrypoint.run
 
 
-def _timed_run(name, model, core, argv=None, doc=""):
+def _timed_run(name, model, core, argv=None, doc="", **options):
     def core_started(*args, **kwargs):
         with open(os.environ["BENCH_FIRST_WORK"], "w", encoding="utf-8") as fh:
             fh.write(repr(time.time()))
         return core(*args, **kwargs)
 
-    return _run(name, model, core_started, argv, doc)
+    return _run(name, model, core_started, argv, doc, **options)
 
 
 entrypoint.run = _timed_run
