@@ -388,7 +388,22 @@ def section_param(name: str, value: dict[str, Any]) -> Any:
     for key in ("required", "title", "type", "additionalProperties"):
         schema.pop(key, None)
     properties = {k: v for k, v in schema.pop("properties", {}).items() if k in value}
+    if name == "train" and "train_config" in properties:
+        properties["train_config"] = _train_config_schema(str(value.get("train_function") or "builtin:mlp"))
     return Param(value, type="object", properties=properties, additionalProperties=False, **schema)
+
+
+def _train_config_schema(function: str) -> dict[str, Any]:
+    """The keys an override's ``train_config`` may name: those of the function's typed config (a misspelt key
+    is refused at trigger, as a misspelt setting is); any, where it declares none. Its values' types are
+    checked by the step."""
+    from trainpipe.training import config_types
+
+    model = config_types.config_model(function)
+    keys = config_types.accepted_keys(model) if model is not None else None
+    if keys is None:
+        return {"type": "object"}
+    return {"type": "object", "properties": {k: {} for k in sorted(keys)}, "additionalProperties": False}
 
 
 class DagSettings:
