@@ -34,7 +34,8 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
             return builder, []
         module_name, _, qualname = builder.partition(":")
     else:
-        module_name, qualname = getattr(builder, "__module__", None), getattr(builder, "__qualname__", None)
+        module_name = getattr(builder, "__module__", None) or ""
+        qualname = getattr(builder, "__qualname__", None) or ""
         if module_name == NETS_MODULE and qualname in BUILTIN_NETS:
             return f"builtin:{qualname}", []
     shown = f"{module_name}:{qualname}"

@@ -23,6 +23,9 @@ Iterate = Callable[[int, int], Iterator[Any]]
 class Placement(Protocol):
     """A backend's part: where rows live and how batches reach the device."""
 
+    #: Where the rows live: ``host``, ``pinned`` or ``device`` (each rank's telemetry reports it).
+    where: str
+
     def place(self, arrays: list[Any]) -> list[Any]:
         """In-memory arrays where batches are gathered from (host, pinned host, device)."""
 

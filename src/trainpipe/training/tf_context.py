@@ -60,7 +60,7 @@ class TFContext(BaseContext):
         self._scope.__enter__()
         self._compiled: dict[Any, Any] = {}
         self._models: list[Any] = []
-        self._profile = (
+        self._profile: dict[str, Any] | None = (
             {"trace": None, "tensorboard_logdir": "tf_profile", "first_step_index": 4, "steps": settings.profile_steps}
             if settings.profile_steps and self.is_chief
             else None
@@ -170,7 +170,8 @@ class TFContext(BaseContext):
         raw = np.asarray(model(example.to_numpy(np.float32), training=False), dtype=np.float32)
         if isinstance(builder, str) and builder.startswith("builtin:"):
             weights, raw = tf_model.builtin_weights(model, builder, self._tabular, task, raw)
-            framework, ref, code, classes = "torch", builder, [], None
+            code: list[str] = []
+            framework, ref, classes = "torch", builder, None
         else:
             ref, code = builder_reference(builder)
             weights = {f"{i:05d}": np.asarray(v.numpy(), dtype=np.float32) for i, v in enumerate(model.weights)}
@@ -248,6 +249,8 @@ class TFValues(HostValues):
 
 class _TFPlacement:
     """Rows stay on the host; each batch is split over the worker's local replicas."""
+
+    where = "host"
 
     def __init__(self, strategy: TFStrategy) -> None:
         self.strategy = strategy
