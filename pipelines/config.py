@@ -15,7 +15,7 @@ import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, create_model, model_validator
 
@@ -91,6 +91,10 @@ _TrainBase = create_model(  # type: ignore[call-overload]
 class TrainSettings(_TrainBase):  # type: ignore[misc, valid-type]
     """train_model's settings in a pipeline (every one but those in :data:`NOT_IN_TRAIN`)."""
 
+    if TYPE_CHECKING:  # fields made from the components' specs (create_model), as the type checker sees them
+        max_cost: Any = None
+        train_function: Any = None
+
     @model_validator(mode="after")
     def _as_train_model(self) -> TrainSettings:
         # the same cross-field rules as train_model itself (batch size and world size, ...)
@@ -141,6 +145,12 @@ class TuneSettings(_TuneBase):  # type: ignore[misc, valid-type]
     """tune_model before train_model: its settings (all but :data:`TUNE_FROM_PIPELINE`) and its workers.
     The trials take the config's ``train`` section, with ``tune.train`` over it."""
 
+    if TYPE_CHECKING:  # fields made from the components' specs (create_model), as the type checker sees them
+        space: Any = None
+        train: Any = None
+        max_cost: Any = None
+        objectives: Any = None
+
     workers: int = Field(
         1, ge=1, le=64, description="parallel workers on the study (KFP dsl.ParallelFor, Airflow .expand)"
     )
@@ -163,6 +173,13 @@ _SpecBase = create_model(  # type: ignore[call-overload]
 
 class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
     """Settings of the reference training pipeline."""
+
+    if TYPE_CHECKING:  # fields made from the components' specs (create_model), as the type checker sees them
+        tracking_uri: Any = None
+        features: Any = None
+        feature_repo: Any = None
+        suite: Any = None
+        alias: Any = None
 
     data: str = Field(
         ...,

@@ -278,7 +278,7 @@ def _made_at(event: Any) -> str:
     """When an event's snapshot was made (its extra's ``made_at``, else the event's own timestamp), as
     sortable text: Airflow hands a run its triggering events in no promised order."""
     made = (getattr(event, "extra", None) or {}).get("made_at")
-    stamp = getattr(event, "timestamp", None)
+    stamp: Any = getattr(event, "timestamp", None)
     return str(made or (stamp.isoformat() if hasattr(stamp, "isoformat") else stamp or ""))
 
 
@@ -468,13 +468,14 @@ class DagSettings:
         """:meth:`params` as the DAG takes them: the nested ones with their settings' schema."""
         return {k: section_param(k, v) if k in SECTION_MODELS else v for k, v in self.params().items()}
 
-    def templates(self, operator_cls: type[TrainpipeOperator]) -> dict[str, str]:
+    def templates(self, operator_cls: type[TrainpipeOperator]) -> dict[str, Any]:
         """Every setting of the step that takes a DAG param, as that param's template."""
         config = operator_cls.config
+        assert config is not None, f"{operator_cls.__name__} declares no config"  # every component operator does
         paths = set(input_fields(config)) | set(output_fields(config))
         settings = [n for n in config.model_fields if n not in paths]
         values = self.params()
-        out = {}
+        out: dict[str, Any] = {}
         for setting, wanted in pipeline_names(operator_cls.component, settings).items():
             if wanted in TrainSettings.model_fields and "train" in values:
                 out[setting] = _param(f"train.{wanted}", values["train"].get(wanted), nested=True)

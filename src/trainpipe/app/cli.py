@@ -206,7 +206,7 @@ def run(
             dry_folder = Path(cfg.workspace) / "dry-run" / time.strftime("%Y%m%d-%H%M%S")
             os.environ[dry.ENV] = str(dry_folder)  # the engine and every step it starts inherit it
         typer.echo(f"trainpipe: running the reference pipeline with engine {engine} ({path})", err=True)
-        code, log, failed, signum = run_engine(engine, path.resolve(), Path(cfg.workspace))
+        code, log, failed, signum = run_engine(engine, typing.cast(Path, path).resolve(), Path(cfg.workspace))
         if signum is not None:
             import signal
 

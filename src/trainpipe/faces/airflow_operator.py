@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from airflow.providers.standard.utils.skipmixin import SkipMixin
 from airflow.sdk import BaseOperator
@@ -132,7 +132,7 @@ class TrainpipeOperator(BaseOperator):
             if name in hidden:
                 continue
             try:
-                TypeAdapter(fields[name].annotation).validate_python(value)
+                TypeAdapter(cast(Any, fields[name].annotation)).validate_python(value)
             except ValidationError as exc:
                 raise TypeError(f"{cls.__name__}: setting {name!r}: {exc.errors()[0]['msg']}") from None
         try:
@@ -272,7 +272,7 @@ def component_task(
             operator_cls.component,
             task_id=task_id,
             settings=settings,
-            image=image,
+            image=cast(str, image),  # kubernetes mode: the DAG's settings give every step its image
             profile=profile,
             resources=resources,
             operator_cls=operator_cls,

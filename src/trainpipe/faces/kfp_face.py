@@ -230,7 +230,7 @@ class Face:
                     artifact.field,
                     producer.name,
                     producer.params,
-                    given(task.inputs, producer.params),
+                    given(getattr(task, "inputs", {}), producer.params),
                     known=lambda value: value is not unknown,
                 )
             except InputError as exc:

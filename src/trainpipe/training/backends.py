@@ -8,7 +8,7 @@ the existing ones) a plan in :data:`trainpipe.training.launch.LAUNCHERS`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainpipe.contract.imports import import_module
 
@@ -91,5 +91,8 @@ BACKENDS: dict[str, Backend] = {
     )
 }
 
-#: The ``backend`` setting's type: one of the table's names.
-BackendName = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
+#: The ``backend`` setting's type: one of the table's names (built from the table, so the checker reads a str).
+if TYPE_CHECKING:
+    BackendName = str
+else:
+    BackendName = Literal[tuple(BACKENDS)]

@@ -71,7 +71,11 @@ class AheadCopy:
             pending = self._upload(slot, following) if following is not None else None
             current = torch.cuda.current_stream(self.device)
             current.wait_event(copied)
-            _map(batch, lambda t, s=current: t.record_stream(s))  # made on the side stream, used on this one
+
+            def record(t: Any, s: Any = current) -> Any:  # made on the side stream, used on this one
+                return t.record_stream(s)
+
+            _map(batch, record)
             yield batch
 
 
@@ -147,10 +151,14 @@ class TorchPlacement:
 
             def fills() -> Iterator[Fill]:
                 for r in index:
-                    yield lambda buffer, r=r: [
-                        torch.index_select(a, 0, r, out=buffer(i, (len(r), *a.shape[1:]), a.dtype))
-                        for i, a in enumerate(arrays)
-                    ]
+
+                    def fill(buffer: Callable[..., torch.Tensor], r: Any = r) -> list[torch.Tensor]:
+                        return [
+                            torch.index_select(a, 0, r, out=buffer(i, (len(r), *a.shape[1:]), a.dtype))
+                            for i, a in enumerate(arrays)
+                        ]
+
+                    yield fill
 
             yield from self._ahead.run(fills())
 

@@ -33,7 +33,7 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     """Every random generator a step may draw from, as it is now."""
     import numpy as np
 
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()  # the legacy tuple (numpy's stubs also admit its dict form)
     py = random.getstate()
     return {
         "torch": torch.get_rng_state(),
