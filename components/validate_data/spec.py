@@ -82,7 +82,7 @@ class ValidateDataConfig(ValidateDataParams):
     )
 
 
-class ExpectationOutcome(BaseModel):
+class ExpectationOutcome(BaseModel):  # type: ignore[no-redef]  # pydantic's plugin: a field named kwargs
     """The outcome of one expectation."""
 
     type: str
