@@ -485,8 +485,10 @@ class DagSettings:
         if section in values:
             for setting, default in values[section].items():
                 out.setdefault(setting, _param(f"{section}.{setting}", default, nested=True))
-        if "trusted_packages" in config.model_fields and self.config.trusted_code():
+        declared = graph.BY_NAME.get(operator_cls.component)
+        if declared is not None and "trust" in declared.given and self.config.trusted_code():
             out["trusted_packages"] = [self.config.trusted_code()]  # it rebuilds the team's model from its code
+        # (tune_model's workers and summary take it in the tune settings, as on KFP: PipelineConfig.tune_settings)
         return out
 
     def _placement(
