@@ -234,8 +234,9 @@ def build_pipeline(
     chosen = graph.steps(on, "kfp")
     trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
     # compile-time settings of a step beyond the pipeline's parameters; an unset one (None) is left to the face
-    constants = {"optimize_model": _optimize_settings(optimize, trust), "register_model": {}}
-    constants["register_model"]["move_alias"] = not require_approval  # no run parameter can skip the approval
+    constants: dict[str, dict[str, Any]] = {"optimize_model": _optimize_settings(optimize, trust)}
+    for held in (s for s in graph.STEPS if s.held_by_approval):  # no run parameter can skip the approval
+        constants.setdefault(held.name, {})["move_alias"] = not require_approval
 
     def steps(p: dict[str, Any]) -> None:
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
