@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,20 +160,28 @@ def _log_to_parent(config: TuneModelConfig, parent: str, result: TuneModelResult
     if not parent:
         return
     try:
+        from mlflow.entities import Metric, RunTag
+
         client = tracking.connect(config.tracking_uri)
-        for name, value in zip(result.objectives, result.best_values, strict=False):
-            client.log_metric(parent, f"best_{name}", value)
-        for name, value in zip(result.objectives, result.baseline_values, strict=False):
-            client.log_metric(parent, f"baseline_{name}", value)
-        client.set_tag(parent, "trainpipe.adopted", str(result.adopted).lower())
-        for key, value in (("complete", result.complete), ("pruned", result.pruned), ("failed", result.failed)):
-            client.log_metric(parent, f"trials_{key}", value)
-        client.log_metric(parent, "study_gpu_seconds", result.gpu_seconds)
-        if result.cost is not None:
-            client.log_metric(parent, "study_cost", result.cost)
-            client.set_tag(parent, "trainpipe.cost_currency", result.currency or "")
-        client.set_tag(parent, "trainpipe.best_trial", str(result.best_trial))
-        client.set_tag(parent, "trainpipe.best_params", json.dumps(result.best_params, sort_keys=True)[:5000])
+        metrics = {
+            **{f"best_{n}": v for n, v in zip(result.objectives, result.best_values, strict=False)},
+            **{f"baseline_{n}": v for n, v in zip(result.objectives, result.baseline_values, strict=False)},
+            **{f"trials_{k}": getattr(result, k) for k in ("complete", "pruned", "failed")},
+            "study_gpu_seconds": result.gpu_seconds,
+            **({"study_cost": result.cost} if result.cost is not None else {}),
+        }
+        tags = {
+            "trainpipe.adopted": str(result.adopted).lower(),
+            **({"trainpipe.cost_currency": result.currency or ""} if result.cost is not None else {}),
+            "trainpipe.best_trial": str(result.best_trial),
+            "trainpipe.best_params": json.dumps(result.best_params, sort_keys=True)[:5000],
+        }
+        now = int(time.time() * 1000)
+        client.log_batch(  # one request, as a trial's label: on a SQLite store each write is a transaction
+            parent,
+            metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
         client.log_artifact(parent, str(out / REPORT_FILE), artifact_path=NAME)
         client.log_artifact(parent, str(out / BEST_FILE), artifact_path=NAME)
         client.set_terminated(parent, status="FINISHED")

@@ -96,7 +96,19 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
     parent = report["mlflow_parent_run_id"]
     children = client.search_runs([exp.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
     assert len(children) == 4, [c.info.run_name for c in children]
-    assert client.get_run(parent).data.metrics["best_accuracy"] == pytest.approx(report["best_values"][0])
+    ran = client.get_run(parent).data  # the study's figures and labels, written in one request
+    assert [ran.metrics[k] for k in ("best_accuracy", "baseline_accuracy", "trials_complete", "trials_pruned")] == [
+        pytest.approx(report["best_values"][0]),
+        pytest.approx(report["baseline_values"][0]),
+        report["complete"],
+        report["pruned"],
+    ]
+    labels = ("trainpipe.best_trial", "trainpipe.adopted", "trainpipe.best_params")
+    assert [ran.tags[k] for k in labels] == [
+        str(report["best_trial"]),
+        str(report["adopted"]).lower(),
+        json.dumps(report["best_params"], sort_keys=True),
+    ]
     assert report["lineage"]["tuning"]["best_trial"] == report["best_trial"]
 
     # the settings taken (the best trial's where it beat the baseline, trial 0), trained again on the same rows
@@ -317,7 +329,7 @@ def test_cost_is_an_objective_and_a_study_budget_stops_it_until_a_larger_one_con
     import mlflow
 
     parent = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result["mlflow_parent_run_id"])
-    assert parent.data.metrics["study_cost"] == result["cost"]
+    assert parent.data.metrics["study_cost"] == result["cost"] and parent.data.tags["trainpipe.cost_currency"] == "EUR"
     assert f"The study's trials cost {result['cost']:.4f} EUR" in (tmp_path / "t" / "report.html").read_text()
     unpriced = run_component(
         "tune_model",
