@@ -1,13 +1,14 @@
 """trainpipe retraining DAG (Airflow 3): data-aware, no clock.
 
 Scheduled on the dataset's Asset, which snapshot_dataset updates with the DVC content hash
-in the event's extra. When the newest event says the snapshot committed new data, detect_drift
-compares it with the data that trained the champion (found through the champion's lineage and
-fetched from its DVC remote); only when the data drifted, the champion is older than
+in the event's extra. Of a run's batch of events, the first task weighs every one: the newest snapshot
+that committed new data and that no run trains itself is the one detect_drift compares with the data
+that trained the champion (found through the champion's lineage and fetched from its DVC remote); each
+other event is named in the task log with why it was not (unchanged data, the training DAG's own, an
+older version of the dataset). Only when the data drifted, the champion is older than
 ``max_champion_age_days`` or there is none, it trains, profiles, evaluates against the champion
-and registers on that snapshot. An event for unchanged data (same hash) is skipped at the first
-task; a snapshot without drift at ``retrain``, which logs why in one line (the audit log holds
-detect_drift's decision).
+and registers on that snapshot. A batch with no new data stops at the first task; a snapshot without
+drift at ``retrain``, which logs why in one line (the audit log holds detect_drift's decision).
 
 Same settings (``TRAINPIPE_CONFIG``) and modes (``TRAINPIPE_AIRFLOW_MODE``) as training_dag.
 """
@@ -42,8 +43,8 @@ with DAG(
         task_id="new_snapshot",
         condition=new_snapshot,
         retries=0,
-        doc_md="Continue only when the triggering asset event carries a new content hash; returns the snapshot "
-        "directory.",
+        doc_md="Weighs every triggering asset event: continues with the newest snapshot of new data (returns its "
+        "directory), and names each event it skipped with why.",
     )
     snapshot_dir = "{{ ti.xcom_pull(task_ids='new_snapshot') }}"
     ON = switches(optimizes=SETTINGS.optimizes, approval_timeout=SETTINGS.approval_timeout)

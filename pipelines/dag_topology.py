@@ -287,24 +287,55 @@ def newest_event(events: list[Any]) -> Any:
     return max(events, key=_made_at)
 
 
+def _why_not(extra: dict[str, Any]) -> str | None:
+    """Why an event's snapshot is no new data for the retraining DAG to weigh, or None: it is."""
+    if not extra.get("snapshot_dir"):
+        return "the triggering asset event names no snapshot_dir (it was not posted by snapshot_dataset)"
+    if not extra.get("changed"):
+        return f"the snapshot {extra['snapshot_dir']} holds no new data (its content hash is unchanged)"
+    if extra.get("trained_by"):
+        return f"{extra['trained_by']} trains this snapshot itself"
+    return None
+
+
 def new_snapshot(triggering_asset_events: Any = None, **_: Any) -> str | bool:
-    """Gate condition of the retraining DAG: the newest triggering snapshot's directory when its content
-    hash is new (the snapshot committed new data) and the run that made it does not train it itself (the
-    training DAG does: two runs training one snapshot race to move the alias), else False (skip)."""
-    events = [e for evs in (triggering_asset_events or {}).values() for e in evs]
+    """Gate condition of the retraining DAG: the directory of the newest snapshot of the run's batch of events
+    that holds new data (its content hash is new) and that no run trains itself (the training DAG trains its
+    own: two runs training one snapshot race to move the alias), else False (skip).
+
+    Every event of the batch is weighed, whatever the others say (the training DAG's own event or an unchanged
+    one hides no ingest beside it), and each one not compared is named in the task log with why: an older new
+    snapshot is the dataset's previous version (snapshot_dataset keeps one dataset per name, in versions), so
+    detect_drift compares the newest, which is the data as it is now."""
+    events = sorted((e for evs in (triggering_asset_events or {}).values() for e in evs), key=_made_at)
     if not events:
         return _skip(
             "the run was not triggered by a snapshot's asset event (trigger it by one, or run the training DAG)"
         )
-    extra = dict(newest_event(events).extra or {})
-    if not extra.get("snapshot_dir"):
-        return _skip("the triggering asset event names no snapshot_dir (it was not posted by snapshot_dataset)")
-    if not extra.get("changed"):
-        return _skip(f"the snapshot {extra['snapshot_dir']} holds no new data (its content hash is unchanged)")
-    if extra.get("trained_by"):
-        return _skip(f"{extra['trained_by']} trains this snapshot itself")
-    print(f"trainpipe: retraining on the new snapshot {extra['snapshot_dir']}", flush=True)  # the task log
-    return str(extra["snapshot_dir"])
+    if len(events) == 1:
+        reason = _why_not(dict(events[0].extra or {}))
+        if reason:
+            return _skip(reason)
+        return _retrain_on(str(events[0].extra["snapshot_dir"]))
+    weighed = [(e, dict(e.extra or {})) for e in events]
+    new = [extra for _, extra in weighed if _why_not(extra) is None]
+    chosen = new[-1] if new else None
+    for i, (event, extra) in enumerate(weighed, 1):
+        if extra is chosen:
+            continue
+        reason = _why_not(extra) or (
+            f"the snapshot {extra['snapshot_dir']} is an older version of the dataset than "
+            f"{chosen['snapshot_dir'] if chosen else ''}, which is compared instead"
+        )
+        print(f"trainpipe: skipped event {i} of {len(events)} (made at {_made_at(event)}): {reason}", flush=True)
+    if chosen is None:
+        return _skip(f"none of the {len(events)} asset events of this run holds a new snapshot to weigh (each above)")
+    return _retrain_on(str(chosen["snapshot_dir"]), f" (the newest new data of {len(events)} asset events)")
+
+
+def _retrain_on(snapshot_dir: str, note: str = "") -> str:
+    print(f"trainpipe: retraining on the new snapshot {snapshot_dir}{note}", flush=True)  # the task log
+    return snapshot_dir
 
 
 def _skip(reason: str) -> bool:
