@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainpipe import registry
+from trainpipe import gate, registry
 from trainpipe.components.evaluate_model.spec import (
     LOWER_IS_BETTER,
     METRICS_FILE,
@@ -29,15 +29,6 @@ from trainpipe.serving.package import load_artifact
 from trainpipe.splits import held_out_rows
 
 
-def _bad(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _better(name: str, a: float, b: float, lower: frozenset[str] = LOWER_IS_BETTER) -> float:
-    """How much better ``a`` is than ``b`` (positive: better), in the metric's direction."""
-    return (b - a) if name in lower else (a - b)
-
-
 def decide(
     metrics: dict[str, float],
     thresholds: dict[str, float],
@@ -46,12 +37,14 @@ def decide(
     max_regression: dict[str, float] | None = None,
     lower_is_better: frozenset[str] = LOWER_IS_BETTER,
     alias: str = registry.DEFAULT_ALIAS,
+    tie_tolerance: float = 0.0,
 ) -> GateDecision:
     """The gate: absolute thresholds, then the comparison with the champion.
 
     Fails closed: a missing or NaN metric (the model's or the champion's, for a
     compared metric) fails the gate. Every threshold and comparison gives a reason,
-    passed or not.
+    passed or not. The model beats the champion only when it passes and is strictly better
+    (:func:`trainpipe.gate.compare`): a tie passes the gate but keeps the champion.
 
     Args:
         metrics: The model's metrics on the held-out split.
@@ -63,9 +56,12 @@ def decide(
         max_regression: Per metric, how much worse than the champion it may be.
         lower_is_better: The metrics that are better when lower.
         alias: The serving alias whose holder ``champion`` is: the reasons name it.
+        tie_tolerance: A compared metric is better only when better by more than this.
     """
     reasons: list[str] = []
     failures: list[str] = []
+    rules = gate.Rules(dict(min_improvement or {}), dict(max_regression or {}), tie_tolerance, lower_is_better)
+    better = False
 
     def check(ok: bool, reason: str) -> None:
         reasons.append(reason)
@@ -74,7 +70,7 @@ def decide(
 
     for name, bound in sorted(thresholds.items()):
         value = metrics.get(name)
-        if value is None or _bad(value):
+        if gate.bad(value):
             check(False, f"{name} is missing or NaN: fails closed")
         elif name in lower_is_better:
             ok = value <= bound
@@ -94,25 +90,10 @@ def decide(
         )
     else:
         compared = True
-        ref = champion["metrics"]
-        rules = [(n, "min_improvement", v) for n, v in sorted((min_improvement or {}).items())]
-        rules += [(n, "max_regression", v) for n, v in sorted((max_regression or {}).items())]
-        if not rules:
-            reasons.append(f"{alias} version {champion['version']}: no comparison rules configured")
-        for name, kind, margin in rules:
-            mine, theirs = metrics.get(name), ref.get(name)
-            if mine is None or theirs is None or _bad(mine) or _bad(theirs):
-                check(False, f"{name} vs {alias} version {champion['version']}: missing or NaN, fails closed")
-                continue
-            delta = _better(name, mine, theirs, lower_is_better)
-            ok = delta >= margin if kind == "min_improvement" else delta >= -margin
-            need = f"needs >= {margin:+.4f}" if kind == "min_improvement" else f"may regress by <= {margin:.4f}"
-            check(
-                ok,
-                f"{name} {mine:.4f} vs {alias} version {champion['version']} {theirs:.4f}: "
-                f"{'better' if delta > 0 else 'worse' if delta < 0 else 'equal'} by {abs(delta):.4f} ({need}): "
-                f"{'ok' if ok else 'fails'}",
-            )
+        found = gate.compare(metrics, champion["metrics"], f"{alias} version {champion['version']}", rules)
+        reasons += found.reasons
+        failures += found.failures
+        better = found.better
     passed = not failures
     return GateDecision(
         passed=passed,
@@ -122,7 +103,8 @@ def decide(
         metrics=metrics,
         champion=champion,
         compared_with_champion=compared,
-        beats_champion=passed and compared,
+        beats_champion=passed and compared and better,
+        rules=rules.to_dict(),
     )
 
 
@@ -355,9 +337,9 @@ def evaluate_model(
     metrics = scores["metrics"]
     champion = champion_scores(config, model, x_test, y_raw, runtime)
     lower = config.lower_better()
-    decision = decide(metrics, thresholds, champion, min_improvement, max_regression, lower, config.alias).model_copy(
-        update={"model_name": config.model_name, "alias": config.alias}
-    )
+    decision = decide(
+        metrics, thresholds, champion, min_improvement, max_regression, lower, config.alias, config.tie_tolerance
+    ).model_copy(update={"model_name": config.model_name, "alias": config.alias})
     result = EvaluateModelResult(
         task=model.task,
         metrics=metrics,

@@ -53,6 +53,12 @@ class EvaluateModelParams(StrictModel):
         description="per metric: how much worse than the champion the model may be; default: accuracy 0.0 "
         "(classifier), rmse 0.0 (regressor)",
     )
+    tie_tolerance: float = Field(
+        0.0,
+        ge=0,
+        description="how much better than the champion a compared metric must be to count as better; a model better "
+        "on no compared metric (a tie) passes the gate but keeps the champion",
+    )
     fail_on_gate: bool = Field(False, description="exit 4 when the gate does not pass (default: report it as data)")
 
     metric_functions: dict[str, str] = Field(
@@ -140,7 +146,14 @@ class GateDecision(BaseModel):
         None, description="the champion compared with: version, run, metrics on this snapshot"
     )
     compared_with_champion: bool = False
-    beats_champion: bool = Field(False, description="passed, and decided against a current champion")
+    beats_champion: bool = Field(
+        False, description="passed, and strictly better than a current champion (a tie keeps the champion)"
+    )
+    rules: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the comparison rules (min_improvement, max_regression, tie_tolerance, lower_is_better): "
+        "register_model compares with them again when the alias moved since",
+    )
     model_name: str | None = Field(None, description="the registered model whose serving alias was looked up")
     alias: str | None = Field(
         None, description="the serving alias whose version was compared: register_model moves this alias only"

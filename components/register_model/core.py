@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -63,36 +64,116 @@ def check_same_alias(config: RegisterModelConfig, decision: dict[str, Any]) -> N
 
 
 def should_move_champion(
-    decision: dict[str, Any], current: Any | None, version: str, alias: str = registry.DEFAULT_ALIAS
+    decision: dict[str, Any],
+    current: Any | None,
+    version: str,
+    alias: str = registry.DEFAULT_ALIAS,
+    *,
+    reused_from: str | None = None,
+    recompare: Callable[[Any], tuple[bool | None, str]] | None = None,
+    model_name: str = "",
 ) -> tuple[bool, str]:
-    """Whether the serving alias moves to ``version``: only when the gate decided against its holder
-    now (``current``), or nobody held it when the gate looked and nobody holds it now. Called under the
-    alias's lease, so the holder cannot change between this and the move.
+    """Whether the serving alias moves to ``version``. It only moves forward: to a version the gate found
+    strictly better than its holder now (``current``), or when nobody held it when the gate looked and
+    nobody holds it now; never to a version older than the holder, nor to an identical model registered
+    before by another training run (``reused_from``). Called under the alias's lease, so the holder cannot
+    change between this and the move.
+
+    When the holder changed since the gate compared (a lost race), the model is compared once with the new
+    holder (``recompare(current)``: better, not better, or None when the two cannot be compared).
+
+    Args:
+        reused_from: The training run of the identical version reused (None: this run registered it).
+        recompare: Compares the model with another holder: ``(better or None, how)``.
+        model_name: The registered model, for the operator's line.
 
     Returns:
         ``(move, why)``.
 
     Raises:
-        AliasMoved: the gate decided to move it, but against another holder than ``current`` (it
-            moved since the gate compared; the model stays challenger).
+        AliasMoved: the alias moved since the gate compared and the model could not be compared with its new
+            holder, or is better but older (the line says what an operator does next).
     """
     champ = decision.get("champion") or {}
+    held = f"at version {current.version}" if current is not None else "unset"
+    if current is not None and str(current.version) == str(version):
+        return False, f"this version already is {alias}"
+    if reused_from is not None:
+        return False, (
+            f"an identical model on the same data was registered before as version {version} (training run "
+            f"{reused_from}): reused, and {alias} stays {held}"
+        )
     if current is None:
         return True, f"no {alias} yet: this version becomes {alias}"
-    if str(current.version) == str(version):
-        return False, f"this version already is {alias}"
     compared = str(champ.get("version")) if champ else None
+    older = _older(version, str(current.version))
     if decision.get("beats_champion") and compared == str(current.version):
-        return True, f"the gate compared it with {alias} version {current.version} and it passed"
+        if older:
+            return (
+                False,
+                f"version {version} is older than {alias} version {current.version}: {alias} only moves forward",
+            )
+        return True, f"the gate found it better than {alias} version {current.version}"
     saw_none = decision.get("model_name") and not champ and decision.get("passed")  # it looked: nobody held it
-    if decision.get("beats_champion") or saw_none:
-        raise AliasMoved(
-            f"alias: the gate compared the model with {f'version {compared}' if champ else 'no version'} under "
-            f"{alias!r}, but {alias} is now version {current.version} (another registration or a promotion moved it "
-            f"since): not moved to version {version}, which is registered; evaluate it again against version "
-            f"{current.version}"
+    if not (decision.get("beats_champion") or saw_none):
+        return False, (
+            f"the gate did not find it better than {alias} version {current.version}: registered as challenger only"
         )
-    return False, f"the gate did not decide against {alias} version {current.version}: registered as challenger only"
+    lost = (
+        f"the gate compared the model with {f'version {compared}' if champ else 'no version'} under {alias!r}, but "
+        f"{alias} is now version {current.version} (another registration or a promotion moved it since)"
+    )
+    better, how = recompare(current) if recompare is not None else (None, "nothing to compare with")
+    uri = f"models:/{model_name}/{version}" if model_name else f"version {version}"
+    if better is False:
+        return False, f"{lost}; compared once with version {current.version}: not better ({how}): challenger only"
+    if better and not older:
+        return True, f"{lost}; compared once with version {current.version}: better ({how}): {alias} moves"
+    why = (
+        f"better than it ({how}) but older, and {alias} only moves forward"
+        if better
+        else f"they cannot be compared ({how})"
+    )
+    raise AliasMoved(
+        f"alias: {lost}; {why}: not moved to version {version}, which is registered as challenger. Next: run the "
+        f"pipeline again (its gate compares a new model with version {current.version}), or have a person review "
+        f"it and run `trainpipe promote {uri} --reason ...`"
+    )
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether registered version ``version`` came before ``than`` (MLflow numbers versions 1, 2, ...)."""
+    try:
+        return int(version) < int(than)
+    except ValueError:
+        return False
+
+
+def holder_comparison(
+    client: Any, decision: dict[str, Any], md5: str, meta: dict[str, Any], alias: str
+) -> Callable[[Any], tuple[bool | None, str]]:
+    """How a model that lost the race is compared with the alias's new holder: with the metrics the holder's
+    own gate recorded on its version, when they were taken on the same held-out rows (the same dataset and
+    the same split) under the rules this model's gate used; None where that cannot be said."""
+    from trainpipe import gate
+
+    prefix = "lineage.evaluation.metrics."
+
+    def compare(current: Any) -> tuple[bool | None, str]:
+        tags = dict(getattr(current, "tags", None) or {})
+        if "rules" not in decision:
+            return None, "this model's decision carries no comparison rules"
+        if not md5 or tags.get(registry.DATA_TAG) != md5:
+            return None, f"version {current.version} was evaluated on another dataset"
+        split = registry.version_meta(client, current).get("split")
+        if not split or split != meta.get("split"):
+            return None, f"version {current.version} was evaluated on other held-out rows (another split)"
+        theirs = {k[len(prefix) :]: float(v) for k, v in tags.items() if k.startswith(prefix) and v not in ("", None)}
+        ours = {k: round(float(v), 6) for k, v in (decision.get("metrics") or {}).items()}  # as its tags hold them
+        found = gate.compare(ours, theirs, f"{alias} version {current.version}", gate.Rules.of(decision["rules"]))
+        return found.better, "; ".join(found.failures or found.reasons)
+
+    return compare
 
 
 def model_card(
@@ -269,7 +350,10 @@ def _register(
         )
         optimized = register_optimized(client, config, lineage, version, md5, training) if config.optimized else None
         variant = (optimized[0], optimized[1]) if optimized else None
-        move, why, aliases_set = set_aliases(client, config, decision, version, created, variant)
+        ran = existing.tags.get(registry.RUN_TAG) if existing is not None else None
+        reused_from = (ran or "unknown") if existing is not None and ran != training.mlflow_run_id else None
+        compare = holder_comparison(client, decision, md5, meta, config.alias)
+        move, why, aliases_set = set_aliases(client, config, decision, version, created, variant, reused_from, compare)
         aliases = sorted(client.get_model_version(config.model_name, version).aliases)
     except TrainpipeError:
         raise
@@ -348,6 +432,8 @@ def set_aliases(
     version: str,
     created: bool,
     variant: tuple[str, str] | None,
+    reused_from: str | None = None,
+    recompare: Callable[[Any], tuple[bool | None, str]] | None = None,
 ) -> tuple[bool, str, list[str]]:
     """The challenger alias on a new version, and the serving alias when the gate decided against its
     holder (or there is none) and no approval is required, each on the version and its optimized
@@ -359,8 +445,13 @@ def set_aliases(
     registrations never set the challenger alias at once (MLflow's upsert of an alias then fails on its
     unique key).
 
+    Args:
+        reused_from: The training run of the identical version reused (another run's: the alias stays).
+        recompare: Compares the model with a holder other than the gate's (:func:`holder_comparison`).
+
     Raises:
-        AliasMoved: the holder is not the version the gate compared with (the challenger alias is set).
+        AliasMoved: the holder is not the version the gate compared with, and the model could not be shown
+            better than it (the challenger alias is set).
     """
     targets = [(config.model_name, version), *([variant] if variant else [])]
     aliases_set = [config.challenger_alias] if created else []
@@ -369,19 +460,22 @@ def set_aliases(
             for alias in aliases_set:
                 client.set_registered_model_alias(name, alias, v)
         current = registry.alias_version(client, config.model_name, config.alias)
+        checks = {"reused_from": reused_from, "model_name": config.model_name}
         if not config.move_alias:
-            return False, _held_for_approval(config, decision, current, version), aliases_set
-        move, why = should_move_champion(decision, current, version, config.alias)
+            return False, _held_for_approval(config, decision, current, version, checks), aliases_set
+        move, why = should_move_champion(decision, current, version, config.alias, recompare=recompare, **checks)
         for name, v in targets if move else ():
             client.set_registered_model_alias(name, config.alias, v)
     return move, why, aliases_set + ([config.alias] if move else [])
 
 
-def _held_for_approval(config: RegisterModelConfig, decision: dict[str, Any], current: Any, version: str) -> str:
+def _held_for_approval(
+    config: RegisterModelConfig, decision: dict[str, Any], current: Any, version: str, checks: dict[str, Any]
+) -> str:
     """Why the serving alias did not move with ``move_alias`` off: a person approves first, or the gate
     did not decide to move it."""
     try:
-        move, why = should_move_champion(decision, current, version, config.alias)
+        move, why = should_move_champion(decision, current, version, config.alias, **checks)
     except AliasMoved as exc:
         return str(exc)
     if not move:

@@ -318,6 +318,28 @@ def download_weights(
     return path
 
 
+def version_meta(client: Any, version: Any) -> dict[str, Any]:
+    """A registered version's model description (``model.json`` of its weights-only copy: task, columns, the
+    split its held-out rows came from), read alone; ``{}`` when it cannot be read (a foreign version)."""
+    import json
+    import tempfile
+
+    import mlflow
+
+    from trainpipe.layout import MODEL_META
+    from trainpipe.serving.package import WEIGHTS_DIR
+
+    try:
+        _, location = _weights_location(client, version)
+        with tempfile.TemporaryDirectory(prefix="trainpipe-meta-") as tmp:
+            path = mlflow.artifacts.download_artifacts(
+                artifact_uri=f"{location}/artifacts/{WEIGHTS_DIR}/{MODEL_META}", dst_path=tmp
+            )
+            return dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except Exception:  # noqa: BLE001 (nothing to compare with: the caller says so)
+        return {}
+
+
 def verify_version(client: Any, version: Any, what: str | None = None) -> str | None:
     """Download a version's weights-only copy and verify it against its signature, reading nothing
     else: the signature's sha256, or None when it is unsigned (and the platform allows that).
