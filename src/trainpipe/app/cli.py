@@ -20,6 +20,7 @@ import typer
 
 from trainpipe import COMPONENTS
 from trainpipe.app.component import run_component
+from trainpipe.app.runner import LOAD
 from trainpipe.contract.errors import InputError, TrainpipeError
 from trainpipe.registry import DEFAULT_ALIAS
 
@@ -189,6 +190,12 @@ def run(
     step's name, its one line and its own exit code (2 bad input, 3 data failed its suite, 75
     a service unavailable, 77 not permitted). With --dry-run, the summary lists what each step received.
     """
+    run_pipeline(config, engine, dry_run)
+
+
+def run_pipeline(config: Path | None, engine: str, dry_run: bool) -> None:
+    """What ``trainpipe run`` does, as a plain function: ``demo`` calls this, never the typer command, whose
+    parameters' defaults are typer's ``Option`` objects (a truthy ``dry_run`` there made the demo a dry run)."""
     from trainpipe.pipelines.config import load_pipeline_config
     from trainpipe.runs import collect_results, describe
 
@@ -220,6 +227,11 @@ def run(
                 )
             raise typer.Exit(EXIT_TRANSIENT)
         if code != 0:
+            if failed and failed["component"] == LOAD:  # refused before any step: the same line as a refusal here
+                refusal = TrainpipeError(failed["message"])
+                refusal.exit_code = int(failed["exit_code"])
+                typer.echo(f"trainpipe run: full log: {log}", err=True)
+                _fail(refusal)
             if failed:
                 typer.echo(
                     f"trainpipe run: step {failed['component']} failed (exit {failed['exit_code']}): "
@@ -636,7 +648,7 @@ def demo(
 
     config = write_demo_config(workspace, profile=profile)
     typer.echo(f"trainpipe: demo config {config}", err=True)
-    run(config=config, engine=engine)
+    run_pipeline(config, engine, dry_run=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,6 +7,7 @@ Anything else is the CLI (:mod:`trainpipe.app.cli`).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from trainpipe import COMPONENTS
@@ -17,6 +18,9 @@ def main() -> None:
     """``trainpipe``: a component's subcommand goes straight to its entrypoint; the rest to the CLI."""
     if len(sys.argv) > 1 and sys.argv[1] in COMPONENTS:
         run_component(sys.argv[1], sys.argv[2:])
+    # the team's packages are found where its steps find them: `python -m` (each step, the engine) puts the current
+    # folder first on sys.path, so the command checks a team's config with the same code its engine runs
+    sys.path.insert(0, os.getcwd())
     from trainpipe.app.cli import app
 
     app()

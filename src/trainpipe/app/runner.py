@@ -64,10 +64,21 @@ def run_airflow_local(config_path: Path) -> int:
 ENGINES = {"kfp-local": run_kfp_local, "airflow-local": run_airflow_local}
 
 
+#: The failure report's component when the engine refused the config before any step ran.
+LOAD = "config"
+
+
 def main(argv: list[str]) -> int:
+    from trainpipe.contract.errors import TrainpipeError
+    from trainpipe.faces.command import note_failure
+
     engine, config = argv[0], Path(argv[1])
     try:
         return ENGINES[engine](config)
+    except TrainpipeError as exc:  # a refusal while loading the config or building the run: the user's one line
+        print(f"trainpipe: error: {exc}", file=sys.stderr)
+        note_failure(LOAD, exc.exit_code, str(exc))
+        return exc.exit_code
     except Exception as exc:  # the engine's own report (kfp.local raises on a failed task) is in this log
         print(
             f"trainpipe: engine {engine} stopped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
