@@ -90,6 +90,7 @@ def render(
         for cond in graph.CONDITIONS.values():
             if cond.decided_by == s.name and any(cond.name in c.when for c in chosen):
                 gate = GATES[cond.name]
+                gate = {**gate, "retries": 0}  # a gate retries nothing: its decision is data, the same on a retry
                 tasks[cond.task_id] = GateOperator(task_id=cond.task_id, condition=GATE_CONDITIONS[cond.name], **gate)
     roots_ = {k: v.task_id for k, v in (roots or {}).items()}
     for before, after in sorted(graph.edges(chosen, roots_)):
