@@ -264,9 +264,10 @@ class TrialRun:
         run_id = self.run_id(trial.number)
         entry = [sys.executable, "-m", "trainpipe.components.train_model", "--config", str(out.with_suffix(".json"))]
         record = ["--error-record", str(error_record_path(out))]
-        # it gets SIGTERM when this worker dies, however it dies: it stops as the platform stops it (its ranks
-        # checkpoint, its MLflow run ends KILLED), never killed before it could say so
-        return guarded([*entry, "--orchestrator", NAME, "--run-id", run_id, *record])
+        # it is killed when this worker dies (SIGKILL: nobody is left to read it): within a moment, whatever it was
+        # doing, starting up included, and it opens no MLflow run afterwards; the study fails the trial once its
+        # heartbeat is stale and ends its run. A stop (Stop) is what asks it to checkpoint and end its run KILLED.
+        return guarded([*entry, "--orchestrator", NAME, "--run-id", run_id, *record], signal.SIGKILL)
 
     def __call__(self, trial: Any) -> list[float]:
         c = self.config

@@ -10,9 +10,12 @@ threads. Where ``prctl`` does not exist (not Linux) the child simply runs.
 
 A guard reaches one level down. A command whose children have no lifeline of their own (an engine:
 kfp.local's task processes, Airflow's) runs under :func:`supervise` (``python -m
-trainpipe.contract.lifeline cmd...``, built by :func:`supervised`): a small process that dies with its
-parent the same way, adopts every process of the tree below it (``PR_SET_CHILD_SUBREAPER``) and, when it is
-asked to stop or its parent dies, stops the whole tree and returns only once every process of it is gone.
+trainpipe.contract.lifeline cmd...``, built by :func:`supervised`): a small process that learns of its
+parent's death the same way and adopts every process of the tree below it (``PR_SET_CHILD_SUBREAPER``).
+Asked to stop (a SIGTERM, a Ctrl-C), it stops the whole tree with a grace period (a training checkpoints);
+when its parent dies (``trainpipe run`` killed), nobody waits for a checkpoint or reads a result: it kills
+every process of the tree at once, whatever phase it is in (an entrypoint still importing, ranks still
+starting, an MLflow run about to be opened), and returns only once every process of it is gone.
 """
 
 from __future__ import annotations
@@ -111,14 +114,16 @@ def supervise(cmd: list[str], grace: float = STOP_GRACE_S) -> int:
     task). Everything it started gets SIGTERM: the processes of its group directly (kfp.local's task
     processes, a KFP body's entrypoint), those in sessions of their own through their own lifelines (a
     step's entrypoint, guarded, stops its ranks at their step's end and checkpoints). Whatever is still
-    there ``grace`` seconds later is killed.
+    there ``grace`` seconds later is killed. The parent's death is no stop but a kill: every process of the
+    tree gets SIGKILL at once, and again each time one appears (a fork under way), until none is left.
 
     Returns:
         ``cmd``'s exit code (``128 + n`` when signal ``n`` ended it, a shell's convention), or
         :data:`EXIT_STOPPED` after a stop.
     """
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != int(os.environ.pop(PARENT_ENV, os.getppid())):
+    parent = os.getppid()
+    if parent != int(os.environ.pop(PARENT_ENV, parent)):
         return 1  # the parent died before the lifeline was in place
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # an orphan of the tree is adopted here, not by init: it is waited for
     waited = (signal.SIGCHLD, *STOP_SIGNALS)
@@ -138,14 +143,15 @@ def supervise(cmd: list[str], grace: float = STOP_GRACE_S) -> int:
         os.setpgid(pid, pid)  # also here: whichever runs first, the group exists before it is signalled
     except OSError:
         pass
-    return _wait_tree(pid, waited, grace)
+    return _wait_tree(pid, waited, grace, parent)
 
 
-def _wait_tree(pid: int, waited: tuple[int, ...], grace: float) -> int:
+def _wait_tree(pid: int, waited: tuple[int, ...], grace: float, parent: int | None = None) -> int:
     """Reap the tree under this process until none of it is left; stop it on a signal of :data:`STOP_SIGNALS`
-    (``waited``, blocked, are taken here one by one). :func:`supervise`'s exit code."""
+    (``waited``, blocked, are taken here one by one), kill it at once when ``parent`` is no longer this
+    process's parent. :func:`supervise`'s exit code."""
     code: int | None = None
-    stopped = False
+    stopped = killing = False
     deadline: float | None = None  # once set, the tree is ending: what is left at the deadline is killed
     while True:
         try:
@@ -160,16 +166,25 @@ def _wait_tree(pid: int, waited: tuple[int, ...], grace: float) -> int:
                         _kill(pid, signal.SIGTERM, group=True)
         except ChildProcessError:
             break  # no child left: every process of the tree has exited (an orphan would be this one's child)
+        if not killing and parent is not None and os.getppid() != parent:  # its parent died: nobody waits
+            stopped = killing = True
+        if killing:  # again each time: a process forked while the last ones were killed is killed too
+            for child in descendants(os.getpid()):
+                _kill(child, signal.SIGKILL)
         info: signal.struct_siginfo | None
-        if deadline is None or deadline == float("inf"):
+        if killing:
+            info = signal.sigtimedwait(waited, 0.1)
+        elif deadline is None:
             info = signal.sigwaitinfo(waited)
         else:
             info = signal.sigtimedwait(waited, max(0.0, deadline - time.monotonic()))
+        if killing:
+            continue
         if info is None:  # the grace is over
-            for child in descendants(os.getpid()):
-                _kill(child, signal.SIGKILL)
-            deadline = float("inf")  # only reaping is left
+            killing = True
         elif info.si_signo != signal.SIGCHLD and not stopped:
+            if parent is not None and os.getppid() != parent:
+                continue  # the parent's death (its lifeline's signal): killed on the next turn
             stopped = True
             deadline = min(deadline or float("inf"), time.monotonic() + grace)
             _kill(pid, signal.SIGKILL)
