@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from trainpipe.components.snapshot_dataset.spec import (
+    LOCK_FILE,
+    LOCK_WAIT_S,
     NAME,
     REMOTE_SCHEMES,
     SnapshotDatasetConfig,
@@ -17,12 +21,22 @@ from trainpipe.components.snapshot_dataset.spec import (
 from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.io import atomic_copy, copy_tree_atomic, dataset_digest, link_or_copy
 from trainpipe.contract.lineage import Lineage, SnapshotLineage
+from trainpipe.contract.locks import exclusive
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
 from trainpipe.contract.text import redact
 from trainpipe.tabular import SUPPORTED_SUFFIXES, find_dataset
 
-_GIT_ID = ["-c", "user.name=trainpipe", "-c", "user.email=trainpipe@localhost", "-c", "commit.gpgsign=false"]
+_GIT_ID = [
+    "-c",
+    "core.quotePath=false",
+    "-c",
+    "user.name=trainpipe",
+    "-c",
+    "user.email=trainpipe@localhost",
+    "-c",
+    "commit.gpgsign=false",
+]
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -133,6 +147,36 @@ def _create_workspace(repo_dir: Path) -> None:
     os.replace(tmp, repo_dir)
 
 
+@contextlib.contextmanager
+def repo_locked(repo_dir: Path, wait_s: float | None = None) -> Iterator[None]:
+    """Hold the DVC repository ``repo_dir`` alone, creating it first if it is missing.
+
+    Two steps that snapshot into one repository at once (the training and the ingest DAG) would
+    otherwise run DVC and git in one working tree together: one's ``git add`` took the other's raw
+    file into git, and two creations of a new repository removed each other's half-made one. The
+    lock is ``<git dir>/trainpipe-snapshot.lock`` (inside ``.git``, so git never sees it); a
+    repository still to be created is created under ``.<name>.lock`` beside it first, by whichever
+    step gets there first, and found made by the other.
+
+    Raises:
+        ServiceUnavailable: another step held the repository (or its creation) for all of ``wait_s``;
+            the line names it (pid, host, since). Transient: a retry waits again.
+        InputError: ``repo_dir`` cannot be made a workspace.
+
+    ``wait_s`` defaults to ``LOCK_WAIT_S``.
+    """
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    what = f"repo_dir: the DVC repository {str(repo_dir)!r}"
+    if not _is_git_worktree(repo_dir):
+        repo_dir.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(repo_dir.parent / f".{repo_dir.name}.lock", what=f"{what} (being created)", wait_s=wait_s):
+            if not _is_git_worktree(repo_dir):  # the step that held the lock may have made it
+                _create_workspace(repo_dir)
+    git_dir = Path(_git(repo_dir, "rev-parse", "--absolute-git-dir"))
+    with exclusive(git_dir / LOCK_FILE, what=what, wait_s=wait_s):
+        yield
+
+
 def open_repo(repo_dir: Path, remote_name: str, remote: dict[str, Any]) -> Any:
     """Open (creating if needed) the git+DVC workspace and point it at the remote.
 
@@ -174,6 +218,49 @@ def _previous_versions(target: Path) -> list[Path]:
     return sorted(p for p in target.parent.iterdir() if p.name != target.name and tracked(p))
 
 
+def _untrack_raw(repo_dir: Path, rel: Path) -> bool:
+    """Take the dataset's own bytes out of git's index where git tracks them (a repository that
+    two unserialised snapshots left so): DVC refuses to track what git does, and the snapshot's
+    commit removes them from git (its history keeps them). Returns whether it did."""
+    if not _git(repo_dir, "ls-files", "--", str(rel)):
+        return False
+    _git(repo_dir, "rm", "-r", "-q", "--cached", "--", str(rel))
+    print(f"{NAME}: {rel} was tracked by git; this snapshot's commit hands it to DVC", file=sys.stderr)
+    return True
+
+
+def _commit(repo_dir: Path, rel: Path, previous: list[Path], message: str, *, untracked_raw: bool) -> bool:
+    """Stage this snapshot's own paths by name (never a folder: a raw file beside them stays out of
+    git) and commit only them: what someone else staged stays staged, out of this commit. Returns
+    whether a commit was made.
+
+    Raises:
+        InputError: the raw data was just taken out of git and the index holds changes staged by
+            someone else (a commit of the raw file's removal takes the whole index).
+    """
+    dvc_file = rel.with_name(rel.name + ".dvc")
+    own = [".dvc/config", ".dvcignore", ".dvc/.gitignore", str(dvc_file), str(rel.parent / ".gitignore")]
+    own += [str((p.parent / (p.name + ".dvc")).relative_to(repo_dir)) for p in previous]  # removed records
+    tracked = set(_git(repo_dir, "ls-files", "--", *own).splitlines())
+    present = [p for p in own if (repo_dir / p).exists() or p in tracked]
+    _git(repo_dir, "add", "-A", "--", *present)
+    if not untracked_raw:
+        if not _git(repo_dir, "diff", "--cached", "--name-only", "--", *present):
+            return False
+        _git(repo_dir, "commit", "-q", "-m", message, "--", *present)  # --only: these paths, whatever else is staged
+        return True
+    # the raw file's removal from the index cannot go through --only (it takes the working tree's copy back)
+    staged = _git(repo_dir, "diff", "--cached", "--name-only", "--no-renames").splitlines()
+    foreign = [p for p in staged if p not in own and Path(p) != rel and rel not in Path(p).parents]
+    if foreign:
+        raise InputError(
+            f"repo_dir: {str(repo_dir)!r} has changes staged by someone else ({', '.join(foreign[:5])}) "
+            f"while {rel} leaves git: commit or unstage them, then run the snapshot again"
+        )
+    _git(repo_dir, "commit", "-q", "-m", message)
+    return True
+
+
 def snapshot_dataset(
     config: SnapshotDatasetConfig, lineage: Lineage, runtime: Runtime | None = None
 ) -> SnapshotDatasetResult:
@@ -198,6 +285,13 @@ def snapshot_dataset(
     src = find_dataset(config.data, "data")
     remote = remote_settings(config, (runtime or Runtime()).policy)
     repo_dir = Path(config.repo_dir).resolve()
+    with repo_locked(repo_dir):  # one writer at a time, from the workspace's creation to the output's copy
+        return _snapshot_locked(config, lineage, src, remote, repo_dir)
+
+
+def _snapshot_locked(
+    config: SnapshotDatasetConfig, lineage: Lineage, src: Path, remote: dict[str, Any], repo_dir: Path
+) -> SnapshotDatasetResult:
     repo = open_repo(repo_dir, config.remote_name, remote)
     rel = Path("data") / config.dataset_name / src.name
     target = repo_dir / rel
@@ -216,6 +310,7 @@ def snapshot_dataset(
         src, f"{NAME}: hashing the data"
     ):
         atomic_copy(src, target)
+    untracked_raw = _untrack_raw(repo_dir, rel)
     try:
         (stage,) = repo.add(str(target))
     except Exception as exc:
@@ -231,12 +326,8 @@ def snapshot_dataset(
         raise ServiceUnavailable(
             f"remote_url: pushing to DVC remote {redact(config.remote_url)!r} failed: {_first_line(exc)}"
         ) from None
-    dvc_file = rel.with_name(rel.name + ".dvc")
-    _git(repo_dir, "add", "--", ".dvc/config", ".dvcignore", ".dvc/.gitignore", str(dvc_file))
-    _git(repo_dir, "add", "-A", "--", str(rel.parent))  # its .gitignore, and a previous version's record removed
-    staged = subprocess.run(["git", "-C", str(repo_dir), "diff", "--cached", "--quiet"], check=False).returncode != 0
-    if staged:
-        _git(repo_dir, "commit", "-q", "-m", f"snapshot {config.dataset_name}: md5 {md5}")
+    message = f"snapshot {config.dataset_name}: md5 {md5}"
+    staged = _commit(repo_dir, rel, previous, message, untracked_raw=untracked_raw)
     rev = _git(repo_dir, "rev-parse", "HEAD")
     data_file = Path(config.output_dir) / src.name
     if target.is_dir():
@@ -262,4 +353,4 @@ def snapshot_dataset(
     return result
 
 
-__all__ = ["NAME", "open_repo", "remote_settings", "snapshot_dataset"]
+__all__ = ["NAME", "open_repo", "remote_settings", "repo_locked", "snapshot_dataset"]

@@ -14,6 +14,11 @@ NAME = "snapshot_dataset"
 SNAPSHOT_FILE = "snapshot.json"
 #: The DVC remotes snapshot_dataset can push to (``file``: a local or mounted path).
 REMOTE_SCHEMES = ("file", "s3")
+#: The lock a snapshot holds on its DVC repository, in the repository's git directory.
+LOCK_FILE = "trainpipe-snapshot.lock"
+#: How long a snapshot waits for another to finish with the repository, then exits 75 (retried).
+#: Pushing a large dataset to a remote is what a waiter waits for.
+LOCK_WAIT_S = 900.0
 
 
 class SnapshotDatasetParams(StrictModel):
