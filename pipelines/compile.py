@@ -18,6 +18,7 @@ def compile_pipeline(
     optimize: Any = None,
     require_approval: bool = False,
     tune: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> Path:
     """Compile the reference pipeline for a hardware profile to ``output``.
 
@@ -35,6 +36,7 @@ def compile_pipeline(
             moves the serving alias after a person approves (fixed at compile time: a run's
             parameters cannot skip the approval).
         tune: tune_model's settings and workers (``PipelineConfig.tune_settings()``): tune first.
+        defaults: The pipeline parameters' defaults (:func:`cluster_defaults`); the others keep the specs'.
 
     Raises:
         InputError: the pipeline root is outside the policy's locations, regions or encryption.
@@ -63,9 +65,132 @@ def compile_pipeline(
         optimize=settings,
         require_approval=require_approval,
         tune=tune,
+        defaults=defaults,
     )
     compiler.Compiler().compile(pipeline, package_path=str(out))
     return out
+
+
+#: Hosts that name the machine a URI is written on.
+_THIS_HOST = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def on_this_machine(place: Any) -> bool:
+    """Whether a place (a :data:`~trainpipe.pipelines.config.PLACES` value, a tune storage) is this machine's:
+    a path, a ``file://`` URI, a SQLite file, or a URI of localhost. A cluster's pods cannot reach it."""
+    if not isinstance(place, str) or not place or place.startswith("builtin:"):
+        return False
+    scheme, sep, rest = place.partition("://")
+    if not sep:
+        return True  # a path: the config made a relative one absolute
+    if scheme.lower() == "file" or scheme.lower().startswith("sqlite"):
+        return True
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(place).hostname
+    except ValueError:
+        return False
+    return host is not None and (host in _THIS_HOST or host.startswith("127."))
+
+
+def cluster_defaults(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, str]]:
+    """The pipeline parameters' defaults a config compiles in: its values, as ``trainpipe schedule`` passes them
+    to a run (:meth:`PipelineConfig.pipeline_arguments`), but a place on this machine (:func:`on_this_machine`),
+    which the parameter takes no default for: a run must pass it.
+
+    Returns:
+        The defaults by parameter name (``REQUIRED`` for a place left to the run), and those places' values.
+    """
+    from trainpipe.faces.surface import REQUIRED
+    from trainpipe.pipelines.config import PLACES
+
+    def kfp_default(value: Any) -> Any:  # KFP takes no None in a default: an unset key of a section is left out
+        if isinstance(value, dict):
+            return {k: kfp_default(v) for k, v in value.items() if v is not None}
+        return [kfp_default(v) for v in value] if isinstance(value, list) else value
+
+    values = {name: kfp_default(value) for name, value in config.pipeline_arguments().items()}
+    local = {name: values[name] for name in PLACES if on_this_machine(values[name])}
+    return {**values, **dict.fromkeys(local, REQUIRED)}, local
+
+
+def unchecked_functions(config: PipelineConfig) -> list[str]:
+    """The team's training functions that cannot be imported here: their ``train_config`` (and tune's space)
+    could not be checked against the config they declare; train_model checks it when its step runs."""
+    import importlib.util
+
+    tuned = config.tune.train.get("train_function") if config.tune is not None else None
+    out = []
+    for spec in dict.fromkeys(f for f in (config.train.train_function, tuned) if f and not f.startswith("builtin:")):
+        module = spec.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(spec)
+    return out
+
+
+def compile_config(
+    config: PipelineConfig,
+    output: str | os.PathLike[str],
+    profile: str | None = None,
+    policy: Any = None,
+    pipeline_root: str | None = None,
+) -> tuple[Path, list[str]]:
+    """Compile the pipeline a config describes, for a cluster: the config's values are its parameters'
+    defaults (:func:`cluster_defaults`), so a run with the defaults trains what the config says. A place on this
+    machine is left for the run to pass: a parameter of the same name, or ``tune_storage`` for the tune storage
+    (by default the workspace's SQLite file, which the cluster's tune_model pods could not share).
+
+    Args:
+        config: A resolved pipeline config.
+        output: Where the IR YAML goes.
+        profile: The hardware profile (default: the config's).
+        policy: The policy on every task (default: the config's, else ``TRAINPIPE_POLICY``).
+        pipeline_root: Where KFP keeps the run's artifacts (default: the cluster's).
+
+    Returns:
+        The IR YAML's path, and one line for each thing the person compiling should know: the places on this
+        machine left for the run to pass, the team functions whose config was not checked.
+
+    Raises:
+        InputError: what :func:`compile_pipeline` refuses.
+    """
+    from trainpipe.faces.surface import REQUIRED
+    from trainpipe.pipelines.training_pipeline import TUNE_STORAGE
+
+    defaults, local = cluster_defaults(config)
+    tune = config.tune_settings()
+    if tune is not None and on_this_machine(tune["storage"]):  # unset: the workspace's SQLite file
+        local[TUNE_STORAGE.name] = tune["storage"]
+        tune = {**tune, "storage": REQUIRED}
+    out = compile_pipeline(
+        output,
+        profile or config.profile,
+        policy=policy if policy is not None else config.effective_policy(),
+        pipeline_root=pipeline_root,
+        trusted_code=config.trusted_code(),
+        optimize=config.optimize,
+        require_approval=config.require_approval,
+        tune=tune,
+        defaults=defaults,
+    )
+    notes = []
+    if local:
+        shown = ", ".join(f"{name}={value}" for name, value in local.items())
+        notes.append(
+            f"places on this machine not compiled in, so a run must pass them as parameters (a cluster's pods "
+            f"cannot read them): {shown}"
+        )
+    notes += [
+        f"warning: train_function {spec!r} cannot be imported here, so the config given to it (train_config, "
+        "tune's space) was not checked; train_model checks it when its step runs"
+        for spec in unchecked_functions(config)
+    ]
+    return out, notes
 
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"

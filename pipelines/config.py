@@ -387,6 +387,9 @@ NOT_PIPELINE_PARAMETERS = (
 #: Pipeline parameters the resolved config always fills (a default of its own, or a place under
 #: ``workspace``): required on the KFP pipeline, whose caller passes the resolved config's values.
 RESOLVED = ("data", "dvc_repo_dir", "dvc_remote_url", "tracking_uri")
+#: Pipeline parameters that name a place (a file, a folder, a store, a service): :meth:`PipelineConfig.resolved`
+#: makes a relative one absolute against the config's folder, so a path there is this machine's.
+PLACES = ("data", "suite", "feature_repo", "dvc_repo_dir", "dvc_remote_url", "tracking_uri")
 #: A step's setting that the pipeline (and the DAG) names otherwise: (component, its setting) -> the
 #: pipeline's setting. Every other step setting that shares a pipeline setting's name takes it.
 RENAMED: dict[tuple[str, str], str] = {

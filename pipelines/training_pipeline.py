@@ -9,6 +9,7 @@ resources of one hardware profile. Importing this module loads kfp only.
 
 # No `from __future__ import annotations`: KFP reads the real annotations.
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from trainpipe.components.tune_model.spec import TuneModelParams
 from trainpipe.components.validate_data.kfp_component import validate_data
 from trainpipe.contract.runtime import PROFILE_ENV
 from trainpipe.faces.kfp_face import accelerated
-from trainpipe.faces.surface import REQUIRED, kfp_params
+from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params
 from trainpipe.images import RUN_AS
 from trainpipe.pipelines import graph
 from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
@@ -106,10 +107,25 @@ def bind(component: Any, params: dict[str, Any], **given: Any) -> Any:
     return component(**bound, **given)
 
 
-def pipeline_function(body: Callable[[dict[str, Any]], None], doc: str) -> Callable[..., None]:
+#: The run parameter that holds tune_model's storage where the compile leaves it to the run (the tune settings'
+#: ``storage`` is ``REQUIRED``: the config's is a place on the compiling machine).
+TUNE_STORAGE = KfpParam(
+    "tune_storage", str, REQUIRED, False, "tune_model's study storage: a database every worker reaches (postgresql://)"
+)
+
+
+def pipeline_function(
+    body: Callable[[dict[str, Any]], None],
+    doc: str,
+    defaults: dict[str, Any] | None = None,
+    extra: tuple[KfpParam, ...] = (),
+) -> Callable[..., None]:
     """A function KFP compiles into the pipeline: its signature is :func:`pipeline_parameters` (the
-    config's settings, with their KFP types, defaults and descriptions); ``body`` gets them by name."""
-    params = pipeline_parameters()
+    config's settings, with their KFP types, defaults and descriptions) and ``extra``; ``body`` gets them by
+    name. ``defaults`` (KFP values, :data:`REQUIRED` for none) replace those parameters' defaults."""
+    declared = [*pipeline_parameters(), *extra]
+    params = [dataclasses.replace(p, default=(defaults or {}).get(p.name, p.default)) for p in declared]
+    params.sort(key=lambda p: p.default is not REQUIRED)  # required first: a Python signature's order
 
     def training_pipeline(*values: Any) -> None:
         body(dict(zip([p.name for p in params], values, strict=True)))
@@ -135,6 +151,8 @@ def _tuning(p: dict[str, Any], data: dict[str, Any], tune: dict[str, Any]) -> li
     # its structured settings (space, train, objectives) cross KFP as JSON text, the others as they are
     text = {p.name for p in kfp_params(TuneModelParams) if p.json_text}
     settings = {k: json.dumps(v) if k in text else v for k, v in tune.items() if k != "workers" and v is not None}
+    if tune.get("storage") is REQUIRED:  # left to the run
+        settings["storage"] = p[TUNE_STORAGE.name]
     with dsl.ParallelFor(items=list(range(tune["workers"])), name="tune-workers", parallelism=tune["workers"]) as i:
         worker = bind(tune_model, p, **data, **settings, worker=i, summarize=False)
     summary = bind(tune_model, p, **data, **settings, summarize=True).after(worker)
@@ -198,6 +216,7 @@ def build_pipeline(
     optimize: dict[str, Any] | None = None,
     require_approval: bool = False,
     tune: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
@@ -217,6 +236,9 @@ def build_pipeline(
         tune: tune_model's settings and ``workers`` (:meth:`PipelineConfig.tune_settings`): with
             them, ``workers`` tune_model tasks share one study in a ``dsl.ParallelFor``, one more
             summarizes it, and train_model takes the best trial's settings (its ``tuned`` input).
+            A ``storage`` of ``REQUIRED`` is the run's parameter :data:`TUNE_STORAGE`.
+        defaults: The pipeline parameters' defaults a config compiles in (KFP values by parameter name,
+            :data:`~trainpipe.faces.surface.REQUIRED` for one a run must pass); the others keep the specs'.
     """
     train_op = accelerated(train_model) if profile.train.accelerated else train_model
     from trainpipe.contract.policy import to_env
@@ -232,6 +254,7 @@ def build_pipeline(
         approval=require_approval,
     )
     chosen = graph.steps(on, "kfp")
+    run_storage = tune is not None and tune.get("storage") is REQUIRED
     trust = {"trusted_packages": [trusted_code]} if trusted_code else {}  # the steps that rebuild its model
     # compile-time settings of a step beyond the pipeline's parameters; an unset one (None) is left to the face
     constants: dict[str, dict[str, Any]] = {"optimize_model": _optimize_settings(optimize, trust)}
@@ -264,7 +287,7 @@ def build_pipeline(
 
     description = "Validate, snapshot, check drift, train, profile, evaluate and register a model."
     return dsl.pipeline(name=PIPELINE_NAME, description=description, pipeline_root=pipeline_root)(
-        pipeline_function(steps, description)
+        pipeline_function(steps, description, defaults, extra=(TUNE_STORAGE,) if run_storage else ())
     )
 
 

@@ -286,26 +286,25 @@ def compile_cmd(
         None, "--config", "-c", help="pipeline config (default: TRAINPIPE_CONFIG, ./pipeline.yaml, if any)"
     ),
 ) -> None:
-    """Compile the reference pipeline to KFP IR YAML."""
+    """Compile the reference pipeline to KFP IR YAML.
+
+    With a config, its values are the pipeline's parameter defaults; a place on this machine is left for the
+    run to pass (said on stderr), a local tune storage is refused.
+    """
     from trainpipe.contract.policy import load_policy
-    from trainpipe.pipelines.compile import compile_pipeline
+    from trainpipe.pipelines.compile import compile_config, compile_pipeline
     from trainpipe.pipelines.config import load_pipeline_config
 
     try:
         path = default_config(config, required=False)
         cfg = load_pipeline_config(path) if path else None
-        rules = load_policy(str(policy)) if policy else (cfg.effective_policy() if cfg else None)
-        hw = profile or (cfg.profile if cfg else "cpu")
-        out = compile_pipeline(
-            output,
-            hw,
-            policy=rules,
-            pipeline_root=pipeline_root,
-            trusted_code=cfg.trusted_code() if cfg else "",
-            optimize=cfg.optimize if cfg else None,
-            require_approval=bool(cfg and cfg.require_approval),
-            tune=cfg.tune_settings() if cfg else None,
-        )
+        rules = load_policy(str(policy)) if policy else None
+        if cfg is None:
+            out = compile_pipeline(output, profile or "cpu", policy=rules, pipeline_root=pipeline_root)
+        else:
+            out, notes = compile_config(cfg, output, profile=profile, policy=rules, pipeline_root=pipeline_root)
+            for line in notes:
+                typer.echo(f"trainpipe compile: {line}", err=True)
     except TrainpipeError as exc:
         _fail(exc)
     typer.echo(str(out))
