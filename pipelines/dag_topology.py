@@ -411,31 +411,99 @@ def jinja_literal(value: Any) -> str:
 
 
 def section_param(name: str, value: dict[str, Any]) -> Any:
-    """A nested DAG param (``train``, ``optimize``) with the schema of its settings: a run's override that
-    names an unknown setting or mistypes one is refused when the run is triggered (the UI's form, the
-    REST API), not when its task renders. Every setting is optional in an override."""
+    """A nested DAG param (``train``, ``optimize``): an object at trigger, its settings checked by
+    :func:`conf_problem` before the run's first task runs. Not a JSON schema of its settings: Airflow refuses a
+    trigger that fails one with jsonschema's whole report (the schema dumped, 655 lines for ``train``), where a
+    refusal is one line."""
     from airflow.sdk import Param
 
-    schema = SECTION_MODELS[name].model_json_schema()
-    for key in ("required", "title", "type", "additionalProperties"):
-        schema.pop(key, None)
-    properties = {k: v for k, v in schema.pop("properties", {}).items() if k in value}
-    if name == "train" and "train_config" in properties:
-        properties["train_config"] = _train_config_schema(str(value.get("train_function") or "builtin:mlp"))
-    return Param(value, type="object", properties=properties, additionalProperties=False, **schema)
+    model = SECTION_MODELS[name]
+    return Param(
+        value, type="object", description=f"overrides of the config's {name} settings: {', '.join(model.model_fields)}"
+    )
 
 
-def _train_config_schema(function: str) -> dict[str, Any]:
-    """The keys an override's ``train_config`` may name: those of the function's typed config (a misspelt key
-    is refused at trigger, as a misspelt setting is); any, where it declares none. Its values' types are
-    checked by the step."""
-    from trainpipe.training import config_types
+def conf_problem(conf: Any, params: Any, dag_id: str = "the DAG") -> str | None:
+    """What is wrong with a run's conf, in one line, or None: each key must be one of the DAG's ``params``, a
+    nested one's (``train``, ``optimize``) a setting of its section, and each value of its setting's type (a
+    ``train_config`` the training function's typed config takes). Airflow accepts any top-level key at trigger
+    (``{"epochs": 2}`` became a param nothing reads) and checks a nested one only against a JSON schema."""
+    from pydantic import ValidationError
 
-    model = config_types.config_model(function)
-    keys = config_types.accepted_keys(model) if model is not None else None
-    if keys is None:
-        return {"type": "object"}
-    return {"type": "object", "properties": {k: {} for k in sorted(keys)}, "additionalProperties": False}
+    if not isinstance(conf, dict) or not conf:
+        return None
+    for key, value in conf.items():
+        if key not in params:
+            hint = ""
+            if key in TrainSettings.model_fields and "train" in params:
+                hint = f'; a train setting goes inside train: {{"train": {{"{key}": ...}}}}'
+            return f"conf: {key!r} is not a param of {dag_id} (its params: {', '.join(params)}){hint}"
+        field = PipelineConfig.model_fields.get(key)
+        if key in SECTION_MODELS:
+            problem = _section_problem(key, value, params)
+            if problem:
+                return f"conf: {problem}"
+        elif field is not None:
+            try:
+                _check_value(field, value)
+            except ValidationError as exc:
+                return f"conf: {key}: {exc.errors()[0]['msg']} (got {json.dumps(value)})"
+    return None
+
+
+def _section_problem(name: str, value: Any, params: Any) -> str | None:
+    """A nested param's override: an object of its section's settings, each of its type."""
+    from pydantic import ValidationError
+
+    model = SECTION_MODELS[name]
+    if not isinstance(value, dict):
+        return f"{name}: is {type(value).__name__}, not an object of {name} settings"
+    for key, setting in value.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            return f"{name}: {key!r} is not a {name} setting (its settings: {', '.join(model.model_fields)})"
+        try:
+            _check_value(field, setting)
+        except ValidationError as exc:
+            return f"{name}.{key}: {exc.errors()[0]['msg']} (got {json.dumps(setting)})"
+    if name == "train" and isinstance(value.get("train_config"), dict):
+        from trainpipe.contract.errors import InputError
+        from trainpipe.training import config_types
+
+        default = params["train"] if isinstance(params["train"], dict) else {}
+        function = str(value.get("train_function") or default.get("train_function") or "builtin:mlp")
+        try:
+            config_types.check(function, value["train_config"], where="train.train_config")
+        except InputError as exc:
+            return str(exc)
+    return None
+
+
+def _check_value(field: Any, value: Any) -> None:
+    """A value against its setting's type and constraints (``ge``, a pattern ...), as the setting's model does."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter
+
+    kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    TypeAdapter(kind).validate_python(value)
+
+
+def check_run_conf(context: Any) -> None:
+    """Every task's ``pre_execute`` in a trainpipe DAG: a run whose conf :func:`conf_problem` refuses fails its
+    first task, not retried, with that one line (the trigger cannot refuse it: Airflow's api-server runs no DAG
+    code, and takes any top-level key).
+
+    Raises:
+        AirflowFailException: the one line.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = context.get("dag")
+    conf = getattr(context.get("dag_run"), "conf", None)
+    problem = conf_problem(conf, dict(getattr(dag, "params", None) or {}), getattr(dag, "dag_id", "the DAG"))
+    if problem:
+        raise AirflowFailException(problem)
 
 
 class DagSettings:
@@ -478,8 +546,9 @@ class DagSettings:
 
     @property
     def default_args(self) -> dict[str, Any]:
-        """The DAG's default args, from the hardware profile (:func:`default_args`)."""
-        return default_args(self.profile)
+        """The DAG's default args, from the hardware profile (:func:`default_args`), and the check of a run's
+        conf before each task (:func:`check_run_conf`)."""
+        return {**default_args(self.profile), "pre_execute": check_run_conf}
 
     @functools.cached_property
     def profile(self) -> Any:
