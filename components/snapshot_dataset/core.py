@@ -158,17 +158,18 @@ def repo_locked(repo_dir: Path, wait_s: float | None = None) -> Iterator[None]:
     repository still to be created is created under ``.<name>.lock`` beside it first, by whichever
     step gets there first, and found made by the other.
 
+    Args:
+        repo_dir: The workspace.
+        wait_s: How long to wait for another step (default ``LOCK_WAIT_S``).
+
     Raises:
         ServiceUnavailable: another step held the repository (or its creation) for all of ``wait_s``;
             the line names it (pid, host, since). Transient: a retry waits again.
-        InputError: ``repo_dir`` cannot be made a workspace.
-
-    ``wait_s`` defaults to ``LOCK_WAIT_S``.
+        InputError: ``repo_dir`` cannot be made a workspace, or cannot be locked.
     """
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     what = f"repo_dir: the DVC repository {str(repo_dir)!r}"
     if not _is_git_worktree(repo_dir):
-        repo_dir.parent.mkdir(parents=True, exist_ok=True)
         with exclusive(repo_dir.parent / f".{repo_dir.name}.lock", what=f"{what} (being created)", wait_s=wait_s):
             if not _is_git_worktree(repo_dir):  # the step that held the lock may have made it
                 _create_workspace(repo_dir)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from trainpipe.contract.errors import EXIT_TRANSIENT, ServiceUnavailable
+from trainpipe.contract.errors import EXIT_TRANSIENT, InputError, ServiceUnavailable
 from trainpipe.contract.locks import exclusive, holder
 
 pytestmark = pytest.mark.unit
@@ -48,3 +48,14 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
     assert proc.returncode == -9 and ready.exists()
     with exclusive(lock, what="x", wait_s=0):
         pass
+
+
+def test_a_lock_that_cannot_be_made_is_one_line_naming_the_field(tmp_path):
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(InputError) as caught, exclusive(tmp_path / "file" / "x.lock", what="repo_dir: it", wait_s=0):
+        pass  # pragma: no cover (never entered)
+    line = str(caught.value)
+    assert (
+        line.startswith(f"repo_dir: it cannot be locked: {str(tmp_path / 'file' / 'x.lock')!r}: ") and "\n" not in line
+    )
+    assert caught.value.exit_code == 2

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trainpipe.contract.errors import ServiceUnavailable
+from trainpipe.contract.errors import InputError, ServiceUnavailable
 
 
 def holder(path: Path) -> str:
@@ -48,10 +48,14 @@ def exclusive(path: Path, *, what: str, wait_s: float, poll_s: float = 0.02) -> 
     Raises:
         ServiceUnavailable: another process held it for all of ``wait_s`` (transient: a retry waits again);
             the line names the holder.
+        InputError: the lock file cannot be created there (a read-only folder, a file in the way).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the tools the holder starts
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the tools the holder starts
+    except OSError as exc:
+        raise InputError(f"{what} cannot be locked: {str(path)!r}: {exc.strerror or exc}") from None
     try:
         deadline, delay = time.monotonic() + wait_s, poll_s
         while True:
