@@ -114,6 +114,25 @@ def by_rendered_template(cfg: dict, tmp: Path) -> dict:
     return parse_settings(TrainModelConfig, {**base(tmp), "train_config": json.dumps(cfg)}, NAME).train_config
 
 
+def by_dag_param(cfg: dict, tmp: Path, conf: bool = True) -> dict:
+    """The reference DAG's train_model: its ``train_config`` setting is the template of the ``train`` param
+    (:func:`~trainpipe.pipelines.dag_topology._param`), rendered by the operator as a task renders it, from the
+    run's param (``conf``) or, where a run's conf leaves it out, from the config's value compiled into the
+    template; read as the step reads it."""
+    from trainpipe.components.train_model.airflow_task import TrainModelOperator
+    from trainpipe.pipelines.dag_topology import _param
+
+    template = _param("train.train_config", cfg, nested=True)
+    op = TrainModelOperator(task_id="train_model", settings={**base(tmp), "train_config": template})
+    rendered = op.render_template(template, {"params": {"train": {"train_config": cfg} if conf else {}}})
+    return parse_settings(TrainModelConfig, {**base(tmp), "train_config": rendered}, NAME).train_config
+
+
+def by_dag_param_default(cfg: dict, tmp: Path) -> dict:
+    """:func:`by_dag_param` where the run's conf replaced ``train`` without a train_config: the config's own."""
+    return by_dag_param(cfg, tmp, conf=False)
+
+
 def by_rank_file(cfg: dict, tmp: Path) -> dict:
     """train_model's launcher writes the ranks' settings; each rank reads them."""
     from trainpipe.contract.io import atomic_write_settings
@@ -209,6 +228,8 @@ PATHS = [
     by_kfp_parameter,
     by_kfp_dict,
     by_rendered_template,
+    by_dag_param,
+    by_dag_param_default,
     by_rank_file,
     by_kubernetes_job,
     by_slurm_job,

@@ -28,7 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainpipe.contract.errors import InputError, is_retryable_exit
 from trainpipe.contract.result import ErrorRecord
-from trainpipe.faces.airflow_steps import check_neighbours, templated
+from trainpipe.faces.airflow_steps import as_written, check_neighbours, templated
 from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command, note_failure, stream
 
@@ -103,10 +103,11 @@ class TrainpipeOperator(BaseOperator):
     ) -> Any:
         """Render only what is a template: a DAG that renders native objects would otherwise read every
         plain string of the settings as a Python literal (a team's ``"1e5"`` or ``"0.10"`` in its
-        ``train_config`` arrived as a float), and a setting is never coerced on the way."""
+        ``train_config`` arrived as a float), and a setting is never coerced on the way; what is a template
+        renders a mapping's keys in their order (:func:`as_written`)."""
         if isinstance(content, str) and not any(mark in content for mark in ("{{", "{%", "{#")):
             return content
-        return super().render_template(content, context, jinja_env, seen_oids)
+        return super().render_template(content, context, as_written(jinja_env or self.get_template_env()), seen_oids)
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes.client import models as k8s
 
 from trainpipe import pods
-from trainpipe.faces.airflow_steps import check_neighbours
+from trainpipe.faces.airflow_steps import as_written, check_neighbours
 from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command
 
@@ -43,6 +43,12 @@ class TrainpipePodOperator(KubernetesPodOperator):
         self.settings = dict(settings or {})
         if operator_cls is not None:
             check_neighbours(self, operator_cls, self.settings)
+
+    def render_template(
+        self, content: Any, context: Any, jinja_env: Any = None, seen_oids: set[int] | None = None
+    ) -> Any:
+        """As the local operator renders: a mapping from the params keeps its keys' order (:func:`as_written`)."""
+        return super().render_template(content, context, as_written(jinja_env or self.get_template_env()), seen_oids)
 
     def build_pod_request_obj(self, context: Any = None) -> k8s.V1Pod:
         pod = super().build_pod_request_obj(context)

@@ -23,6 +23,17 @@ def templated(value: Any) -> bool:
     return False
 
 
+def as_written(env: Any) -> Any:
+    """The Jinja environment ``env`` with its ``tojson`` filter keeping every mapping's keys in their order.
+
+    A DAG passes a setting from its params as ``{{ params.<name> | tojson }}``, and Jinja's ``tojson`` sorts
+    keys by default: a team's ``train_config`` reached its function with its keys sorted at every level. The
+    values are JSON's as ever (big integers, floats with exponents, unicode); only the order is kept.
+    """
+    env.policies["json.dumps_kwargs"] = {**env.policies.get("json.dumps_kwargs", {}), "sort_keys": False}
+    return env
+
+
 def _step_of(task: Any) -> tuple[Any, dict[str, Any]] | None:
     """A task's component operator class and settings, for a trainpipe task in either mode (the operator
     itself, or a pod that names it); None for any other task."""
