@@ -46,6 +46,7 @@ from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
 from trainpipe.training.control import PREEMPT_SIGNALS
 from trainpipe.training.faults import Fault
+from trainpipe.training.metrics import diverged_at
 from trainpipe.training.preflight import check_inputs, rank_env
 
 
@@ -419,6 +420,7 @@ def _report(
     }
     sha, model_uri, usage, spent = _log_run(config, t, out, spending, history, wall)
     result = _result(config, t, out, meta, last, wall, sha, model_uri, usage, spent, spending.prices)
+    result.diverged_at_epoch = diverged_at(history)  # the loss went NaN or infinite there: the result says so
     result.lineage = lineage.with_(
         training=TrainingLineage(
             mlflow_run_id=t.run_id,

@@ -36,6 +36,11 @@ class TrainModelResult(ComponentResult, TrainingRun):
     metrics: dict[str, float] = Field(
         default_factory=dict, description="the last epoch's mean of every value the function logged"
     )
+    diverged_at_epoch: int | None = Field(
+        None,
+        description="the first epoch (1-based) whose mean loss (loss, or a key ending in _loss) was NaN or infinite; "
+        "null while every logged loss stayed finite",
+    )
     wall_seconds: float = Field(description="the training's wall time")
     usage: Usage | None = Field(
         None,
@@ -58,7 +63,9 @@ class TrainModelResult(ComponentResult, TrainingRun):
         shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.metrics.items()))
         where = f"{self.world_size}x {self.dist_backend} ({self.device})"
         cost = f", cost {self.cost:.4f} {self.currency}" if self.cost is not None else ""
-        return f"{self.train_function} on {where}: {shown or 'no metrics logged'}{cost}, run {self.mlflow_run_id}"
+        gone = f" (its loss diverged at epoch {self.diverged_at_epoch})" if self.diverged_at_epoch is not None else ""
+        shown = f"{shown or 'no metrics logged'}{gone}"
+        return f"{self.train_function} on {where}: {shown}{cost}, run {self.mlflow_run_id}"
 
     def series(self) -> list[tuple[str, str, dict[str, str], float]]:
         """What the training used and, on a priced profile, what it cost (Prometheus)."""

@@ -120,3 +120,28 @@ class EpochMetrics:
             except (TypeError, ValueError, RuntimeError):
                 continue
         return out
+
+
+def is_loss(key: str) -> bool:
+    """Whether a logged key is a loss (``loss``, ``val_loss``, ``train_loss``): the values divergence is read on."""
+    return key == "loss" or key.endswith("_loss")
+
+
+def diverged(line: dict[str, Any]) -> dict[str, float]:
+    """The losses of an epoch's line (see :func:`is_loss`) that are NaN or infinite."""
+    import math
+
+    return {
+        k: float(v)
+        for k, v in line.items()
+        if is_loss(k) and isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v)
+    }
+
+
+def diverged_at(history: list[dict[str, Any]]) -> int | None:
+    """The first epoch (1-based) whose mean loss is NaN or infinite, else None: a training whose loss diverged
+    ends all the same (its weights are what they are), and its result says from when."""
+    for line in history:
+        if diverged(line):
+            return int(line.get("epoch", 0)) + 1
+    return None
