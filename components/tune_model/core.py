@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainpipe.components.tune_model.spec import (
+    BEST_FILE,
+    REPORT_FILE,
     TuneModelConfig,
     TuneModelResult,
 )
@@ -73,6 +75,7 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
         config = config.model_copy(update={"study_name": study_name_for(lineage, what)})
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    clear_outputs(out)
     orch = lineage.orchestrator
     study = open_study(config, what, orch.run_id if orch and orch.run_id else "")
     parent = parent_run(study, config, runtime)
@@ -89,6 +92,13 @@ def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | Non
             stopped = isinstance(exc, Preempted | BudgetReached | KeyboardInterrupt)
             end_parent(study, config, parent, "KILLED" if stopped else "FAILED")
             raise
+
+
+def clear_outputs(out: Path) -> None:
+    """An earlier study's best settings and report leave output_dir before this study runs (the best settings
+    first): a study that fails leaves none presented as its own; one that ends writes its own (each atomically)."""
+    for name in (BEST_FILE, REPORT_FILE):
+        (out / name).unlink(missing_ok=True)
 
 
 def trusting_its_function(runtime: Runtime, config: TuneModelConfig) -> Runtime:

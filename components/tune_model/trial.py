@@ -41,9 +41,12 @@ from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
+from trainpipe.training.metrics import diverged
 
 #: A trial's user attribute: it trains the train section as given (trial 0, the baseline).
 BASELINE_ATTR = "baseline"
+#: A failed trial's user attribute: why the study failed it (its loss diverged, its training failed).
+FAILURE_ATTR = "failure"
 
 
 def sample(trial: Any, space: dict[str, Param]) -> dict[str, Any]:
@@ -238,6 +241,7 @@ class TrialRun:
         self.stop = Stop()
         self._bad: InputError | None = None
         self._pruned: dict[str, int] | None = None
+        self._diverged: str | None = None  # why the trial failed at an epoch's end: a loss NaN or infinite
         self._checked = False
         self._reported = 0
 
@@ -279,16 +283,30 @@ class TrialRun:
             trial.set_user_attr("params", baseline_params(c))
         out = trial_dir(c, trial.number)
         out.parent.mkdir(parents=True, exist_ok=True)
-        self._bad, self._pruned, self._checked, self._reported = None, None, False, 0
+        self._bad, self._pruned, self._diverged, self._checked, self._reported = None, None, None, False, 0
         try:
             stdout = self._train(trial, settings, out, baseline)
-        except BaseException as exc:  # its training's run ends too, whatever ended the trial
-            status = "FAILED" if isinstance(exc, TrialFailed | InputError) else "KILLED"  # else pruned, or stopped
-            close_runs(self.config, self.parent, {trial.number: trial_run_name(trial)}, status)
+            result = json.loads(stdout.strip().splitlines()[-1])
+            trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
+            if result.get("diverged_at_epoch") is not None:  # its loss went NaN or infinite where no judge was asked
+                raise TrialFailed(f"trial {trial.number}: its loss diverged at epoch {result['diverged_at_epoch']}")
+            values = self.score(trial, out, result)
+        except BaseException as exc:  # its training's run ends too, whatever ended the trial, as the study records it
+            import optuna
+
+            stopped = isinstance(exc, optuna.TrialPruned | Preempted | KeyboardInterrupt)  # pruned, or stopped
+            # a failed trial's run says FAILED and why, even where its training had ended it otherwise
+            reason = None if stopped else str(exc) or type(exc).__name__
+            if isinstance(exc, TrialFailed):
+                trial.set_user_attr(FAILURE_ATTR, str(exc)[:2000])
+            close_runs(
+                self.config,
+                self.parent,
+                {trial.number: trial_run_name(trial)},
+                "KILLED" if stopped else "FAILED",
+                reason,
+            )
             raise
-        result = json.loads(stdout.strip().splitlines()[-1])
-        trial.set_user_attr("mlflow_run_id", result.get("mlflow_run_id", ""))
-        values = self.score(trial, out, result)
         self.log_trial(trial, result.get("mlflow_run_id", ""), params, settings)
         return values
 
@@ -336,6 +354,8 @@ class TrialRun:
                 self.stop.proc = None
                 if self._bad is not None:
                     raise self._bad
+                if self._diverged is not None:
+                    raise TrialFailed(self._diverged)
                 if self._pruned is not None:
                     epoch, step = self._pruned["epoch"], self._pruned["step"]
                     raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {epoch} (step {step})")
@@ -359,14 +379,14 @@ class TrialRun:
         must log), what it says while it stops is not the study's news: the study says why in one line."""
         assert proc.stderr is not None
         for line in proc.stderr:
-            if self._pruned is None and self._bad is None:
+            if self._pruned is None and self._bad is None and self._diverged is None:
                 sys.stderr.write(line)
 
     def judge(self, trial: Any, line: dict[str, Any]) -> bool:
         """An epoch's end, its chief waiting (its line: the epoch's means): whether the trial stops here. At the
         first, an objective the study must read that the function did not log stops it (the study's one-line
         error); when the study prunes, the first objective is reported and the pruner decides."""
-        if self._bad is not None or self._pruned is not None:
+        if self._bad is not None or self._pruned is not None or self._diverged is not None:
             return True
         objective = self.config.objectives[0].metric
         pruning = len(self.config.objectives) == 1 and self.config.pruner != "none"
@@ -376,6 +396,17 @@ class TrialRun:
             if self._bad is not None:
                 return True
         epoch = int(line.get("epoch", 0)) + 1
+        gone = {
+            **diverged(line),
+            **{o.metric: v for o in self.config.objectives if _not_finite(v := line.get(o.metric))},
+        }
+        if gone:  # a loss or an objective NaN or infinite: the trial fails here, with why (never pruned on it)
+            shown = ", ".join(f"{k} {v}" for k, v in sorted(gone.items()))
+            self._diverged = (
+                f"trial {trial.number}: its loss diverged at epoch {epoch} (step {line.get('step', 0)}): {shown}"
+            )
+            trial.set_user_attr("diverged_at", {"epoch": epoch, "step": int(line.get("step", 0))})
+            return True
         value = line.get(objective)
         if not pruning or epoch <= self._reported or not isinstance(value, int | float):
             return False
@@ -440,7 +471,12 @@ class TrialRun:
 
         model = load_artifact(out, self.runtime)
         x, y, _ = held_out_rows(str(self.rows), model, self.config.label_column)
-        metrics = task_metrics(model, x, y)
+        try:
+            metrics = task_metrics(model, x, y)
+        except ValueError as exc:  # its weights gave NaN or infinite predictions (a loss it did not log diverged)
+            raise TrialFailed(
+                f"trial {trial.number}: its model cannot be scored on the validation rows: {exc}"
+            ) from None
         metrics["parameters"] = float(parameter_count(out))
         used = result.get("usage") or {}
         metrics.update({k: float(used[k]) for k in RUN_OBJECTIVES if isinstance(used.get(k), (int, float))})
@@ -460,7 +496,16 @@ class TrialRun:
                 have = ", ".join(sorted(metrics))
                 raise InputError(f"objectives: {objective.metric!r} is not a metric of this task (it has {have})")
             values.append(float(metrics[objective.metric]))
+        gone = [f"{o.metric} {v}" for o, v in zip(self.config.objectives, values, strict=True) if _not_finite(v)]
+        if gone:  # Optuna would fail it without saying why: the study says
+            raise TrialFailed(f"trial {trial.number}: its objective is not a number: {', '.join(gone)}")
         return values
+
+
+def _not_finite(value: Any) -> bool:
+    import math
+
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def run_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -531,7 +576,7 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
             waiting = sum(t.state == TrialState.WAITING for t in trials)
             running = sum(t.state == TrialState.RUNNING for t in trials)
             trial = None
-            if finished >= config.n_trials:
+            if finished >= config.n_trials or gave_up(trials, config, finished):
                 return ran
             spent = study_spent(trials, config)
             if spent is not None:
@@ -571,6 +616,22 @@ def search(study: Any, config: TuneModelConfig, run: TrialRun) -> int:
         print(f"{NAME}: trial {trial.number} {state}{at}", file=sys.stderr)
 
 
+def gave_up(trials: list[Any], config: TuneModelConfig, finished: int) -> bool:
+    """Whether as many trials failed (their training, a diverged loss; not a dead worker's) as the study was to
+    finish: it ends then (a study that cannot finish, not one that trains forever), and says so."""
+    from optuna.trial import TrialState
+
+    failed = sum(t.state == TrialState.FAIL and bool(t.user_attrs.get(FAILURE_ATTR)) for t in trials)
+    if failed < config.n_trials:
+        return False
+    print(
+        f"{NAME}: {failed} trials failed, as many as n_trials ({config.n_trials}): no trial starts after them "
+        f"({finished} finished)",
+        file=sys.stderr,
+    )
+    return True
+
+
 def study_spent(trials: list[Any], config: TuneModelConfig) -> str | None:
     """What the study's trials have spent against its budget, when the budget is reached; else None."""
     if config.max_cost is None and config.max_gpu_hours is None:
@@ -607,10 +668,14 @@ def trial_run_name(trial: Any) -> str:
     return f"trial-{trial.number}" + (" (baseline)" if trial.user_attrs.get(BASELINE_ATTR) else "")
 
 
-def close_runs(config: TuneModelConfig, parent: str, trials: dict[int, str], status: str) -> None:
+def close_runs(
+    config: TuneModelConfig, parent: str, trials: dict[int, str], status: str, reason: str | None = None
+) -> None:
     """End the MLflow runs of these trials' trainings (number -> run name, under the study's run) that are
     still RUNNING, as ``status``; a trial whose training was killed before it opened its run gets one, ended
-    so: every trial the study started has a run, and none stays RUNNING (never fails the study)."""
+    so: every trial the study started has a run, and none stays RUNNING (never fails the study). With
+    ``reason`` (a trial the study failed: its loss diverged, its training failed) the run ends ``status``
+    whatever its training ended it as, and says why (``trainpipe.failure``): MLflow and the study agree."""
     from trainpipe import tracking
 
     if not parent:
@@ -627,7 +692,9 @@ def close_runs(config: TuneModelConfig, parent: str, trials: dict[int, str], sta
                 found = [client.create_run(exp_id, run_name=name, tags=tags)]
             for r in found:
                 client.set_tag(r.info.run_id, "trainpipe.trial", str(number))
-                if r.info.status == "RUNNING":
+                if reason:
+                    client.set_tag(r.info.run_id, "trainpipe.failure", reason[:5000])
+                if r.info.status == "RUNNING" or (reason and r.info.status != status):
                     client.set_terminated(r.info.run_id, status=status)
                     print(f"{NAME}: trial {number}'s MLflow run {r.info.run_id} ended {status}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001
