@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -178,9 +179,11 @@ def compile_config(
         tune=tune,
         defaults=defaults,
     )
+    from trainpipe.contract.text import redact
+
     notes = []
     if local:
-        shown = ", ".join(f"{name}={value}" for name, value in local.items())
+        shown = ", ".join(f"{name}={redact(value)}" for name, value in local.items())
         notes.append(
             f"places on this machine not compiled in, so a run must pass them as parameters (a cluster's pods "
             f"cannot read them): {shown}"
@@ -197,22 +200,33 @@ GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 COMPONENTS_DIR = Path(__file__).resolve().parents[1] / "components"
 
 
-def export_components(directory: str | os.PathLike[str], in_tree: bool = False) -> list[Path]:
-    """Compile every component's KFP face to a reusable spec YAML.
+def export_components(
+    directory: str | os.PathLike[str], in_tree: bool = False, names: Iterable[str] | None = None
+) -> list[Path]:
+    """Compile every component's KFP face (or those ``names`` says) to a reusable spec YAML.
 
     A team that does not install trainpipe loads one with
     ``kfp.components.load_component_from_file``. ``in_tree`` writes
     ``<directory>/<name>/component.yaml`` (the copies versioned in this repository);
-    otherwise ``<directory>/<name>.yaml``.
+    otherwise ``<directory>/<name>.yaml``. Every component is found from its folder
+    (``trainpipe.COMPONENTS``), whether or not the reference pipeline runs it.
+
+    Raises:
+        InputError: a name in ``names`` is not a component's.
     """
     from kfp import compiler
 
     from trainpipe import COMPONENTS
-    from trainpipe.pipelines import training_pipeline  # it imports every component's KFP face
+    from trainpipe.contract.errors import InputError
+    from trainpipe.contract.imports import import_face
 
+    chosen = list(COMPONENTS if names is None else names)
+    unknown = [n for n in chosen if n not in COMPONENTS]
+    if unknown:
+        raise InputError(f"component: {', '.join(map(repr, unknown))} is not one of {', '.join(COMPONENTS)}")
     written = []
-    for name in COMPONENTS:
-        face = getattr(training_pipeline, name)
+    for name in chosen:
+        face = getattr(import_face(name, "kfp_component"), name)
         out = Path(directory) / name / "component.yaml" if in_tree else Path(directory) / f"{name}.yaml"
         out.parent.mkdir(parents=True, exist_ok=True)
         compiler.Compiler().compile(face, package_path=str(out))

@@ -128,6 +128,14 @@ def test_places_on_this_machine_are_left_for_the_run_and_said_in_one_line(team):
     assert f"tune_storage=sqlite:///{team}/.trainpipe/tune/study.db" in lines[0]
 
 
+def test_a_local_database_is_left_to_the_run_and_its_password_never_shown(team):
+    config = {**CLUSTER_CONFIG, "tracking_uri": "postgresql://mlflow:s3cret@127.0.0.1/mlflow"}
+    result, out = _compile(team, config)
+    assert result.exit_code == 0, result.output
+    assert _defaults(out)["tracking_uri"] is ... and "tracking_uri=postgresql://***@127.0.0.1/mlflow" in result.stderr
+    assert "s3cret" not in result.output and "s3cret" not in out.read_text()
+
+
 def test_a_shared_tune_storage_is_compiled_in(team):
     storage = "postgresql+psycopg2://tune@db.example.org/tune"
     config = {**CLUSTER_CONFIG, "tune": {"storage": storage, "space": {"batch_size": {"type": "int", "low": 8}}}}
