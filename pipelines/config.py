@@ -308,6 +308,29 @@ class PipelineConfig(_SpecBase):  # type: ignore[misc, valid-type]
                 )
         return hardware
 
+    def check_engine(self, engine: str) -> None:
+        """What the engine that runs the pipeline here cannot do, refused before any step runs (a dry run too): a
+        Slurm job is submitted with sbatch from the machine that runs the step; kfp-local runs the KFP face, which
+        reaches no Slurm (its pods carry no Slurm clients), and airflow-local submits from this machine.
+
+        Raises:
+            InputError: a ``train.slurm`` section the engine cannot submit, in one line naming the field.
+        """
+        import shutil
+
+        if self.train.slurm is None:
+            return
+        if engine == "kfp-local":
+            raise InputError(
+                "pipeline config field 'train.slurm': the kfp-local engine cannot reach Slurm (the KFP face's pods "
+                "have no Slurm clients); run it with --engine airflow-local, or train_model from the CLI"
+            )
+        if engine == "airflow-local" and shutil.which("sbatch") is None:
+            raise InputError(
+                "pipeline config field 'train.slurm': airflow-local submits the job with sbatch from this machine, "
+                "and no sbatch is on its PATH (run it on a login node of the cluster)"
+            )
+
     def optimize_settings(self, profile: str | None = None) -> dict[str, Any] | None:
         """optimize_model's settings when the pipeline runs it under ``profile`` (default the config's):
         ``optimize.enabled``, else the hardware profile's ``optimize``; else None."""

@@ -204,6 +204,7 @@ def run_pipeline(config: Path | None, engine: str, dry_run: bool) -> None:
         cfg = load_pipeline_config(path)
         if engine not in ("kfp-local", "airflow-local"):
             raise InputError(f"engine: {engine!r} is not kfp-local or airflow-local")
+        cfg.check_engine(engine)
         _apply_policy(cfg)
         started = time.time()
         dry_folder = None
