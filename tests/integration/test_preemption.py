@@ -102,7 +102,7 @@ def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_unin
     assert done.returncode == 75, done.stderr[-3000:]
     assert seconds < GRACE_S, f"exit 75 took {seconds:.1f} s after SIGTERM"
     assert (
-        last.startswith("trainpipe train_model: error: preempted by SIGTERM at step ")
+        last.startswith("trainpipe train_model: preempted by SIGTERM at step ")
         and "Traceback" not in done.stderr
     )
     step = int(last.split("at step ")[1].split(":")[0])
@@ -284,7 +284,7 @@ def test_trainpipe_train_model_sigterm_checkpoints_and_exits_75(tmp_path, digits
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 75, log.read_text()[-3000:]
     last = log.read_text().strip().splitlines()[-1]
-    assert last.startswith("trainpipe train_model: error: preempted by SIGTERM at step "), last
+    assert last.startswith("trainpipe train_model: preempted by SIGTERM at step "), last
     step = int(last.split("at step ")[1].split(":")[0])
     assert (out / "checkpoints" / f"ckpt-{step:010d}" / "trainer.json").is_file()
     assert not [p for p in tree if p.is_running()], "a rank outlived the command"

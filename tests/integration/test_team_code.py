@@ -164,7 +164,7 @@ def test_early_stopping_on_two_ranks_ends_the_run_where_it_left_through_a_stop_a
     assert (
         last
         == (
-            "trainpipe train_model: error: preempted by SIGTERM after its ranks' last step, before the model was "
+            "trainpipe train_model: preempted by SIGTERM after its ranks' last step, before the model was "
             "logged: a retry resumes from ckpt-0000000005"
         )
         and "Traceback" not in stopped.stderr

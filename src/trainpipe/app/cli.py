@@ -59,9 +59,9 @@ CONFIG_ENV = "TRAINPIPE_CONFIG"
 #: Where a config is looked for when none is named: the current folder, then the demo's.
 CONFIG_PLACES = (Path("pipeline.yaml"), Path(".trainpipe/demo/pipeline.yaml"))
 STEP_LINE = re.compile(r"trainpipe ((?:" + "|".join(COMPONENTS) + r")(?::| \S+:).*)")
-#: A step's failure as the engine log repeats it: the step's own line, a retried attempt's refusal.
+#: A step's failure as the engine log repeats it: the step's own line (a preemption's too), a retried attempt's refusal.
 FAILURE_LINE = re.compile(
-    r"^(?:trainpipe )?\S+: (error: |internal error|an earlier attempt of this task failed for good)"
+    r"^(?:trainpipe )?\S+: (error: |preempted|internal error|an earlier attempt of this task failed for good)"
 )
 
 

@@ -30,7 +30,7 @@ from trainpipe.contract import artifacts, push
 from trainpipe.contract import dry as dry_run
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.config import M, build, load_file
-from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, TrainpipeError
+from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, Preempted, TrainpipeError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.result import ComponentResult, ErrorRecord
@@ -418,7 +418,7 @@ def _run(
         if ns.get("result"):
             atomic_write_json(ns["result"], payload)
     except TrainpipeError as exc:
-        print(f"{prefix}: error: {exc}", file=sys.stderr)
+        print(failure_line(prefix, exc), file=sys.stderr)
         if audit_log is not None:  # refused settings are an execution too: recorded without inputs
             try:
                 _audit(audit_log, name, model, config, ns, payload, None, exc)
@@ -447,6 +447,15 @@ def _run(
                 )
         return EXIT_INTERNAL, payload, None, f"internal error: {type(exc).__name__} (a bug in trainpipe)"
     return EXIT_OK, payload, result, ""
+
+
+def failure_line(prefix: str, exc: TrainpipeError) -> str:
+    """The one line a failed step prints: ``<prefix>: error: <why>``; a preemption is no error (its checkpoint
+    is written and a retry resumes there), so it reads ``<prefix>: preempted ...`` and nothing more."""
+    if isinstance(exc, Preempted):
+        said = str(exc)
+        return f"{prefix}: {said}" if said.startswith("preempted") else f"{prefix}: preempted: {said}"
+    return f"{prefix}: error: {exc}"
 
 
 def check_artifact_paths(model: type[BaseModel], config: BaseModel) -> None:

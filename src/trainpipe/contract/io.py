@@ -106,6 +106,20 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+#: Where a runner hands its step an open file by number (``pass_fds``) rather than a path in a folder.
+_DESCRIPTORS = ("/dev/fd/", "/proc/self/fd/")
+
+
+def write_record(path: str | os.PathLike[str], obj: Any) -> None:
+    """A record a runner reads once this process has exited (an error record): atomically to a path, in place
+    to a descriptor the runner handed down (``/dev/fd/N``: a file with no name, which no folder keeps)."""
+    if str(path).startswith(_DESCRIPTORS):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        return
+    atomic_write_json(path, obj)
+
+
 def atomic_write_settings(path: str | os.PathLike[str], settings: Any, **dump: Any) -> Path:
     """Settings another process reads back (a rank, a node, a trial) as JSON in their own key order, so a
     team's ``train_config`` arrives as it was written: not sorted, big integers and exponents exact.

@@ -43,7 +43,7 @@ class ErrorRecord(BaseModel):
 
     component: str = Field(description="the step that failed")
     exit_code: int = Field(description="its documented exit code (trainpipe.contract.errors)")
-    message: str = Field(description="the one line it printed after 'error: ', without the prefix")
+    message: str = Field(description="the one line it printed, without its 'trainpipe <step>: error: ' prefix")
 
     @classmethod
     def read(cls, path: str | Path) -> ErrorRecord | None:
@@ -65,7 +65,7 @@ class ErrorRecord(BaseModel):
         return f"{component} exited {code} and wrote no error record (it ended before it began, or was killed)"
 
     def write(self, path: str | Path) -> None:
-        """Atomically, so a runner never reads half a record."""
-        from trainpipe.contract.io import atomic_write_json
+        """Atomically, so a runner never reads half a record (or to the descriptor a runner handed down)."""
+        from trainpipe.contract.io import write_record
 
-        atomic_write_json(path, self.model_dump())
+        write_record(path, self.model_dump())

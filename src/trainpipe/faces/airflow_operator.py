@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
@@ -30,7 +29,7 @@ from trainpipe.contract.errors import InputError, is_retryable_exit
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.faces.airflow_steps import as_written, check_neighbours, templated
 from trainpipe.faces.assets import emit_assets
-from trainpipe.faces.command import component_command, note_failure, stream
+from trainpipe.faces.command import component_command, error_record, note_failure, stream
 
 #: Seconds a killed step gets to stop its ranks after SIGTERM, before SIGKILL.
 KILL_GRACE_S = 10.0
@@ -96,6 +95,8 @@ class TrainpipeOperator(BaseOperator):
         self.env = dict(env or {})
         self.max_preemptions = max_preemptions
         self._proc: subprocess.Popen[str] | None = None
+        self._killed = False
+        self._held: list[str] = []
         check_neighbours(self, type(self), settings)
 
     def render_template(
@@ -195,13 +196,15 @@ class TrainpipeOperator(BaseOperator):
             TRAINPIPE_RUN_ID=str(context["run_id"]),
             TRAINPIPE_TRY_NUMBER=str(getattr(ti, "try_number", None) or 1),
         )  # the Pushgateway's retries figure
-        taken = 0
+        taken, self._killed = 0, False
         while True:
             code, out, message = self._run_once(context, {**env, PREEMPTION_ENV: str(taken)})
             line = rerun_after(self.component, code, message, taken, self.max_preemptions) if code else None
-            if line is None:
+            if line is None or self._killed:  # a task being stopped stops: its step's checkpoint waits for a retry
+                for said in self._held:
+                    self.log.info("%s", said)
                 break
-            self.log.warning("%s", line)  # one line, no traceback: the step resumes from its checkpoint
+            self.log.warning("%s", line)  # the preemption's one line, no traceback: it resumes from its checkpoint
             taken += 1
         if code == 0:
             result = json.loads(out.strip().splitlines()[-1])
@@ -212,29 +215,41 @@ class TrainpipeOperator(BaseOperator):
 
     def _run_once(self, context: Any, env: dict[str, str]) -> tuple[int, str, str]:
         """Run the entrypoint once: its exit code, its output and (when it failed) its one line."""
-        with tempfile.TemporaryDirectory(prefix="trainpipe-") as tmp:
-            error_record = os.path.join(tmp, "error.json")
+        self._held = []
+        preempted = f"trainpipe {self.component}: preempted"
+
+        def emit(line: str) -> None:
+            text = line.rstrip("\n")
+            if text.startswith(preempted):  # said once: by the rerun's line, or after the run when none follows
+                self._held.append(text)
+            else:
+                self.log.info("%s", text)
+
+        with error_record() as (record, fds):  # a file with no name: a task killed outright leaves none behind
             try:
                 code, out = stream(
-                    self.command(context, error_record),
+                    self.command(context, record),
                     env,
-                    lambda line: self.log.info("%s", line.rstrip("\n")),
+                    emit,
                     on_start=self._started,
                     start_new_session=True,
+                    pass_fds=fds,
                 )  # its own process group: on_kill ends all of it
             finally:
                 self.on_kill()  # a timeout raised inside the read loop: nothing of the step survives the task
-            message = ErrorRecord.explain(self.component, code, error_record) if code != 0 else ""
+            message = ErrorRecord.explain(self.component, code, record) if code != 0 else ""
         return code, out, message
 
     def _started(self, proc: subprocess.Popen[str]) -> None:
         self._proc = proc
 
     def on_kill(self) -> None:
-        """End the step's process group (the entrypoint, torchrun and every rank): SIGTERM, then SIGKILL."""
+        """End the step's process group (the entrypoint, torchrun and every rank): SIGTERM, then SIGKILL. A step
+        preempted by it is not run again in this try (Airflow asked the task to stop)."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
+        self._killed = True
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=KILL_GRACE_S)

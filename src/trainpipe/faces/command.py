@@ -7,10 +7,13 @@ the three can never drift from each other or from the entrypoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -50,6 +53,20 @@ def component_command(
 
 #: Where ``trainpipe run`` asks every step to describe its failure (the step, its one line, its code).
 FAILURE_FILE_ENV = "TRAINPIPE_FAILURE_FILE"
+
+
+@contextlib.contextmanager
+def error_record() -> Iterator[tuple[str, tuple[int, ...]]]:
+    """Where a step run by a face describes its failure (its ``--error-record``) and the descriptors to hand it
+    (``pass_fds``): an open temporary file with no name, as ``/dev/fd/N``. A runner killed outright (an Airflow
+    task SIGKILLed while its step checkpoints, then writes its record) leaves no file behind; a folder in the
+    temp folder would stay. Where there is no ``/dev/fd``, a temporary folder's file."""
+    if not os.path.isdir("/dev/fd"):
+        with tempfile.TemporaryDirectory(prefix="trainpipe-") as tmp:
+            yield os.path.join(tmp, "error.json"), ()
+        return
+    with tempfile.TemporaryFile(prefix="trainpipe-error-") as fh:
+        yield f"/dev/fd/{fh.fileno()}", (fh.fileno(),)
 
 
 def note_failure(name: str, code: int, message: str) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from typing import Any
 
 #: Left in a task's output by an attempt that failed for good; a retried attempt (KFP's retry policy
@@ -29,7 +28,7 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
     """
     from trainpipe.contract.errors import is_retryable_exit
     from trainpipe.contract.result import ErrorRecord
-    from trainpipe.faces.command import component_command, note_failure, stream
+    from trainpipe.faces.command import component_command, error_record, note_failure, stream
 
     record = os.path.join(output, FAILED_RECORD) if output else None
     if record and os.path.isfile(record):
@@ -43,12 +42,11 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         )
         note_failure(name, int(previous["exit_code"]), line)
         sys.exit(int(previous["exit_code"]))
-    with tempfile.TemporaryDirectory(prefix="trainpipe-") as tmp:
-        error_record = os.path.join(tmp, "error.json")
-        cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id, error_record=error_record)
+    with error_record() as (record_at, fds):  # a file with no name: a killed body leaves none behind
+        cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id, error_record=record_at)
         env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
-        code, out = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()))
-        message = ErrorRecord.explain(name, code, error_record) if code != 0 else ""
+        code, out = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()), pass_fds=fds)
+        message = ErrorRecord.explain(name, code, record_at) if code != 0 else ""
     if code != 0:
         note_failure(name, code, message)
         if record and not is_retryable_exit(code):
