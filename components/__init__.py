@@ -1,5 +1,5 @@
-"""trainpipe's components (their names, in order: ``trainpipe.COMPONENTS``), one folder each, with the
-same roles in every folder.
+"""trainpipe's components, one folder each (a folder holding a ``metadata.yaml`` is one:
+``trainpipe.COMPONENTS``), with the same roles in every folder.
 
 ``spec`` (config and result, light), ``core`` (the work, heavy imports inside),
 ``__main__`` (the container entrypoint), ``kfp_component`` (the KFP v2 face) and

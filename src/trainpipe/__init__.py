@@ -4,6 +4,9 @@ Importing this package loads no ML framework, no data tooling and no
 orchestrator SDK; the heavy parts are imported where they are used.
 """
 
+import os
+from importlib.util import find_spec
+
 from trainpipe.contract.plugins import defer_feast_headers
 
 __version__ = "0.1.0"
@@ -11,16 +14,29 @@ __version__ = "0.1.0"
 # Feast's MLflow plugin would otherwise load all of Feast into every process that imports MLflow.
 defer_feast_headers()
 
-COMPONENTS = (
-    "validate_data",
-    "snapshot_dataset",
-    "train_model",
-    "profile_training",
-    "evaluate_model",
-    "register_model",
-    "detect_drift",
-    "optimize_model",
-    "tune_model",
-)
+#: What makes a folder of ``trainpipe.components`` a component: this file in it (name, stability, image...).
+METADATA = "metadata.yaml"
 
-__all__ = ["COMPONENTS", "__version__"]
+
+def _found_components() -> tuple[str, ...]:
+    """The components' names, found from their folders: each folder of ``trainpipe.components`` that holds a
+    ``metadata.yaml``, sorted. Only the folders are listed (no module of theirs is imported, no file parsed),
+    from wherever the namespace lies: this checkout (pyproject's package-dir) or an installed wheel."""
+    spec = find_spec(f"{__name__}.components")  # its folder, without importing the package
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    return tuple(
+        sorted(
+            {
+                entry.name
+                for root in roots
+                for entry in os.scandir(root)
+                if entry.is_dir() and entry.name.isidentifier() and os.path.isfile(os.path.join(entry.path, METADATA))
+            }
+        )
+    )
+
+
+#: Every component, by its folder's name (``components/<name>/metadata.yaml``), sorted: adding a folder adds one.
+COMPONENTS = _found_components()
+
+__all__ = ["COMPONENTS", "METADATA", "__version__"]

@@ -26,3 +26,22 @@ def import_module(name: str) -> ModuleType:
     if above is not None:
         raise ImportError(f"{name} is in {above}, which nothing loads by name (import it where the layers allow)")
     return importlib.import_module(name)  # noqa: TID251 (the one import by name, guarded above)
+
+
+#: What a composition may import of a component (pyproject's compositions-through-faces contract).
+FACES = ("spec", "kfp_component", "airflow_task")
+
+
+def import_face(component: str, face: str) -> ModuleType:
+    """A component's spec or one of its faces, by the component's name: what the DAGs and pipelines may import
+    statically, for a component found from its folder (``trainpipe.COMPONENTS``) that no composition names
+    (``trainpipe components export`` compiles every one). Nothing else of a component loads by name.
+
+    Raises:
+        ImportError: ``face`` is not one of :data:`FACES`, or ``component`` is not a component's name.
+    """
+    from trainpipe import COMPONENTS
+
+    if face not in FACES or component not in COMPONENTS:
+        raise ImportError(f"trainpipe.components.{component}.{face} is not a component's spec or face")
+    return importlib.import_module(f"trainpipe.components.{component}.{face}")  # noqa: TID251 (guarded above)
