@@ -95,6 +95,24 @@ def on_this_machine(place: Any) -> bool:
     return host is not None and (host in _THIS_HOST or host.startswith("127."))
 
 
+def holds_a_secret(place: Any) -> bool:
+    """Whether a place is a URI with a password in it (``postgresql://user:pw@host/db``): never compiled in, as no
+    secret goes into a compiled pipeline; a run passes it (or the pod's environment holds it)."""
+    if not isinstance(place, str) or "://" not in place:
+        return False
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(place).password is not None
+    except ValueError:
+        return False
+
+
+def left_to_the_run(place: Any) -> bool:
+    """A place a compiled pipeline takes no default for: this machine's, or one holding a password."""
+    return on_this_machine(place) or holds_a_secret(place)
+
+
 def cluster_defaults(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, str]]:
     """The pipeline parameters' defaults a config compiles in: its values, as ``trainpipe schedule`` passes them
     to a run (:meth:`PipelineConfig.pipeline_arguments`), but a place on this machine (:func:`on_this_machine`),
@@ -112,7 +130,7 @@ def cluster_defaults(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
         return [kfp_default(v) for v in value] if isinstance(value, list) else value
 
     values = {name: kfp_default(value) for name, value in config.pipeline_arguments().items()}
-    local = {name: values[name] for name in PLACES if on_this_machine(values[name])}
+    local = {name: values[name] for name in PLACES if left_to_the_run(values[name])}
     return {**values, **dict.fromkeys(local, REQUIRED)}, local
 
 
@@ -165,7 +183,7 @@ def compile_config(
 
     defaults, local = cluster_defaults(config)
     tune = config.tune_settings()
-    if tune is not None and on_this_machine(tune["storage"]):  # unset: the workspace's SQLite file
+    if tune is not None and left_to_the_run(tune["storage"]):  # unset: the workspace's SQLite file
         local[TUNE_STORAGE.name] = tune["storage"]
         tune = {**tune, "storage": REQUIRED}
     out = compile_pipeline(
@@ -185,8 +203,8 @@ def compile_config(
     if local:
         shown = ", ".join(f"{name}={redact(value)}" for name, value in local.items())
         notes.append(
-            f"places on this machine not compiled in, so a run must pass them as parameters (a cluster's pods "
-            f"cannot read them): {shown}"
+            f"places on this machine or holding a password not compiled in, so a run must pass them as parameters "
+            f"(a cluster's pods cannot read this machine; no secret goes into a compiled pipeline): {shown}"
         )
     notes += [
         f"warning: train_function {spec!r} cannot be imported here, so the config given to it (train_config, "

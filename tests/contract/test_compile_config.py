@@ -87,8 +87,9 @@ def test_the_configs_values_are_the_compiled_pipelines_defaults(team):
     assert result.exit_code == 0, result.output
     # the function importable: no warning; the DVC working clone's default lies under this machine's workspace
     assert result.stderr.splitlines() == [
-        "trainpipe compile: places on this machine not compiled in, so a run must pass them as parameters (a "
-        f"cluster's pods cannot read them): dvc_repo_dir={team}/.trainpipe/dvc-repo"
+        "trainpipe compile: places on this machine or holding a password not compiled in, so a run must pass them "
+        "as parameters (a cluster's pods cannot read this machine; no secret goes into a compiled pipeline): "
+        f"dvc_repo_dir={team}/.trainpipe/dvc-repo"
     ]
     validate_pipeline_yaml(out)
     ir = next(yaml.safe_load_all(out.read_text()))
@@ -184,3 +185,24 @@ def test_which_places_are_this_machines(place, local):
     from trainpipe.pipelines.compile import on_this_machine
 
     assert on_this_machine(place) is local
+
+
+def test_a_password_in_a_remote_uri_is_never_compiled_in(team):
+    """Before: a tracking URI or tune storage with a password, off this machine, compiled in as a default: a secret
+    in the pipeline YAML that is uploaded to Kubeflow."""
+    config = {
+        **CLUSTER_CONFIG,
+        "tracking_uri": "postgresql://mlflow:s3cret@db.example.com/mlflow",
+        "tune": {
+            "storage": "postgresql://optuna:hunter2@db.example.com/optuna",
+            "space": {"train_config.hidden": {"type": "int", "low": 2, "high": 8}},
+        },
+    }
+    result, out = _compile(team, config)
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "s3cret" not in text and "hunter2" not in text
+    assert "s3cret" not in result.output and "hunter2" not in result.output
+    defaults = _defaults(out)
+    assert defaults["tracking_uri"] is ... and defaults["tune_storage"] is ...
+    assert "tracking_uri=postgresql://***@db.example.com/mlflow" in result.stderr
