@@ -151,8 +151,9 @@ test-lowest-torch: $(LOWEST_STAMP)
 	$(LOWEST_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('$(LOWEST_TORCH)'), torch.__version__"
 	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TORCH_TESTS) -k "not horovod and not tensorflow"
 
-# Each component README's settings, inputs, outputs and result tables, generated from its spec.py
-# (`make lint` fails when one differs).
+# Each component README's settings, inputs, outputs and result tables, generated from its spec.py, and the lists
+# that name every component, from the components' folders (components/*/metadata.yaml): README.md's table,
+# pyproject's packages and package data, the images' lists in images/Dockerfile (`make lint` fails when one differs).
 docs: $(STAMP)
 	$(PY) scripts/settings_tables.py
 
@@ -181,10 +182,14 @@ golden: $(STAMP)
 	env -u TRAINPIPE_IMAGE $(VENV)/bin/trainpipe compile --profile gpu -o pipelines/golden/pipeline-gpu.yaml
 	env -u TRAINPIPE_IMAGE $(PY) -c "from trainpipe.pipelines.compile import export_components; export_components('components', in_tree=True)"
 
-# make component NAME=my_step: a new component folder with every role and a passing test.
+# make component NAME=my_step: a new component folder with every role and its own passing tests; what names every
+# component is found from the folders and regenerated (make docs: README.md's table, pyproject's packages, the
+# images' lists, its README's settings table), and its component.yaml compiled (as make golden does).
 component: $(STAMP)
 	@test -n "$(NAME)" || { echo "usage: make component NAME=my_step" >&2; exit 2; }
 	$(VENV)/bin/trainpipe scaffold $(NAME)
+	$(PY) scripts/settings_tables.py
+	env -u TRAINPIPE_IMAGE $(PY) -c "from trainpipe.pipelines.compile import export_components; export_components('components', in_tree=True, names=['$(NAME)'])"
 
 # make training-function NAME=my_team: a team package with a training function on trainpipe's context
 # (DIR=<where it goes>, default: the current folder) and a test that runs it through train_model

@@ -453,8 +453,8 @@ def scaffold(
 
     _wrote(
         lambda: do_scaffold(name, components_dir, tests_dir),
-        f'next: add "trainpipe.components.{name}" to [tool.setuptools] packages in pyproject.toml and {name} to '
-        "trainpipe.COMPONENTS, then make docs (its README's settings table) and make test",
+        "next: make docs (the lists that name every component, its README's settings table) and make golden (its "
+        f"component.yaml); make component NAME={name} does both. Then change its core and make test",
     )
 
 

@@ -1,6 +1,9 @@
 """``make component NAME=...`` / ``trainpipe scaffold NAME``: a new component on the trainpipe
-contract, with every role (spec, core, entrypoint, KFP face, Airflow face, README, metadata)
-and a passing test, ready to change.
+contract, with every role (spec, core, dry run, entrypoint, KFP face, Airflow face, README, metadata)
+and its own tests (the contract every component checks, :class:`tests.helpers.component_contract.ComponentContract`,
+and its core's), ready to change. Its folder is all there is to add: ``trainpipe.COMPONENTS``, the package list,
+the README's table and the images' lists are found from it (``make component`` then runs ``make docs``'s
+generator and writes its compiled ``component.yaml``).
 
 The example it writes counts a dataset's rows and checks a minimum, so the contract's parts
 are all in use: typed config with one-line errors, an input artifact, an atomic output, the
@@ -52,8 +55,8 @@ class {cls}Config({cls}Params):
 class {cls}Result(ComponentResult):
     """What {name} reports (and the lineage it carries on)."""
 
-    rows: int
-    columns: list[str]
+    rows: int = Field(description="the dataset's rows")
+    columns: list[str] = Field(description="the dataset's columns, in their order")
 
     def summary(self) -> str:
         return f"{{self.rows}} rows, {{len(self.columns)}} columns"
@@ -94,14 +97,31 @@ def {name}(config: {cls}Config, lineage: Lineage, runtime: Runtime | None = None
 
 __all__ = ["NAME", "{name}"]
 ''',
+    "dry.py": '''"""{name}'s dry run (:mod:`trainpipe.contract.dry`): its settings are checked, nothing is read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from {package}.{name}.spec import {cls}Config, {cls}Result
+from trainpipe.contract import dry
+from trainpipe.contract.lineage import Lineage
+from trainpipe.contract.runtime import Runtime
+
+
+def dry_run(config: {cls}Config, lineage: Lineage, runtime: Runtime) -> tuple[dict[str, Any], {cls}Result]:
+    """What {name} would count: nothing; what it received is recorded, its figures are empty."""
+    return {{}}, dry.stub({cls}Result, lineage=lineage)
+''',
     "__main__.py": '''"""Container entrypoint: ``python -m {package}.{name}``."""
 
 from {package}.{name}.core import {name}
+from {package}.{name}.dry import dry_run
 from {package}.{name}.spec import NAME, {cls}Config
 from trainpipe.contract.entrypoint import main
 
 if __name__ == "__main__":
-    main(NAME, {cls}Config, {name}, doc="Count a dataset's rows (a trainpipe component scaffold).")
+    main(NAME, {cls}Config, {name}, dry=dry_run, doc="Count a dataset's rows (a trainpipe component scaffold).")
 ''',
     "kfp_component.py": '''"""KFP v2 face of {name}: its parameters are the spec's settings (generated);
 declared here are its artifacts and what the result puts on them."""
@@ -138,7 +158,7 @@ class {cls}Operator(TrainpipeOperator):
 Counts a dataset's rows and refuses one with fewer than `min_rows` (a scaffold: change it).
 
 ```sh
-python -m trainpipe.components.{name} --data data.csv --output-dir out/{name}
+python -m trainpipe.components.{name} --data raw.csv --output-dir {name}-summary
 python -m trainpipe.components.{name} --help
 ```
 
@@ -150,10 +170,11 @@ stability: alpha
 entrypoint: python -m trainpipe.components.{name}
 image: {image}
 external_services: []
+description: "counts a dataset's rows and refuses one with fewer than `min_rows` (a scaffold: change it)"
 """,
 }
 
-TEST = '''"""{name}: the scaffold's own tests (entrypoint, bad input, both faces)."""
+TEST = '''"""{name}'s own tests: its contract (entrypoint, faces, folder) and its core on a tiny CSV."""
 
 from __future__ import annotations
 
@@ -163,7 +184,11 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.unit
+from tests.helpers.component_contract import ComponentContract
+
+
+class Test{cls}Contract(ComponentContract):
+    name = "{name}"
 
 
 def _run(*args):
@@ -171,6 +196,7 @@ def _run(*args):
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.unit
 def test_counts_rows_and_writes_the_output(tmp_path):
     data = tmp_path / "d.csv"
     data.write_text("a,b\\n1,2\\n3,4\\n")
@@ -181,6 +207,7 @@ def test_counts_rows_and_writes_the_output(tmp_path):
     assert (tmp_path / "out" / "trainpipe.json").is_file() and (tmp_path / "out" / "summary.json").is_file()
 
 
+@pytest.mark.unit
 def test_too_few_rows_is_one_line_exit_2(tmp_path):
     data = tmp_path / "d.csv"
     data.write_text("a\\n1\\n")
@@ -189,6 +216,7 @@ def test_too_few_rows_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "out" / "trainpipe.json").exists()
 
 
+@pytest.mark.unit
 def test_faces_build():
     from {package}.{name}.airflow_task import {cls}Operator
     from {package}.{name}.kfp_component import {name}
@@ -221,10 +249,11 @@ def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path | None
     folder = Path(components_dir) / name
     if folder.exists():
         raise InputError(f"NAME: {str(folder)!r} already exists")
-    cls = "".join(part.capitalize() for part in name.split("_"))
-    from trainpipe.images import image_for
+    cls = "".join(part.title() for part in name.split("_"))  # as the docs generator and the contract test spell it
+    from trainpipe.images import image_kind, reference
 
-    values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image_for(name), "package": PACKAGE}
+    image = reference(image_kind(name))  # the default image, whatever TRAINPIPE_IMAGE says here
+    values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image, "package": PACKAGE}
     tests = Path(tests_dir) if tests_dir is not None else folder / "tests"
     return _write(folder, FILES, tests / f"test_{name}_component.py", TEST, values)
 
