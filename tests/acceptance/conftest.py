@@ -493,6 +493,74 @@ def by_hand_snapshot(s: Scenario, out: Path, env: dict[str, str]) -> Path:
     return out / "snapshot"
 
 
+@dataclass
+class Receipts:
+    """What the team's function actually received in one real run (``acme.churn.train:receipt``, a file a call)."""
+
+    entry: str
+    folder: Path
+    log: str = ""
+
+    def training(self) -> dict[str, Any]:
+        """The receipt of train_model's call (a study's trials write theirs from ``trial-<n>`` folders)."""
+        found = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.folder.glob("*.json"))]
+        got = [r for r in found if not Path(r["output_dir"]).name.startswith("trial-")]
+        assert got, f"{self.entry}: the real run's train_model never called the team's function\n{self.log[-3000:]}"
+        return got[-1]
+
+
+def real_engine(s: Scenario, name: str) -> Receipts:
+    """``trainpipe run --engine <name>`` for real on the scenario's train section, once per session and engine:
+    its function records what it received (:class:`Receipts`) for the cells that read the dry record.
+
+    Kept cheap and runnable here: 1 epoch on 96 rows, one rank; no Feast join (nothing is applied to the
+    scenario's feature repository), no optimize_model, no approval, no tune. With a ``tune:`` section
+    train_model takes the study's best settings file, tune's own copy of the train section; without one it
+    takes the DAG's ``train`` param, rendered by a template, the path a dry record alone cannot vouch for.
+    Either way train_model is handed the train section as written: the dry record's is the study's baseline.
+    """
+    root = s.root / f"real-{name}"
+    root.mkdir(exist_ok=True)
+    table = (s.root / "customers.csv").read_text().splitlines()
+    (root / "customers.csv").write_text("\n".join(",".join(line.split(",")[2:]) for line in table) + "\n")
+    drop = ("features", "feature_repo", "entity_timestamp_column", "tune", "optimize")
+    settings = {k: v for k, v in s.settings.items() if k not in drop}
+    settings.update(
+        data=str(root / "customers.csv"),
+        workspace=str(root / "ws"),
+        profile=str(s.profile),
+        retrain_on="always",
+        require_approval=False,
+        train={**s.settings["train"], "epochs": 1},
+    )
+    config = root / "pipeline.yaml"
+    config.write_text(json.dumps(settings, indent=2) + "\n")
+    receipts = root / "receipts"
+    env = {**s.env, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "ACME_RECEIPTS": str(receipts)}
+    proc = _run([str(BIN / "trainpipe"), "run", "--config", str(config), "--engine", name], env, s.root, timeout=900)
+    return Receipts(name, receipts, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+
+
+#: The entries a real run checks the dry records of.
+REAL = {"kfp-local": lambda s: real_engine(s, "kfp-local"), "airflow-local": lambda s: real_engine(s, "airflow-local")}
+
+
+@pytest.fixture(scope="session")
+def received(scenario: Scenario):
+    """Each engine's real run, taken the first time a cell asks for it (once per session), or None: the entry
+    has no real run here."""
+    done: dict[str, Receipts] = {}
+
+    def get(entry: str) -> Receipts | None:
+        if entry not in REAL:
+            return None
+        if entry not in done:
+            done[entry] = REAL[entry](scenario)
+        return done[entry]
+
+    return get
+
+
 RUNNERS = {
     "kfp-local": lambda s: engine(s, "kfp-local"),
     "airflow-local": lambda s: engine(s, "airflow-local"),

@@ -3,7 +3,9 @@
 A cell is one of:
 
 - a check (a function of the entry's dry-run records and the scenario): what the step received on that
-  entry, from what the team wrote (``tests/acceptance/conftest.py`` runs each entry once per session);
+  entry, from what the team wrote (``tests/acceptance/conftest.py`` runs each entry once per session); a check
+  in :data:`READ_RECEIVED` is also held to what the team's function received in a real run of the entry
+  (one per engine and session);
 - :class:`RunFor` a test elsewhere that runs that cell for real (a training, a Slurm job, a study): the node
   id is checked to exist, so the reference cannot rot;
 - :class:`NA`: the feature has no meaning on that entry, and why.
@@ -14,6 +16,7 @@ cell for every entry fails (``test_every_cell_is_declared``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +106,30 @@ def key_order(records: Any, scenario: Any, entry: str) -> None:
     assert acme.same_order(got["tags"], want["tags"]), (
         f"nested keys reordered on {entry}:\n written {want['tags']}\n arrived {got['tags']}"
     )
+
+
+def as_received(records: Any, receipt: dict[str, Any], entry: str) -> None:
+    """The dry record against what the team's function received in the real run (``acme.churn.train:receipt``):
+    the mapping in ``ctx.settings`` the same JSON (values, types, key order at every level), and the typed
+    config it was called with holding the same values (its free mapping ``tags`` in the same order too)."""
+    dry = records.one("train_model")["received"]["train_config"]
+    real = receipt["train_config"]
+    assert json.dumps(real) == json.dumps(dry), (
+        f"{entry}: the dry record is not what the function received in a real run:\n dry  {json.dumps(dry)}\n"
+        f" real {json.dumps(real)}"
+    )
+    typed = receipt["typed"]
+    assert typed["type"] == "ChurnConfig", f"{entry}: the function was called with a {typed['type']}"
+    for key, value in dry.items():  # a nested model dumps its fields in its class's order: compare values there
+        assert json.dumps(typed["config"][key], sort_keys=True) == json.dumps(value, sort_keys=True), (
+            f"{entry}: config.{key} arrived as {typed['config'][key]!r}, recorded dry as {value!r}"
+        )
+    assert acme.same_order(typed["config"]["tags"], dry["tags"]), f"{entry}: config.tags' keys moved in a real run"
+
+
+#: The checks that read what the training step received: on an entry with a real run, the dry record they read is
+#: also compared with what the team's function received there (:func:`as_received`).
+READ_RECEIVED: tuple[Check, ...] = (team_function, key_order)
 
 
 def tune_searches_the_function(records: Any, scenario: Any, entry: str) -> None:

@@ -2,7 +2,10 @@
 
 Each entry is taken once per session, dry (every step writes what it received and stops), from what a team
 writes: its own package, data, Feast repository, priced profile file, pipeline config, KFP pipeline and DAG
-file (``conftest.py``). A cell fails naming the entry, the step and what it received instead.
+file (``conftest.py``). A cell fails naming the entry, the step and what it received instead. A dry run
+narrows a test, it does not replace one: each engine also runs the team's training once per session for
+real, its function recording what it received, and a cell that reads what the training step received fails
+where its dry record and that receipt differ.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.matrix import CELLS, ENTRIES, FEATURES, NA, RunFor
+from tests.acceptance.matrix import CELLS, ENTRIES, FEATURES, NA, READ_RECEIVED, RunFor, as_received
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -30,9 +33,16 @@ CHECKED = [
 
 
 @pytest.mark.parametrize(("feature", "entry"), CHECKED)
-def test_cell(feature, entry, entries, scenario):
-    """One cell: what the steps received on this entry, from what the team wrote (dry runs, shared per entry)."""
-    CELLS[feature, entry](entries(entry), scenario, entry)
+def test_cell(feature, entry, entries, received, scenario):
+    """One cell: what the steps received on this entry, from what the team wrote (dry runs, shared per entry);
+    a cell that reads what the training step received, on an entry with a real run (one per engine and session,
+    shared), also holds its dry record to what the team's function received there."""
+    check = CELLS[feature, entry]
+    records = entries(entry)
+    check(records, scenario, entry)
+    real = received(entry) if check in READ_RECEIVED else None
+    if real is not None:
+        as_received(records, real.training(), entry)
 
 
 @pytest.mark.unit
