@@ -25,3 +25,17 @@ def test_atomic_writes_honour_the_umask(tmp_path, umask):
     finally:
         os.umask(before)
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in written} == {oct(0o666 & ~umask)}
+
+
+@pytest.mark.parametrize(
+    ("before", "setting", "after"), [(0o022, "027", 0o027), (0o077, "027", 0o077), (0o022, "022", 0o022)]
+)
+def test_a_step_restricts_the_umask_to_its_policys_and_never_loosens_a_stricter_one(before, setting, after):
+    from trainpipe.contract.io import restrict_umask
+
+    outer = os.umask(before)
+    try:
+        assert restrict_umask(setting) == before
+        assert os.umask(before) == after
+    finally:
+        os.umask(outer)

@@ -6,7 +6,9 @@ Flags are generated from the component's config model, so the CLI, the KFP face
 and the Airflow face can never drift from the spec. The entrypoint reads the
 lineage of its input artifacts, runs the core, marks each output directory
 complete, writes the result JSON, and maps errors to documented exit codes
-(see :mod:`trainpipe.contract.errors`). User mistakes print one line, no traceback.
+(see :mod:`trainpipe.contract.errors`). User mistakes print one line, no traceback; a
+preemption prints one line too, not an error. What the step writes takes the policy's
+``output_umask`` (files 0640, folders 0750 by default), set before anything is written.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from trainpipe.contract import dry as dry_run
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.config import M, build, load_file
 from trainpipe.contract.errors import EXIT_INTERNAL, EXIT_OK, InputError, Preempted, TrainpipeError
-from trainpipe.contract.io import atomic_write_json
+from trainpipe.contract.io import atomic_write_json, current_umask, restrict_umask
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.result import ComponentResult, ErrorRecord
 from trainpipe.contract.runtime import PROFILE_ENV, Runtime, profile_label
@@ -324,6 +326,16 @@ def run(
     ns = vars(parser.parse_args(argv))
     prefix = f"trainpipe {name}"
     t0 = time.perf_counter()
+    umask = current_umask()  # the step's own (the policy's output_umask restricts it): put back for a caller in process
+    try:
+        return _run_and_say(name, model, core, ns, prefix, dry, t0)
+    finally:
+        os.umask(umask)
+
+
+def _run_and_say(
+    name: str, model: type[BaseModel], core: Core, ns: dict[str, Any], prefix: str, dry: DryCore | None, t0: float
+) -> int:
     with _stdout_to_stderr() as result_out:
         code, payload, result, message = _run(name, model, core, ns, prefix, dry)
         dry_now = dry is not None and dry_run.folder() is not None
@@ -383,7 +395,8 @@ def _run(
         from trainpipe.contract import audit
 
         runtime = Runtime.from_env()
-        policy = runtime.policy
+        # before anything is written: what it writes and every process it starts (ranks, DVC) writes
+        restrict_umask((policy := runtime.policy).output_umask)
         audit_log = audit.log_path(policy.audit_log)
         if audit_log is None and policy.require_audit:
             raise InputError(f"audit_log: the policy requires an audit log; set {audit.ENV} or the policy's audit_log")

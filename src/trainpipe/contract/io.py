@@ -62,6 +62,30 @@ def _umask() -> int:
     return mask
 
 
+#: What a step's outputs never grant (the default of the policy's ``output_umask``): files 0640, folders 0750, so a
+#: model, a checkpoint or a run's copy of the data is read by its owner and group, not every user of the machine.
+OUTPUT_UMASK = "027"
+
+
+def restrict_umask(output_umask: str = OUTPUT_UMASK) -> int:
+    """Set the process's umask so what it writes from now on, and what every process it starts writes (ranks,
+    DVC, git), grants no more than ``output_umask`` allows; a stricter umask already set stays. Returns the umask
+    it replaced, for the caller to put back.
+
+    Args:
+        output_umask: Octal text (``"027"``; ``"022"`` lets every user read, ``"077"`` only the owner).
+    """
+    wanted = int(output_umask, 8)
+    previous = os.umask(0o077)
+    os.umask(previous | wanted)
+    return previous
+
+
+def current_umask() -> int:
+    """The process's umask, left as it is."""
+    return _umask()
+
+
 def file_mode() -> int:
     """The mode a plain ``open()`` would give a new file (0666 less the umask): ``mkstemp`` makes 0600, which
     other users of a shared volume (a step run as another user, a server reading the artifacts) cannot read."""

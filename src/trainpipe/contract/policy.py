@@ -61,6 +61,12 @@ class Policy(StrictModel):
         None, description="the append-only audit log (a path in the artifact store); TRAINPIPE_AUDIT_LOG overrides it"
     )
     require_audit: bool = Field(False, description="refuse to run a component when no audit log is configured")
+    output_umask: str = Field(
+        "027",
+        pattern=r"^0?[0-7]{3}$",
+        description="what a step's outputs never grant, in octal as umask takes it: 027 (files 0640, folders 0750), "
+        "022 to let every user read them, 077 for the owner only; a stricter umask of the step's own stays",
+    )
 
     @property
     def restricts_storage(self) -> bool:
