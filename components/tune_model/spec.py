@@ -269,27 +269,38 @@ class TuneModelParams(StrictModel):
         return self
 
     def _check_epoch_logs(self) -> None:
-        """What a built-in function logs each epoch is known before it runs: an objective the study must read
-        from its curve (the pruner's, the first objective when it prunes; one tune_model does not score) and
-        that it never logs (log_loss, f1_macro, parameters, cost: scored once a trial ends) is refused here,
-        not at the first trial's first epoch end. A team function's logs are checked there, when it runs."""
+        """What the training function logs each epoch, where it is known before it runs: an objective the
+        study must read from its curve (the pruner's, the first objective when it prunes; one tune_model does
+        not score) and that it never logs (log_loss, f1_macro, parameters, cost: scored once a trial ends) is
+        refused here, not at the first trial's first epoch end. A built-in's logs are its task's; a team
+        function's are its ``ctx.log`` keywords where its source names them for certain
+        (:mod:`trainpipe.training.source_logs`), else its first epoch tells, when it runs."""
+        from trainpipe.training import source_logs
         from trainpipe.training.builtin import EPOCH_LOGS
 
         function = self.train.get("train_function", TrainModelParams.model_fields["train_function"].default)
         task = self.train.get("task", TrainModelParams.model_fields["task"].default)
-        logs = EPOCH_LOGS.get(task, ()) if isinstance(function, str) and function.startswith("builtin:") else ()
-        if not logs:
+        if not isinstance(function, str):
+            return
+        if function.startswith("builtin:"):
+            logs, of_task = EPOCH_LOGS.get(task), f" ({task})"
+        else:
+            logs, of_task = source_logs.epoch_logs(function), ""
+        if logs is None:
             return
         pruning = len(self.objectives) == 1 and self.pruner != "none"
         for i, objective in enumerate(self.objectives):
             if objective.metric in logs or (objective.scored() and not (i == 0 and pruning)):
                 continue
-            said = f"objectives: {function} logs {', '.join(logs)} each epoch ({task}), not {objective.metric!r}"
+            said = f"objectives: {function} logs {', '.join(logs) or 'nothing'} each epoch{of_task}"
+            said += f", not {objective.metric!r}"
             if objective.scored():  # the pruner's: scored on the validation rows, once the training has ended
                 raise ValueError(
                     f"{said}, which the median pruner reads: set pruner: none to score {objective.metric} on the "
                     "validation rows without pruning"
                 )
+            if not logs:
+                raise ValueError(f"{said}: log it with ctx.log({objective.metric}=...) to tune on it")
             raise ValueError(f"{said}: name one of those as the metric (with its direction)")
 
     def _check_trials_fit(self) -> None:
