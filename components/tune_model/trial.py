@@ -625,7 +625,7 @@ def gave_up(trials: list[Any], config: TuneModelConfig, finished: int) -> bool:
     if failed < config.n_trials:
         return False
     print(
-        f"{NAME}: {failed} trials failed, as many as n_trials ({config.n_trials}): no trial starts after them "
+        f"{NAME}: {failed} trial{'' if failed == 1 else 's'} failed, as many as n_trials ({config.n_trials}): no trial starts after them "
         f"({finished} finished)",
         file=sys.stderr,
     )

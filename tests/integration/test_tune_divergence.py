@@ -39,7 +39,7 @@ def train(ctx: Any, config: dict) -> None:
         ctx.log(loss=loss)
     ctx.save_model(model, init_args=net)
 """
-TRAIN = {"train_function": "teamdiv.train:train", "epochs": 2, "nproc_per_node": 1, "batch_size": 64}
+TRAIN = {"train_function": "teamdiv.train:train", "epochs": 1, "nproc_per_node": 1, "batch_size": 64}
 SPACE = {
     "train_config.diverge": {"type": "categorical", "choices": [False, True]},
     "train_config.lr": {"type": "float", "low": 0.01, "high": 0.1},
@@ -78,7 +78,7 @@ def test_train_models_result_says_at_which_epoch_the_loss_diverged(tmp_path, sna
             run_component(
                 "train_model",
                 *("--data", str(snapshot), "--output-dir", str(tmp_path / str(diverge)), "--label-column", "label"),
-                *("--train-function", TRAIN["train_function"], "--epochs", "2", "--nproc-per-node", "1"),
+                *("--train-function", TRAIN["train_function"], "--epochs", "1", "--nproc-per-node", "1"),
                 *("--train-config", json.dumps({"diverge": diverge}), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"),
                 env=team,
             )
@@ -142,10 +142,11 @@ def test_a_diverging_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path,
 
 def test_a_study_whose_every_trial_diverges_ends_instead_of_training_forever(tmp_path, snapshot, team):
     """No baseline, every trial diverges: as many failed trials as n_trials end the study (no trial completed:
-    exit 1, its line says so), the median pruner on the logged loss (a NaN curve fails the trial, never pruned)."""
+    exit 1, its line says so), the median pruner on the logged loss (a NaN curve fails the trial, never pruned).
+    One trial shows it: a second failed one would only cost another training."""
     space = {"train_config.lr": {"type": "float", "low": 0.01, "high": 0.1}}
     doomed = {**TRAIN, "train_config": {"diverge": True}}
-    proc = _tune(snapshot, tmp_path / "t", team, doomed, "--n-trials", "2", "--baseline", "false", *LOSS, space=space)
+    proc = _tune(snapshot, tmp_path / "t", team, doomed, "--n-trials", "1", "--baseline", "false", *LOSS, space=space)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "2 trials failed, as many as n_trials (2)" in proc.stderr
-    assert "no trial completed (0 pruned, 2 failed)" in proc.stderr.strip().splitlines()[-1]
+    assert "1 trial failed, as many as n_trials (1)" in proc.stderr
+    assert "no trial completed (0 pruned, 1 failed)" in proc.stderr.strip().splitlines()[-1]
