@@ -625,8 +625,8 @@ def gave_up(trials: list[Any], config: TuneModelConfig, finished: int) -> bool:
     if failed < config.n_trials:
         return False
     print(
-        f"{NAME}: {failed} trial{'' if failed == 1 else 's'} failed, as many as n_trials ({config.n_trials}): no trial starts after them "
-        f"({finished} finished)",
+        f"{NAME}: {failed} trial{'' if failed == 1 else 's'} failed, as many as n_trials ({config.n_trials}): "
+        f"no trial starts after them ({finished} finished)",
         file=sys.stderr,
     )
     return True
