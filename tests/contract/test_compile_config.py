@@ -38,7 +38,7 @@ class Config(BaseModel):
 
 
 def fit(ctx: Any, config: Config) -> None:
-    pass
+    ctx.log(accuracy=1.0)  # what a tune section's default objective reads each epoch
 """
 
 

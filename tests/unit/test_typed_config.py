@@ -273,6 +273,7 @@ def test_a_pipeline_configs_tune_space_is_checked_against_its_train_sections_fun
     def config(space_key: str) -> dict:
         space = {f"train_config.{space_key}": {"type": "float", "low": 1e-08, "high": 1e-06}}
         tune = {"space": space, **({"train": PIPELINE_TRAIN} if repeated else {})}
+        tune["objectives"] = [{"metric": "val_loss", "direction": "minimize"}]  # what teampkg.typed logs
         return {"data": "raw.csv", "train": PIPELINE_TRAIN, "tune": tune}
 
     accepted = build(PipelineConfig, config("eps"), "pipeline config")  # TrainConfig's, not builtin:mlp's
