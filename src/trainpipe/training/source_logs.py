@@ -95,10 +95,8 @@ def _logged(func: ast.FunctionDef | ast.AsyncFunctionDef, ctx: str) -> set[str] 
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ESCAPES:
                 return None
-            if isinstance(node, ast.arg) and node.arg == ctx:
-                continue  # a nested function's own parameter of that name: its uses are read like ctx's
             if not (isinstance(node, ast.Name) and node.id == ctx):
-                continue
+                continue  # (a nested function's own parameter of that name is read like ctx: it can only add names)
             attribute = parent.get(node)
             if not isinstance(node.ctx, ast.Load) or not isinstance(attribute, ast.Attribute):
                 return None  # rebound, or handed on (a helper's argument, another name, a container)
