@@ -20,7 +20,7 @@ from trainpipe.components.validate_data.spec import (
     ValidateDataResult,
 )
 from trainpipe.contract.errors import InputError, ValidationFailed
-from trainpipe.contract.io import atomic_copy, atomic_write_json, copy_tree_atomic, dataset_digest
+from trainpipe.contract.io import atomic_copy, atomic_write_json, copy_tree_atomic, dataset_digest, folder_mode
 from trainpipe.contract.lineage import (
     FeaturesLineage,
     FeatureViewLineage,
@@ -376,6 +376,7 @@ def _gx_checkpoint(config: ValidateDataConfig, suite_doc: dict[str, Any], out: P
         raise InputError(f"suite: {config.suite!r} is not a valid expectation suite: {msg}") from None
     definition = ctx.validation_definitions.add(gx.ValidationDefinition(name="trainpipe", data=batch, suite=suite))
     docs_tmp = Path(tempfile.mkdtemp(prefix=".data_docs.", dir=out))
+    os.chmod(docs_tmp, folder_mode())  # mkdtemp's 0700: data_docs/ is an output like the others (0750 by default)
     store = {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_tmp)}
     site = {
         "class_name": "SiteBuilder",

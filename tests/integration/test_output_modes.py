@@ -65,6 +65,9 @@ def test_snapshot_copies_of_the_data_reach_no_other_user_and_the_policy_can_say_
         make_snapshot(tmp_path, tiny_csv)
     found = modes(tmp_path / "v", tmp_path / "s", tmp_path / "repo", tmp_path / "remote")
     assert "s/tiny.csv" in found and "repo/.dvc/cache/files/md5" in found, sorted(found)
+    step_outputs = {p: m for p, m in found.items() if p.split("/")[0] in ("v", "s")}
+    assert {m for p, m in step_outputs.items() if (tmp_path / p).is_dir()} == {"0o750"}, step_outputs
+    assert {m for p, m in step_outputs.items() if (tmp_path / p).is_file()} == {"0o640"}, step_outputs
     for path, mode in found.items():
         if not int(mode, 8) & 0o007:
             continue

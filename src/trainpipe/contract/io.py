@@ -92,6 +92,11 @@ def file_mode() -> int:
     return 0o666 & ~_umask()
 
 
+def folder_mode() -> int:
+    """The mode a plain ``mkdir()`` would give a new folder (0777 less the umask): ``mkdtemp`` makes 0700."""
+    return 0o777 & ~_umask()
+
+
 def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterable[bytes], durable: bool = True) -> Path:
     """Write the concatenated ``chunks`` to ``path`` atomically (temp file, fsync, rename).
 
