@@ -91,11 +91,11 @@ def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[registry.Cham
     """The version serving under the alias and its lineage; None when the model has no such alias yet."""
     if not config.model_name:
         return None
-    from trainpipe import lineage_report
-
     holder = registry.champion(config.tracking_uri, config.model_name, config.alias, runtime)
     if holder is None:
         return None
+    from trainpipe import lineage_report
+
     try:
         _, record = lineage_report.fetch(f"models:/{config.model_name}/{holder.number}", config.tracking_uri)
     except InputError:

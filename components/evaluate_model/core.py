@@ -1,4 +1,7 @@
-"""evaluate_model: the work. torch, scikit-learn, matplotlib and mlflow are imported inside the functions."""
+"""evaluate_model: the work. torch, scikit-learn, matplotlib and mlflow are imported inside the functions, each
+where its part of the work needs it: torch to load and run a model, MLflow to ask for the champion (and what
+comparing with one takes, only once there is one), matplotlib's ``Figure`` and Agg canvas for the charts (not
+pyplot)."""
 
 from __future__ import annotations
 
@@ -110,29 +113,25 @@ def decide(
 
 def regression_charts(y: Any, pred: Any) -> list[tuple[str, str]]:
     """Predicted against actual, residuals against predicted, and the residuals' histogram, as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     y, pred = np.asarray(y, dtype=float), np.asarray(pred, dtype=float)
     resid = y - pred
     out = []
-    fig, ax = plt.subplots(figsize=(5, 4.5))
+    fig, ax = _subplots((5, 4.5))
     ax.scatter(y, pred, s=6, alpha=0.6)
     lo, hi = float(min(y.min(), pred.min())), float(max(y.max(), pred.max()))
     ax.plot([lo, hi], [lo, hi], linewidth=0.8, color="grey")
     ax.set_xlabel("actual")
     ax.set_ylabel("predicted")
     out.append(("Predicted against actual", _png(fig)))
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = _subplots((5, 4))
     ax.scatter(pred, resid, s=6, alpha=0.6)
     ax.axhline(0.0, linewidth=0.8, color="grey")
     ax.set_xlabel("predicted")
     ax.set_ylabel("residual (actual - predicted)")
     out.append(("Residuals against predicted", _png(fig)))
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = _subplots((5, 3.5))
     ax.hist(resid, bins=30)
     ax.set_xlabel("residual")
     ax.set_ylabel("rows")
@@ -140,27 +139,31 @@ def regression_charts(y: Any, pred: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _png(fig: Any) -> str:
-    import matplotlib.pyplot as plt
+def _subplots(figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its axes drawn by the Agg canvas, without pyplot (its import and figure registry); the PNG
+    is the one ``plt.subplots`` would give."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
+def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def charts(y: Any, proba: Any, classes: list[Any], cm: list[list[int]]) -> list[tuple[str, str]]:
     """Confusion matrix, ROC and precision-recall curves (one-vs-rest per class), as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
     from sklearn import metrics as skm
 
     out = []
-    fig, ax = plt.subplots(figsize=(5, 4.5))
+    fig, ax = _subplots((5, 4.5))
     im = ax.imshow(np.asarray(cm), cmap="Blues")
     ax.set_xticks(range(len(classes)), [str(c) for c in classes], rotation=45)
     ax.set_yticks(range(len(classes)), [str(c) for c in classes])
@@ -174,7 +177,7 @@ def charts(y: Any, proba: Any, classes: list[Any], cm: list[list[int]]) -> list[
     out.append(("Confusion matrix", _png(fig)))
     onehot = np.eye(len(classes))[y]
     for title, curve in (("ROC curves", skm.roc_curve), ("Precision-recall curves", skm.precision_recall_curve)):
-        fig, ax = plt.subplots(figsize=(5, 4))
+        fig, ax = _subplots((5, 4))
         for k, c in enumerate(classes):
             if onehot[:, k].any():
                 a, b, _ = curve(onehot[:, k], proba[:, k])

@@ -1,4 +1,8 @@
-"""profile_training: the work. Reads the per-rank telemetry train_model recorded."""
+"""profile_training: the work. Reads the per-rank telemetry train_model recorded.
+
+Reading a finished run's telemetry needs no training stack: the training modules are imported only by the
+profiling pass (``data`` given), matplotlib only by the charts (its ``Figure`` and Agg canvas, not pyplot),
+MLflow only where the summary is logged."""
 
 from __future__ import annotations
 
@@ -22,16 +26,12 @@ from trainpipe.components.profile_training.spec import (
     ProfileTrainingResult,
 )
 from trainpipe.contract import errors
-from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_settings, atomic_write_text
 from trainpipe.contract.lineage import Lineage, TrainingProfileLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
 from trainpipe.layout import ERRORS_DIR, MARKER, MODEL_META, TELEMETRY_DIR
-from trainpipe.training import launch
-from trainpipe.training.preflight import check_inputs, rank_env
-from trainpipe.training.settings import TrainModelConfig
 
 #: Step phases in the order they happen. The torch backends time forward, backward and
 #: optimizer apart; TensorFlow runs them in one tf.function, reported as ``compute``.
@@ -254,21 +254,27 @@ def recommend(summary: dict[str, Any], ranks: list[dict[str, Any]]) -> list[str]
     return out
 
 
+def _subplots(figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its axes drawn by the Agg canvas, without pyplot (its import and figure registry); the PNG
+    is the one ``plt.subplots`` would give."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
 def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     charts = []
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = _subplots((7, 3))
     for r in ranks:
         ax.plot([s["samples"] / s["step_s"] for s in r["steps"]], label=f"rank {r['rank']}", linewidth=0.8)
     ax.set_xlabel("step")
     ax.set_ylabel("samples/s per rank")
     ax.legend()
     charts.append(("Throughput over steps", fig))
-    fig, ax = plt.subplots(figsize=(7, 2.2))
+    fig, ax = _subplots((7, 2.2))
     left = 0.0
     for phase, v in summary["breakdown_ms"].items():
         ax.barh([0], [v], left=left, label=phase)
@@ -277,7 +283,7 @@ def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[
     ax.set_xlabel("mean ms per step")
     ax.legend(ncol=6, fontsize="small")
     charts.append(("Step-time breakdown", fig))
-    fig, ax = plt.subplots(figsize=(7, 2.6))
+    fig, ax = _subplots((7, 2.6))
     means = [1000 * statistics.fmean(s["step_s"] for s in r["steps"][min(3, len(r["steps"]) - 1) :]) for r in ranks]
     ax.bar([f"rank {r['rank']}" for r in ranks], means)
     ax.set_ylabel("mean step ms")
@@ -287,7 +293,6 @@ def _charts(ranks: list[dict[str, Any]], summary: dict[str, Any]) -> list[tuple[
         buf = io.BytesIO()
         fig.tight_layout()
         fig.savefig(buf, format="png", dpi=90)
-        plt.close(fig)
         out.append((title, base64.b64encode(buf.getvalue()).decode("ascii")))
     return out
 
@@ -319,6 +324,11 @@ def render_report(summary: dict[str, Any], charts: list[tuple[str, str]], recomm
 
 def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
     """Run a short training pass (warm-up + ``profile_steps`` steps, no MLflow run) and return its output directory."""
+    from trainpipe.contract.config import build
+    from trainpipe.training import launch
+    from trainpipe.training.preflight import check_inputs, rank_env
+    from trainpipe.training.settings import TrainModelConfig
+
     run_dir = out / "pass"
     settings = {
         **config.train,
