@@ -259,6 +259,7 @@ class TuneModelParams(StrictModel):
             if name in self.space:
                 raise ValueError(f"train: {name!r} is also in space; set it in one of them")
         self._check_trials_fit()
+        self._check_task_metrics()
         self._check_epoch_logs()
         if len(self.objectives) > 1 and self.pruner != "none":
             raise ValueError(
@@ -267,6 +268,28 @@ class TuneModelParams(StrictModel):
         if len({o.metric for o in self.objectives}) != len(self.objectives):
             raise ValueError("objectives: each metric once")
         return self
+
+    def _check_task_metrics(self) -> None:
+        """A validation metric of another task than the trials' (``r2`` for a classification) is refused here, not
+        once the baseline trial has trained and its scores lack it."""
+        if "task" in self.space:
+            return
+        task = self.train.get("task", TrainModelParams.model_fields["task"].default)
+        have = TASK_METRICS.get(task) if isinstance(task, str) else None
+        if have is None:
+            return
+        for objective in self.objectives:
+            if objective.metric in VALIDATION_METRICS and objective.metric not in have:
+                if "objectives" not in self.model_fields_set:
+                    raise ValueError(
+                        f"objectives: unset, and the default {objective.metric!r} is not a metric of a {task} task: "
+                        f"name one of {', '.join(have)}"
+                    )
+                other = next(t for t, names in TASK_METRICS.items() if objective.metric in names)
+                raise ValueError(
+                    f"objectives: {objective.metric!r} is not a metric of a {task} task (it has {', '.join(have)}); "
+                    f"set train.task: {other} to score {other}'s metrics"
+                )
 
     def _check_epoch_logs(self) -> None:
         """What the training function logs each epoch, where it is known before it runs: an objective the

@@ -28,6 +28,7 @@ from trainpipe.components.tune_model.spec import (
 from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.lineage import Lineage
+from trainpipe.scoring import TASK_METRICS
 from trainpipe.training.builtin import EPOCH_LOGS
 from trainpipe.training.control import EpochGate
 
@@ -120,11 +121,15 @@ def test_an_objective_the_study_cannot_read_of_the_function_is_refused_at_config
     pruning = pruner != "none" and len(metrics) == 1
     needed = [m for i, m in enumerate(metrics) if m not in SCORED or (i == 0 and pruning)]
     unreadable = logs is not None and any(m not in logs for m in needed)
+    other_task = [m for m in metrics if m in VALIDATION_METRICS and m not in TASK_METRICS[task]]
     with _team_on_path():
         try:
             build(TuneModelParams, values, where="tune_model")
         except InputError as exc:
             said = str(exc)
+            if other_task:  # scored, but of the other task: refused first, whatever the curve holds
+                assert f"'objectives': {other_task[0]!r} is not a metric of a {task} task" in said, said
+                return
             if "'objectives'" not in said or "each epoch" not in said:
                 assert len(metrics) > 1 and pruner == "median", said  # several objectives: the pruner's own rule
                 return
@@ -132,7 +137,18 @@ def test_an_objective_the_study_cannot_read_of_the_function_is_refused_at_config
             assert logs is not None and f"{function} logs {', '.join(logs)} each epoch" in said, said
             assert repr(next(m for m in needed if m not in logs)) in said, said
             return
-    assert not unreadable
+    assert not unreadable and not other_task
+
+
+def test_an_objective_of_another_task_is_refused_at_config_time():
+    """Before: ``r2`` on a classification with ``pruner: none`` passed the config and the dry run; the real run
+    failed once the baseline trial had trained ("'r2' is not a metric of this task")."""
+    values = {"space": LR, "objectives": [{"metric": "r2"}], "pruner": "none", "train": {"task": "classification"}}
+    with pytest.raises(InputError) as refused:
+        build(TuneModelParams, values, where="tune_model")
+    assert "'objectives': 'r2' is not a metric of a classification task (it has accuracy" in str(refused.value)
+    assert "set train.task: regression" in str(refused.value)
+    build(TuneModelParams, {**values, "train": {"task": "regression"}}, where="tune_model")
 
 
 @contextlib.contextmanager
