@@ -289,8 +289,8 @@ def compile_cmd(
 ) -> None:
     """Compile the reference pipeline to KFP IR YAML.
 
-    With a config, its values are the pipeline's parameter defaults; a place on this machine is left for the
-    run to pass (said on stderr), a local tune storage is refused.
+    With a config, its values are the pipeline's parameter defaults; a place on this machine or a URI holding a
+    password is left for the run to pass (said on stderr), a local tune storage as the run parameter tune_storage.
     """
     from trainpipe.contract.policy import load_policy
     from trainpipe.pipelines.compile import compile_config, compile_pipeline
