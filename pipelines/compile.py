@@ -137,19 +137,11 @@ def cluster_defaults(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, 
 def unchecked_functions(config: PipelineConfig) -> list[str]:
     """The team's training functions that cannot be imported here: their ``train_config`` (and tune's space)
     could not be checked against the config they declare; train_model checks it when its step runs."""
-    import importlib.util
+    from trainpipe.training.config_types import importable
 
     tuned = config.tune.train.get("train_function") if config.tune is not None else None
-    out = []
-    for spec in dict.fromkeys(f for f in (config.train.train_function, tuned) if f and not f.startswith("builtin:")):
-        module = spec.partition(":")[0]
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            out.append(spec)
-    return out
+    functions = dict.fromkeys(f for f in (config.train.train_function, tuned) if f)
+    return [spec for spec in functions if not importable(spec)]
 
 
 def compile_config(
@@ -206,11 +198,9 @@ def compile_config(
             f"places on this machine or holding a password not compiled in, so a run must pass them as parameters "
             f"(a cluster's pods cannot read this machine; no secret goes into a compiled pipeline): {shown}"
         )
-    notes += [
-        f"warning: train_function {spec!r} cannot be imported here, so the config given to it (train_config, "
-        "tune's space) was not checked; train_model checks it when its step runs"
-        for spec in unchecked_functions(config)
-    ]
+    from trainpipe.training.config_types import unchecked
+
+    notes += [f"warning: {unchecked(spec, 'here')}" for spec in unchecked_functions(config)]
     return out, notes
 
 

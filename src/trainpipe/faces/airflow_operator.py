@@ -152,6 +152,17 @@ class TrainpipeOperator(BaseOperator):
         config = settings.get("train_config")
         default_function = fields["train_function"].default if "train_function" in fields else ""
         function = settings.get("train_function", default_function)
+        if isinstance(config, dict) and isinstance(function, str) and not templated(function):
+            from trainpipe.training import config_types
+
+            if not config_types.importable(function):  # the DAG processor's sys.path lacks the team's package
+                import warnings
+
+                warnings.warn(
+                    f"{cls.__name__}: {config_types.unchecked(function, 'where this DAG is parsed')}",
+                    config_types.UncheckedConfigWarning,
+                    stacklevel=2,
+                )
         if "train_config" in hidden and isinstance(config, dict) and not templated(function):
             from trainpipe.training import config_types
 

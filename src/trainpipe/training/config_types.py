@@ -144,6 +144,29 @@ def _from_source(spec: str) -> type[BaseModel] | None | bool:
     return True
 
 
+class UncheckedConfigWarning(UserWarning):
+    """A team's ``train_config`` could not be checked where it was written (its package is not importable there);
+    train_model checks it when its step runs."""
+
+
+def importable(spec: str) -> bool:
+    """Whether a training function's module can be found here without importing it (a built-in always)."""
+    if spec.startswith("builtin:"):
+        return True
+    try:
+        return importlib.util.find_spec(spec.partition(":")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def unchecked(spec: str, where: str) -> str:
+    """The one line saying a team function's config was not checked ``where``, because it is not importable there."""
+    return (
+        f"train_function {spec!r} cannot be imported {where}, so the config given to it (train_config, tune's "
+        "space) was not checked; train_model checks it when its step runs"
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def config_model(spec: str) -> type[BaseModel] | None:
     """The pydantic model the training function ``spec`` declares for its config, else None.
