@@ -94,6 +94,7 @@ class TrainSettings(_TrainBase):  # type: ignore[misc, valid-type]
     if TYPE_CHECKING:  # fields made from the components' specs (create_model), as the type checker sees them
         max_cost: Any = None
         train_function: Any = None
+        slurm: Any = None
 
     @model_validator(mode="after")
     def _as_train_model(self) -> TrainSettings:

@@ -485,7 +485,7 @@ def _check_value(field: Any, value: Any) -> None:
 
     from pydantic import TypeAdapter
 
-    kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    kind: Any = Annotated[field.annotation, field] if field.metadata else field.annotation  # its constraints
     TypeAdapter(kind).validate_python(value)
 
 

@@ -73,7 +73,7 @@ def decide(
 
     for name, bound in sorted(thresholds.items()):
         value = metrics.get(name)
-        if gate.bad(value):
+        if value is None or gate.bad(value):
             check(False, f"{name} is missing or NaN: fails closed")
         elif name in lower_is_better:
             ok = value <= bound

@@ -463,7 +463,15 @@ def set_aliases(
         checks = {"reused_from": reused_from, "model_name": config.model_name}
         if not config.move_alias:
             return False, _held_for_approval(config, decision, current, version, checks), aliases_set
-        move, why = should_move_champion(decision, current, version, config.alias, recompare=recompare, **checks)
+        move, why = should_move_champion(
+            decision,
+            current,
+            version,
+            config.alias,
+            recompare=recompare,
+            reused_from=reused_from,
+            model_name=config.model_name,
+        )
         for name, v in targets if move else ():
             client.set_registered_model_alias(name, config.alias, v)
     return move, why, aliases_set + ([config.alias] if move else [])

@@ -103,7 +103,7 @@ def compare(metrics: dict[str, Any], theirs: dict[str, Any], holder: str, rules:
     gained = False
     for name, kind, margin in rows:
         mine, other = metrics.get(name), theirs.get(name)
-        if bad(mine) or bad(other):
+        if mine is None or other is None or bad(mine) or bad(other):
             reason = f"{name} vs {holder}: missing or NaN, fails closed"
             out.reasons.append(reason)
             out.failures.append(reason)

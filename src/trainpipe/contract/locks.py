@@ -19,7 +19,7 @@ import random
 import socket
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from trainpipe.contract.errors import InputError, ServiceUnavailable
@@ -70,7 +70,7 @@ def exclusive(path: Path, *, what: str, wait_s: float, poll_s: float = 0.02) -> 
                     ) from None
                 time.sleep(min(delay * (0.5 + random.random()), max(0.0, deadline - time.monotonic())))  # noqa: S311
                 delay = min(delay * 2, 0.25)
-        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, record, 0)
