@@ -3,14 +3,17 @@ processes, PostgreSQL as the metadata database, LocalExecutor. The run is trigge
 the REST API as a user would, with the MLflow tracking server down at first: detect_drift (the
 first step that reads MLflow) exits 75 (transient), Airflow retries it with backoff, the server
 comes up, and the run succeeds; train_model, preempted twice, runs again in its first try (no retry
-spent). Then the retraining DAG, on asset events posted through the API:
-a new snapshot of the same data does not retrain (the retrain task says why), a drifted one does.
+spent). The ingest DAG is triggered at the same moment: both snapshot into one DVC repository, and
+both land, the repository clean and no raw data in git. Then the retraining DAG, on asset events posted
+through the API: a new snapshot of the same data does not retrain (the retrain task says why, and names
+each other event of its batch with why it was skipped), a drifted one does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -27,6 +30,18 @@ pytestmark = pytest.mark.integration
 
 DAG_ID = "trainpipe_training"
 RETRAIN_ID = "trainpipe_retrain_on_new_data"
+INGEST_ID = "trainpipe_ingest_new_data"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def _repo_is_clean(repo: Path) -> None:
+    """What two snapshots at once must leave: nothing uncommitted, and git holding DVC's records, not the data."""
+    assert _git(repo, "status", "--porcelain") == "", _git(repo, "status")
+    tracked = _git(repo, "ls-files").split()
+    assert "data/digits/digits.csv.dvc" in tracked and not [f for f in tracked if f.endswith(".csv")], tracked
 
 
 def _drifted_snapshot(tmp_path: Path, digits_csv: Path, ws: Path) -> str:
@@ -73,12 +88,13 @@ def postgres_db():
 
 def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, digits_csv, postgres_db):
     """Slow on purpose (about 2 minutes): a real scheduler, dag-processor and api-server run the training DAG,
-    including the retry's backoff while MLflow is down (the behaviour under test), then two retraining runs
-    triggered by asset events; the scheduler's own loop sets the pace, not the steps."""
+    including the retry's backoff while MLflow is down (the behaviour under test), with the ingest DAG beside it
+    (its two tasks run during that backoff), then two retraining runs triggered by asset events; the
+    scheduler's own loop sets the pace, not the steps."""
     home, logs, dags = tmp_path / "airflow", tmp_path / "logs", tmp_path / "dags"
     for d in (home, logs, dags):
         d.mkdir()
-    for f in ("training_dag.py", "retrain_dag.py"):
+    for f in ("training_dag.py", "retrain_dag.py", "ingest_dag.py"):
         shutil.copy(REPO / "dags" / f, dags / f)
     mlflow_port, api_port = _free_port(), _free_port()
     tracking_uri = f"http://127.0.0.1:{mlflow_port}"  # nothing listens yet: the tracking server is down
@@ -140,6 +156,7 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         api = Api(f"http://127.0.0.1:{api_port}")
         dag = serving(api, procs, logs, "ci", password, DAG_ID)
         assert dag["is_paused"] is True  # new DAGs start paused (dags_are_paused_at_creation)
+        serving(api, procs, logs, "ci", password, INGEST_ID)
         # an override of one nested setting: the config's 3 epochs become 2, every other train setting stays
         # an unknown setting: the run's first task fails, not retried, in one line (Airflow's trigger would dump
         # the schema); the good run waits for it (max_active_runs=1), a few seconds
@@ -156,14 +173,17 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         log = json.dumps(api.call("GET", f"{bad_path}/taskInstances/validate_data/logs/1?full_content=true"))
         assert "conf: train: 'epoch' is not a train setting (its settings: " in log, log[-3000:]
         assert api.call("GET", f"{bad_path}/taskInstances/validate_data")["try_number"] == 1
+        # the ingest DAG and the training DAG at the same moment: both snapshot the dataset into one DVC repo
+        ingest = api.call("POST", f"/api/v2/dags/{INGEST_ID}/dagRuns", {"logical_date": None})
         run = api.call(
             "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {"train": {"epochs": 2}}}
         )
+        ingest_path = f"/api/v2/dags/{INGEST_ID}/dagRuns/{ingest['dag_run_id']}"
         run_path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}"
 
         def drift_state():
             ti = api.call("GET", f"{run_path}/taskInstances/detect_drift")
-            return ti if ti["state"] in ("up_for_retry", "failed", "success") else None
+            return ti if ti["state"] in ("up_for_retry", "failed", "upstream_failed", "success") else None
 
         ti = _wait("detect_drift's first attempt", drift_state, 420, procs, logs)
         assert ti["state"] == "up_for_retry", ti  # exit 75: transient, retried; never failed for good
@@ -209,11 +229,36 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         trained = trained if isinstance(trained, dict) else json.loads(trained)
         assert trained["epochs"] == 2, trained  # the run's override; batch_size etc. from the config
 
-        # the retraining DAG, on new snapshots: the same data again, then a drifted copy
+        # the ingest run, triggered with the training run, long done (its two tasks ran during the backoff)
+        def ingested():
+            state = api.call("GET", ingest_path)["state"]
+            return state if state in ("success", "failed") else None
+
+        assert _wait("the ingest run to finish", ingested, 300, procs, logs) == "success", api.call(
+            "GET", f"{ingest_path}/taskInstances"
+        )
+        ingest_tis = {t["task_id"]: t for t in api.call("GET", f"{ingest_path}/taskInstances")["task_instances"]}
+        assert {k: v["state"] for k, v in ingest_tis.items()} == dict.fromkeys(
+            ["validate_data", "snapshot_dataset"], "success"
+        )
+        # one writer at a time: of the same bytes snapshotted twice, whichever went first committed them
+        committed = {}
+        for name, path in (("training", run_path), ("ingest", ingest_path)):
+            xcom = api.call("GET", f"{path}/taskInstances/snapshot_dataset/xcomEntries/return_value")["value"]
+            committed[name] = bool((xcom if isinstance(xcom, dict) else json.loads(xcom))["committed"])
+        assert sorted(committed.values()) == [False, True], committed
         ws = tmp_path / "ws"
-        runs = sorted((ws / "airflow-runs").iterdir())
-        same = str(runs[-1] / "snapshot_dataset")
-        moved = _drifted_snapshot(tmp_path, digits_csv, ws)
+        _repo_is_clean(ws / "dvc-repo")
+
+        # the retraining DAG, on new snapshots: the same data again, then a drifted copy
+        def snapshot_of(dag_run_id: str) -> str:
+            folder = ws / "airflow-runs" / dag_run_id.replace(":", "_").replace("+", "_") / "snapshot_dataset"
+            assert folder.is_dir(), sorted(p.name for p in (ws / "airflow-runs").iterdir())
+            return str(folder)
+
+        same, ingested_dir = snapshot_of(run["dag_run_id"]), snapshot_of(ingest["dag_run_id"])
+        moved = _drifted_snapshot(tmp_path, digits_csv, ws)  # a later snapshot into the same repo still works
+        _repo_is_clean(ws / "dvc-repo")
         asset = api.call("GET", "/api/v2/assets?uri_pattern=trainpipe%3A%2F%2Fdatasets%2Fdigits")["assets"][0]
         api.call("PATCH", f"/api/v2/dags/{RETRAIN_ID}", {"is_paused": False})
 
@@ -253,11 +298,28 @@ def test_training_dag_on_a_real_scheduler_retries_a_transient_failure(tmp_path, 
         assert {quiet[t]["state"] for t in ("train_model", "evaluate_model", "register_model")} == {"skipped"}
         log = api.call("GET", f"{quiet['_path']}/taskInstances/retrain/logs/1?full_content=true")
         assert "trainpipe: not retraining: no drift: 0 of 65 columns drifted" in json.dumps(log), log
-        # the training run's own event, posted while the retrain DAG was paused, started no run but was not
-        # dropped: it is in this run's batch, named as skipped beside the snapshot compared (README)
+        # the training run's and the ingest run's events, posted while the retrain DAG was paused, started no run
+        # but were not dropped: they are in this run's batch, each named as skipped, with why, beside the snapshot
+        # compared (README). Why depends on which of the two snapshots committed the data first.
         log = json.dumps(api.call("GET", f"{quiet['_path']}/taskInstances/new_snapshot/logs/1?full_content=true"))
-        assert "trainpipe: skipped event 1 of 2" in log and "trains this snapshot itself" in log, log[-3000:]
-        assert f"retraining on the new snapshot {same} (the newest new data of 2 asset events)" in log, log[-3000:]
+        compared = re.search(r"retraining on the new snapshot (\S+) \(the newest new data of (\d+) asset events\)", log)
+        assert compared and compared[1] == same, log[-3000:]
+        skipped = set(re.findall(r"trainpipe: skipped event (\d+) of (\d+) \(made at [^)]+\): ([^\"\\]+)", log))
+        assert {n for _, n, _ in skipped} == {compared[2]}, skipped  # each line counts the whole batch
+        # every event but the one compared has one line, with its reason
+        assert len({i for i, _, _ in skipped}) == len(skipped) == int(compared[2]) - 1, skipped
+        reasons = [why for _, _, why in skipped]
+        own = (
+            f"run {run['dag_run_id']} of {DAG_ID} trains this snapshot itself"
+            if committed["training"]
+            else f"the snapshot {same} holds no new data (its content hash is unchanged)"
+        )
+        theirs = (
+            f"the snapshot {ingested_dir} is an older version of the dataset than {same}, which is compared instead"
+            if committed["ingest"]
+            else f"the snapshot {ingested_dir} holds no new data (its content hash is unchanged)"
+        )
+        assert own in reasons and theirs in reasons, (committed, reasons)
         drifted = retrain_run(moved)
         states = {k: v["state"] for k, v in drifted.items() if k != "_path"}
         assert states["retrain"] == "success" and states["train_model"] == "success", states
