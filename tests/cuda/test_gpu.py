@@ -165,8 +165,13 @@ def test_the_loop_does_not_wait_for_a_checkpoint_being_written(tmp_path, data):
     c = telemetry(tmp_path / "m")["checkpoints"]
     assert c["saved"] >= 3 and c["staged_bytes"] > 100e6 and r["global_steps"] > 60
     recent = c["recent"]
-    for stall, wait, write in zip(recent["stall_s"], recent["wait_s"], recent["write_s"], strict=True):
-        assert stall + wait < write, recent
+    # the loop stalls only to stage, far shorter than a write; where the next checkpoint came due while the last was
+    # still being written (a fast GPU takes 20 steps in less than a 200 MB write: an H200 did), it waits for that
+    # write's end, never longer than the write itself took
+    writes = recent["write_s"]
+    for i, (stall, wait) in enumerate(zip(recent["stall_s"], recent["wait_s"], strict=True)):
+        assert stall < writes[i], recent
+        assert i == 0 or wait <= writes[i - 1], recent
 
 
 def test_sigterm_exits_75_after_a_checkpoint_and_the_retry_resumes_exactly(tmp_path, data):
