@@ -10,16 +10,15 @@ folder the command runs from (not on PYTHONPATH, not installed).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.command import trainpipe_in
+
 pytestmark = pytest.mark.integration
 
-TRAINPIPE = str(Path(sys.executable).parent / "trainpipe")
 TEAM = """
 from typing import Any
 from pydantic import BaseModel, ConfigDict
@@ -64,16 +63,7 @@ def _team_folder(root: Path, train: dict, tune: dict | None) -> Path:
 
 
 def _run(folder: Path, engine: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRAINPIPE_CONFIG")}
-    return subprocess.run(
-        [TRAINPIPE, "run", "--config", "pipeline.yaml", "--engine", engine, *extra],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return trainpipe_in(folder, "run", "--config", "pipeline.yaml", "--engine", engine, *extra)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -11,7 +11,6 @@ lives only in the folder the command runs from, as in test_run_refusals.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,10 @@ from pathlib import Path
 import pytest
 import typer
 
+from tests.helpers.command import trainpipe_in
+
 pytestmark = pytest.mark.integration
 
-TRAINPIPE = str(Path(sys.executable).parent / "trainpipe")
 TEAM = """
 from typing import Any
 
@@ -61,16 +61,7 @@ def _folder(root: Path, function: str, tune: dict) -> Path:
 
 
 def _run(folder: Path, engine: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRAINPIPE_CONFIG")}
-    return subprocess.run(
-        [TRAINPIPE, "run", "--config", "pipeline.yaml", "--engine", engine, *extra],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return trainpipe_in(folder, "run", "--config", "pipeline.yaml", "--engine", engine, *extra)
 
 
 @pytest.mark.parametrize(
