@@ -85,6 +85,58 @@ def probe(uri: str | None, policy: Policy | None = None) -> None:
         raise ServiceUnavailable(f"tracking_uri: MLflow at {redact(resolved)!r} is unavailable: {reason}") from None
 
 
+#: Where an empty SQLite tracking store, migrated once by this machine's MLflow, is kept to seed new ones.
+STORE_CACHE_ENV = "TRAINPIPE_CACHE_DIR"
+
+
+def _empty_store_template() -> Path:
+    """An empty SQLite store of this MLflow's schema (every migration run, no experiment yet), made once per
+    MLflow and SQLAlchemy version under the user's cache folder: MLflow's own migrations of a new SQLite file
+    take seconds (about 1,800 statements), which the first step of every new workspace paid."""
+    import mlflow
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+
+    cache = Path(os.environ.get(STORE_CACHE_ENV) or Path.home() / ".cache" / "trainpipe") / "mlflow-stores"
+    template = cache / f"empty-mlflow-{mlflow.__version__}-sqlalchemy-{sqlalchemy.__version__}.db"
+    if not template.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cache / f".{template.name}.{os.getpid()}.tmp"
+        engine = sqlalchemy.create_engine(f"sqlite:///{tmp}")
+        try:
+            _initialize_tables(engine)  # what MLflow runs on an empty database, the default experiment aside
+        finally:
+            engine.dispose()
+        os.replace(tmp, template)  # whole or absent: two makers at once each rename a whole one
+    return template
+
+
+def seed_sqlite_store(resolved: str) -> None:
+    """Start a SQLite store that does not exist yet as a copy of the empty one (:func:`_empty_store_template`);
+    MLflow then opens it as one it made itself (its default experiment is created on open, with this store's
+    artifact root). A store that exists is never touched, one made meanwhile by another step is kept, and a
+    template that cannot be made leaves MLflow to migrate the new file as before."""
+    import shutil
+
+    if not resolved.startswith("sqlite:///"):
+        return
+    path = Path(resolved[len("sqlite:///") :])
+    if path.exists() or not path.parent.is_dir():
+        return
+    try:
+        template = _empty_store_template()
+    except Exception:  # noqa: BLE001 (an optimisation only: MLflow makes the store as it always did)
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.seed")
+    try:
+        shutil.copyfile(template, tmp)
+        os.link(tmp, path)  # only where no store is yet
+    except OSError:
+        pass  # made meanwhile by another step (FileExistsError), or a folder that takes no link: MLflow makes it
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def connect(uri: str | None, policy: Policy | None = None) -> Any:
     """Point MLflow at the tracking store and check it answers.
 
@@ -99,6 +151,7 @@ def connect(uri: str | None, policy: Policy | None = None) -> Any:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a task log is not a terminal
     resolved = resolve_tracking_uri(uri, policy)
+    seed_sqlite_store(resolved)
     import mlflow
 
     mlflow.set_tracking_uri(resolved)
