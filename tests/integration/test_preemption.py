@@ -101,10 +101,7 @@ def test_sigterm_mid_epoch_checkpoints_exits_75_and_the_retry_ends_where_an_unin
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 75, done.stderr[-3000:]
     assert seconds < GRACE_S, f"exit 75 took {seconds:.1f} s after SIGTERM"
-    assert (
-        last.startswith("trainpipe train_model: preempted by SIGTERM at step ")
-        and "Traceback" not in done.stderr
-    )
+    assert last.startswith("trainpipe train_model: preempted by SIGTERM at step ") and "Traceback" not in done.stderr
     step = int(last.split("at step ")[1].split(":")[0])
     assert STEPS_PER_EPOCH < step < 2 * STEPS_PER_EPOCH, "the signal was meant to land mid-epoch 2"
     assert f"a retry resumes from ckpt-{step:010d}" in last

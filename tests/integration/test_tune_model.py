@@ -235,7 +235,8 @@ def test_a_stopped_worker_ends_its_trial_and_the_studys_run_and_exits_75(tmp_pat
     _, err = worker.communicate(timeout=300)
     last = err.strip().splitlines()[-1]
     assert worker.returncode == 75, err[-3000:]
-    assert last.startswith("trainpipe tune_model: preempted: stopped by SIGTERM") and "continues the study" in last, last
+    assert last.startswith("trainpipe tune_model: preempted: stopped by SIGTERM"), last
+    assert "continues the study" in last, last
     (folder,) = studies.iterdir()
     study = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{tmp_path / 't' / 'study.db'}")
     assert [t.state for t in study.trials] == [TrialState.FAIL]
