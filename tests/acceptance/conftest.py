@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -500,13 +501,32 @@ class Receipts:
     entry: str
     folder: Path
     log: str = ""
+    #: a study's trials: what the sampler drew for each (its train_config keys), from the study's own storage
+    sampled: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def _found(self) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.folder.glob("*.json"))]
 
     def training(self) -> dict[str, Any]:
         """The receipt of train_model's call (a study's trials write theirs from ``trial-<n>`` folders)."""
-        found = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.folder.glob("*.json"))]
-        got = [r for r in found if not Path(r["output_dir"]).name.startswith("trial-")]
+        got = [r for r in self._found() if not Path(r["output_dir"]).name.startswith("trial-")]
         assert got, f"{self.entry}: the real run's train_model never called the team's function\n{self.log[-3000:]}"
         return got[-1]
+
+    def trial(self, number: int) -> dict[str, Any]:
+        """The receipt of a study's trial ``number`` (0: the baseline), with what the sampler drew for it under
+        ``sampled``: the one thing a dry record cannot know."""
+        got = [r for r in self._found() if Path(r["output_dir"]).name == f"trial-{number:04d}"]
+        never = f"{self.entry}: the real study's trial {number} never called the team's function"
+        assert got, f"{never}\n{self.log[-3000:]}"
+        unread = f"{self.entry}: the real study ended without a record of trial {number}'s sampled values"
+        assert number == 0 or number in self.sampled, f"{unread}\n{self.log[-3000:]}"
+        return {**got[-1], "sampled": self.sampled.get(number, {})}
+
+    def of(self, which: str) -> dict[str, Any]:
+        """The receipt a dry record describes: ``train_model``'s, or a study's ``baseline`` or (first sampled)
+        ``trial``."""
+        return self.training() if which == "train_model" else self.trial({"baseline": 0, "trial": 1}[which])
 
 
 def real_engine(s: Scenario, name: str) -> Receipts:
@@ -541,21 +561,77 @@ def real_engine(s: Scenario, name: str) -> Receipts:
     return Receipts(name, receipts, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
 
 
-#: The entries a real run checks the dry records of.
-REAL = {"kfp-local": lambda s: real_engine(s, "kfp-local"), "airflow-local": lambda s: real_engine(s, "airflow-local")}
+def real_tune(s: Scenario, engine_run: Receipts | None) -> Receipts:
+    """tune_model for real on the scenario's tune section, by hand, once per session: its baseline trial (the
+    train section as written) and one sampled trial, the function recording what each received
+    (:class:`Receipts`), for the cells that read what a trial receives.
+
+    Kept cheap: on the snapshot the real kfp-local run made (96 rows), 1 epoch, one rank, 2 trials, one worker,
+    under the priced profile (cost is an objective). What the sampler drew for each trial is read from the
+    study's storage, not from what trainpipe handed the trial, so a value re-typed on its way still differs.
+    """
+    assert engine_run is not None
+    markers = [
+        p
+        for p in sorted(engine_run.folder.parent.rglob("trainpipe.json"))
+        if json.loads(p.read_text(encoding="utf-8")).get("component") == "snapshot_dataset"
+    ]
+    assert markers, f"tune-trial: the real kfp-local run made no snapshot to tune on\n{engine_run.log[-3000:]}"
+    root = s.root / "real-tune"
+    root.mkdir(exist_ok=True)
+    tune, train = s.settings["tune"], s.settings["train"]
+    section = {k: v for k, v in {**train, "epochs": 1}.items() if k not in tune["space"]}
+    flags = {
+        "--data": str(markers[-1].parent),
+        "--output-dir": str(root / "tune"),
+        "--label-column": s.settings["label_column"],
+        "--train": json.dumps(section),
+        "--space": json.dumps(tune["space"]),
+        "--objectives": json.dumps(tune["objectives"]),
+        "--n-trials": "2",
+        "--max-cost": str(tune["max_cost"]),
+    }
+    receipts = root / "receipts"
+    env = {
+        **s.env,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+        "ACME_RECEIPTS": str(receipts),
+        "TRAINPIPE_HARDWARE_PROFILE": str(s.profile),
+    }
+    cmd = [sys.executable, "-m", "trainpipe.components.tune_model", *(x for kv in flags.items() for x in kv)]
+    proc = _run(cmd, env, s.root)
+    done = Receipts("tune-trial", receipts, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    if proc.returncode == 0:
+        import optuna
+
+        study = optuna.load_study(study_name=None, storage=f"sqlite:///{root / 'tune' / 'study.db'}")
+        done.sampled = {
+            t.number: {k.removeprefix("train_config."): v for k, v in t.params.items() if k.startswith("train_config.")}
+            for t in study.get_trials(deepcopy=False)
+        }
+    return done
+
+
+#: The real runs the dry records are checked against: each engine's, and a study's trials (``tune-trial``: on
+#: the real kfp-local run's snapshot). Each is called with the scenario and the fixture's getter.
+REAL: dict[str, Callable[[Scenario, Callable[[str], Receipts | None]], Receipts]] = {
+    "kfp-local": lambda s, real: real_engine(s, "kfp-local"),
+    "airflow-local": lambda s, real: real_engine(s, "airflow-local"),
+    "tune-trial": lambda s, real: real_tune(s, real("kfp-local")),
+}
 
 
 @pytest.fixture(scope="session")
 def received(scenario: Scenario):
-    """Each engine's real run, taken the first time a cell asks for it (once per session), or None: the entry
-    has no real run here."""
+    """Each real run, taken the first time a cell asks for it (once per session), or None: the entry has no
+    real run here."""
     done: dict[str, Receipts] = {}
 
     def get(entry: str) -> Receipts | None:
         if entry not in REAL:
             return None
         if entry not in done:
-            done[entry] = REAL[entry](scenario)
+            done[entry] = REAL[entry](scenario, get)
         return done[entry]
 
     return get

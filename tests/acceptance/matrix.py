@@ -4,8 +4,8 @@ A cell is one of:
 
 - a check (a function of the entry's dry-run records and the scenario): what the step received on that
   entry, from what the team wrote (``tests/acceptance/conftest.py`` runs each entry once per session); a check
-  in :data:`READ_RECEIVED` is also held to what the team's function received in a real run of the entry
-  (one per engine and session);
+  in :data:`READ_RECEIVED` is also held to what the team's function received in a real run (one per engine
+  and session for train_model's record; one real study per session for what tune_model's trials train);
 - :class:`RunFor` a test elsewhere that runs that cell for real (a training, a Slurm job, a study): the node
   id is checked to exist, so the reference cannot rot;
 - :class:`NA`: the feature has no meaning on that entry, and why.
@@ -108,28 +108,37 @@ def key_order(records: Any, scenario: Any, entry: str) -> None:
     )
 
 
-def as_received(records: Any, receipt: dict[str, Any], entry: str) -> None:
-    """The dry record against what the team's function received in the real run (``acme.churn.train:receipt``):
+def dry_configs(records: Any, which: str) -> list[dict[str, Any]]:
+    """The train_config(s) a dry record says the team's function receives: train_model's (``train_model``), or
+    what tune_model's trials would train (``baseline``: the train section as given; ``trial``: a sampled one),
+    one per tune_model step (an engine runs several workers)."""
+    if which == "train_model":
+        return [records.one("train_model")["received"]["train_config"]]
+    tuned = records.of("tune_model") or [records.one("tune_model")]  # none: fails naming why
+    return [rec["received"][which]["train_config"] for rec in tuned]
+
+
+def as_received(dry: dict[str, Any], receipt: dict[str, Any], where: str) -> None:
+    """A dry record against what the team's function received in a real run (``acme.churn.train:receipt``):
     the mapping in ``ctx.settings`` the same JSON (values, types, key order at every level), and the typed
-    config it was called with holding the same values (its free mapping ``tags`` in the same order too)."""
-    dry = records.one("train_model")["received"]["train_config"]
+    config it was called with holding the same values (its free mapping ``tags`` in the same order too).
+
+    A sampled trial's receipt carries what the study's sampler drew (``sampled``, from the study's storage):
+    those values take their keys' places in the dry record, which could not know them; their types, places
+    and every other key are still held to it."""
+    dry = {k: receipt.get("sampled", {}).get(k, v) for k, v in dry.items()}
     real = receipt["train_config"]
     assert json.dumps(real) == json.dumps(dry), (
-        f"{entry}: the dry record is not what the function received in a real run:\n dry  {json.dumps(dry)}\n"
+        f"{where}: the dry record is not what the function received in a real run:\n dry  {json.dumps(dry)}\n"
         f" real {json.dumps(real)}"
     )
     typed = receipt["typed"]
-    assert typed["type"] == "ChurnConfig", f"{entry}: the function was called with a {typed['type']}"
+    assert typed["type"] == "ChurnConfig", f"{where}: the function was called with a {typed['type']}"
     for key, value in dry.items():  # a nested model dumps its fields in its class's order: compare values there
         assert json.dumps(typed["config"][key], sort_keys=True) == json.dumps(value, sort_keys=True), (
-            f"{entry}: config.{key} arrived as {typed['config'][key]!r}, recorded dry as {value!r}"
+            f"{where}: config.{key} arrived as {typed['config'][key]!r}, recorded dry as {value!r}"
         )
-    assert acme.same_order(typed["config"]["tags"], dry["tags"]), f"{entry}: config.tags' keys moved in a real run"
-
-
-#: The checks that read what the training step received: on an entry with a real run, the dry record they read is
-#: also compared with what the team's function received there (:func:`as_received`).
-READ_RECEIVED: tuple[Check, ...] = (team_function, key_order)
+    assert acme.same_order(typed["config"]["tags"], dry["tags"]), f"{where}: config.tags' keys moved in a real run"
 
 
 def tune_searches_the_function(records: Any, scenario: Any, entry: str) -> None:
@@ -153,6 +162,20 @@ def trial_config(records: Any, scenario: Any, entry: str) -> None:
         assert list(config) == list(scenario.train_config), f"{which} trial's keys: {list(config)}"
         assert acme.same_order(config["tags"], scenario.train_config["tags"]), f"{which} trial's nested keys moved"
     assert got["train_function"] == acme.FUNCTION
+
+
+#: The checks that read what the team's function receives, and the dry records they read (:func:`dry_configs`):
+#: each is also compared with what the function received in a real run (:func:`as_received`): train_model's on
+#: an engine with one, a study's trials in the one real study (its baseline is the train section as written, as
+#: every entry's tune_model baseline is).
+READ_RECEIVED: dict[Check, tuple[str, ...]] = {
+    team_function: ("train_model",),
+    key_order: ("train_model",),
+    trial_config: ("baseline", "trial"),
+    tune_searches_the_function: ("baseline",),
+}
+#: The dry records a real study's trials are held to, not the entry's own real run.
+TRIALS = ("baseline", "trial")
 
 
 def feature_set(records: Any, scenario: Any, entry: str) -> None:

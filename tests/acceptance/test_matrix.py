@@ -5,7 +5,8 @@ writes: its own package, data, Feast repository, priced profile file, pipeline c
 file (``conftest.py``). A cell fails naming the entry, the step and what it received instead. A dry run
 narrows a test, it does not replace one: each engine also runs the team's training once per session for
 real, its function recording what it received, and a cell that reads what the training step received fails
-where its dry record and that receipt differ.
+where its dry record and that receipt differ; a real study of the tune section (its baseline and one sampled
+trial) holds the cells that read what a trial trains the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.matrix import CELLS, ENTRIES, FEATURES, NA, READ_RECEIVED, RunFor, as_received
+from tests.acceptance.matrix import (
+    CELLS,
+    ENTRIES,
+    FEATURES,
+    NA,
+    READ_RECEIVED,
+    TRIALS,
+    RunFor,
+    as_received,
+    dry_configs,
+)
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -36,13 +47,16 @@ CHECKED = [
 def test_cell(feature, entry, entries, received, scenario):
     """One cell: what the steps received on this entry, from what the team wrote (dry runs, shared per entry);
     a cell that reads what the training step received, on an entry with a real run (one per engine and session,
-    shared), also holds its dry record to what the team's function received there."""
+    shared), also holds its dry record to what the team's function received there; one that reads what
+    tune_model's trials train holds it to what a real study's trials received (one per session, shared)."""
     check = CELLS[feature, entry]
     records = entries(entry)
     check(records, scenario, entry)
-    real = received(entry) if check in READ_RECEIVED else None
-    if real is not None:
-        as_received(records, real.training(), entry)
+    for which in READ_RECEIVED.get(check, ()):
+        real = received("tune-trial" if which in TRIALS else entry)
+        if real is not None:
+            for dry in dry_configs(records, which):
+                as_received(dry, real.of(which), f"{entry}: {which}")
 
 
 @pytest.mark.unit
