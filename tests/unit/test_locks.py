@@ -31,6 +31,23 @@ def test_a_waiter_that_gives_up_names_the_holder(tmp_path):
     assert holder(lock) == "a process that has not written its name yet"  # nobody holds it now
 
 
+def test_a_waiter_says_once_on_whom_it_waits(tmp_path, capsys):
+    """A deployment's snapshot waited 39 s on another's lock and its log said nothing until it ended."""
+    lock = tmp_path / "x.lock"
+    with exclusive(lock, what="repo_dir: the thing", wait_s=5):
+        with pytest.raises(ServiceUnavailable), exclusive(lock, what="repo_dir: the thing", wait_s=0.3):
+            pass  # pragma: no cover (never entered)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"trainpipe: waiting for repo_dir: the thing, locked by pid {os.getpid()} on {socket.gethostname()} since "
+        + lines[0].split(" since ", 1)[1]
+    ]
+    assert lines[0].endswith("(at most 0.3 s)")
+    with exclusive(lock, what="repo_dir: the thing", wait_s=0):  # free: taken at once, nothing said
+        pass
+    assert capsys.readouterr().err == ""
+
+
 def test_a_killed_holder_leaves_no_lock(tmp_path):
     """The kernel frees an flock with its process: a SIGKILLed snapshot blocks nobody."""
     lock, ready = tmp_path / "x.lock", tmp_path / "ready"

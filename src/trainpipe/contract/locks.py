@@ -17,6 +17,7 @@ import json
 import os
 import random
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -57,12 +58,19 @@ def exclusive(path: Path, *, what: str, wait_s: float, poll_s: float = 0.02) -> 
     except OSError as exc:
         raise InputError(f"{what} cannot be locked: {str(path)!r}: {exc.strerror or exc}") from None
     try:
-        deadline, delay = time.monotonic() + wait_s, poll_s
+        deadline, delay, said = time.monotonic() + wait_s, poll_s, False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not said:  # one line while it waits, so a step that seems to hang says on whom
+                    print(
+                        f"trainpipe: waiting for {what}, locked by {holder(path)} (at most {wait_s:g} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
                 if time.monotonic() >= deadline:
                     raise ServiceUnavailable(
                         f"{what} is locked by {holder(path)} (waited {wait_s:g} s for {str(path)!r}); "
