@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -162,3 +163,22 @@ def test_a_stop_after_a_rank_failed_on_bad_input_is_that_failure_not_a_preemptio
     error = core._stopped(TrainModelConfig(data=str(csv), output_dir=str(out)), stop, "SIGTERM")
     assert isinstance(error, InputError) and str(error) == message and error.exit_code == 2
     assert not (out / core.ERRORS_DIR).exists()
+
+
+def test_the_ranks_pid_files_stay_in_the_runs_folder(tmp_path):
+    """They lived in a ``trainpipe-ranks-*`` folder of the system's temp folder, which a launcher killed outright
+    left behind there (a deployment trial found one): now beside the run's error records, cleared after the run,
+    and a stale one from a killed launcher is cleared by the next."""
+    import tempfile
+
+    from trainpipe.training.launch import RANK_PIDS_PREFIX, Plan, run_plan
+
+    stale = tmp_path / f"{RANK_PIDS_PREFIX}99999999"
+    stale.mkdir()
+    seen = tmp_path / "seen"
+    child = ["sh", "-c", f'test -d "$TRAINPIPE_RANK_PIDS" && echo "$TRAINPIPE_RANK_PIDS" > {seen}']
+    before = set(Path(tempfile.gettempdir()).glob("trainpipe-ranks-*"))
+    assert run_plan(Plan([child], [{}], 0, "t"), tmp_path / "errors") == 0
+    assert set(Path(tempfile.gettempdir()).glob("trainpipe-ranks-*")) == before
+    assert seen.read_text().strip() == str(tmp_path / f"{RANK_PIDS_PREFIX}{os.getpid()}")
+    assert not list(tmp_path.glob(f"{RANK_PIDS_PREFIX}*")), "the pid folder is cleared, the stale one too"

@@ -437,6 +437,10 @@ class _Relay:
         self._threads = []
 
 
+#: The folder of the ranks' pid files, beside the run's error records (``<output_dir>/.ranks-<launcher pid>``).
+RANK_PIDS_PREFIX = ".ranks-"
+
+
 def run_plan(
     plan: Plan, errors_dir: Path, abort: Callable[[], bool] | None = None, budget: Callable[[], bool] | None = None
 ) -> int:
@@ -451,12 +455,17 @@ def run_plan(
         0 when a run of the group succeeds, 75 when it was preempted, else the failing exit code
         (a permanent error's own).
     """
-    import tempfile
+    import shutil
     import threading
 
     procs: list[subprocess.Popen[bytes]] = []
     relay = _Relay()
-    pid_dir = Path(tempfile.mkdtemp(prefix="trainpipe-ranks-"))
+    # the ranks' pid files live beside the run's error records, never in the system's temp folder: a launcher
+    # killed outright (SIGKILL) leaves them in its own run's folder, and the next attempt there clears them
+    for stale in errors_dir.parent.glob(f"{RANK_PIDS_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    pid_dir = errors_dir.parent / f"{RANK_PIDS_PREFIX}{os.getpid()}"
+    pid_dir.mkdir(parents=True, exist_ok=True)
     preemption = _Preemption(plan, pid_dir)
     main = threading.current_thread() is threading.main_thread()
     previous = (
@@ -472,8 +481,6 @@ def run_plan(
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
-        import shutil
-
         shutil.rmtree(pid_dir, ignore_errors=True)
     if code == 0 and preemption.received is not None:
         handler = previous.get(signal.Signals(preemption.received).name)
