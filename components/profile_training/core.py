@@ -116,9 +116,19 @@ def summarize(
     add up to the step time. MFU is achieved training FLOP/s over the peak of the
     devices the ranks ran on.
     """
+    shortest = min((len(r["steps"]) for r in ranks), default=0)
+    if shortest == 0:
+        raise InputError("data: the training recorded no step on some rank, so there is nothing to profile")
+    if warmup_steps >= shortest:  # a short run (small data) is profiled on what it has, never failed for it
+        import sys
+
+        print(
+            f"trainpipe profile_training: warmup_steps: {warmup_steps} would leave no steady-state step on a rank of "
+            f"{shortest} steps: the first {shortest - 1} are left out instead",
+            file=sys.stderr,
+        )
+        warmup_steps = shortest - 1
     steady = [r["steps"][warmup_steps:] for r in ranks]
-    if not all(steady):
-        raise InputError(f"warmup_steps: {warmup_steps} leaves no steady-state steps to measure on some rank")
     all_steps = [s for rank in steady for s in rank]
     step_times = [s["step_s"] for s in all_steps]
     per_rank_mean = [statistics.fmean(s["step_s"] for s in rank) for rank in steady]

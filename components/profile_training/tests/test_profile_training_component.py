@@ -42,6 +42,15 @@ def test_profile_summary_throughput_and_breakdown():
 
 
 @pytest.mark.unit
-def test_profile_needs_steady_steps():
-    with pytest.raises(InputError, match="warmup_steps"):
-        summarize([_rank(0, 0.01, n=2)], warmup_steps=5)
+def test_a_run_shorter_than_its_warmup_is_profiled_on_its_last_step(capsys):
+    """A deployment trial's reference DAG failed at profile_training on 300 rows (warmup_steps 3 left no step on a
+    rank), and register_model never ran: a short run is profiled on what it has, and says so."""
+    s = summarize([_rank(0, 0.01, n=2), _rank(1, 0.02, n=3)], warmup_steps=5)
+    assert s["steps"] == 1 + 2  # the first step of each rank is left out: the shorter rank keeps its last
+    assert "warmup_steps: 5 would leave no steady-state step on a rank of 2 steps" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_rank_that_recorded_no_step_is_one_line():
+    with pytest.raises(InputError, match="recorded no step"):
+        summarize([_rank(0, 0.01, n=0)], warmup_steps=0)
