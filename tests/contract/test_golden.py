@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -33,6 +34,33 @@ def _env() -> dict:
     env = dict(os.environ)
     env.pop("TRAINPIPE_IMAGE", None)  # the golden files use the default image
     return env
+
+
+def test_a_bare_compile_never_takes_the_demos_config(tmp_path, monkeypatch):
+    """CI runs ``make demo`` before the suite: a bare ``trainpipe compile`` in the checkout then found the demo's
+    ``.trainpipe/demo/pipeline.yaml`` and compiled its data's names as the defaults (the golden test failed in
+    CI only). compile and schedule fall back to ``./pipeline.yaml`` alone, as their ``--help`` says."""
+    from trainpipe.app.cli import default_config
+    from trainpipe.demo import write_demo_config
+
+    write_demo_config(tmp_path / ".trainpipe" / "demo")
+    env = {k: v for k, v in _env().items() if k != "TRAINPIPE_CONFIG"}
+    out = tmp_path / "p.yaml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainpipe.app.cli", "compile", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "trainpipe-digits" not in out.read_text()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRAINPIPE_CONFIG", raising=False)
+    assert default_config(None, required=False, demo=False) is None
+    assert default_config(None, required=False) == Path(".trainpipe/demo/pipeline.yaml")  # run's fallback
 
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])

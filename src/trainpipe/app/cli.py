@@ -65,9 +65,11 @@ FAILURE_LINE = re.compile(
 )
 
 
-def default_config(config: Path | None, required: bool = True) -> Path | None:
+def default_config(config: Path | None, required: bool = True, demo: bool = True) -> Path | None:
     """The pipeline config every command uses: ``--config``, else ``TRAINPIPE_CONFIG``, else
-    ``./pipeline.yaml``, else the demo's (``.trainpipe/demo/pipeline.yaml``).
+    ``./pipeline.yaml``, else the demo's (``.trainpipe/demo/pipeline.yaml``). ``demo=False`` (what a cluster
+    gets: ``compile``, ``schedule``) never falls back to the demo's, a config of this machine's demo: after
+    ``make demo``, a bare ``trainpipe compile`` compiled the demo's data and names into the pipeline.
 
     Raises:
         InputError: none is found and one is required.
@@ -78,7 +80,7 @@ def default_config(config: Path | None, required: bool = True) -> Path | None:
         return config
     if os.environ.get(CONFIG_ENV):
         return Path(os.environ[CONFIG_ENV])
-    for place in CONFIG_PLACES:
+    for place in CONFIG_PLACES if demo else CONFIG_PLACES[:1]:
         if place.is_file():
             return place
     if required:
@@ -297,7 +299,7 @@ def compile_cmd(
     from trainpipe.pipelines.config import load_pipeline_config
 
     try:
-        path = default_config(config, required=False)
+        path = default_config(config, required=False, demo=False)
         cfg = load_pipeline_config(path) if path else None
         rules = load_policy(str(policy)) if policy else None
         if cfg is None:
@@ -419,7 +421,7 @@ def schedule(
     def call() -> dict:
         from trainpipe.profiles import get_profile
 
-        path = default_config(config, required=False)
+        path = default_config(config, required=False, demo=False)
         cfg = load_pipeline_config(path) if path else None
         if cfg:
             cfg.check_policy()
