@@ -168,17 +168,24 @@ def test_a_stop_after_a_rank_failed_on_bad_input_is_that_failure_not_a_preemptio
 def test_the_ranks_pid_files_stay_in_the_runs_folder(tmp_path):
     """They lived in a ``trainpipe-ranks-*`` folder of the system's temp folder, which a launcher killed outright
     left behind there (a deployment trial found one): now beside the run's error records, cleared after the run,
-    and a stale one from a killed launcher is cleared by the next."""
+    and a stale one of this host whose launcher is gone is cleared by the next; the folders of the run's other
+    nodes (a multi-node run shares its output folder) and of a live launcher are kept."""
+    import socket
     import tempfile
 
     from trainpipe.training.launch import RANK_PIDS_PREFIX, Plan, run_plan
 
-    stale = tmp_path / f"{RANK_PIDS_PREFIX}99999999"
+    host = socket.gethostname()
+    stale = tmp_path / f"{RANK_PIDS_PREFIX}{host}-99999999"  # its launcher is gone
     stale.mkdir()
+    live = tmp_path / f"{RANK_PIDS_PREFIX}{host}-{os.getppid()}"  # another node's or launcher's, still running
+    live.mkdir()
+    other = tmp_path / f"{RANK_PIDS_PREFIX}another-host-1"  # a node of the same run on another host
+    other.mkdir()
     seen = tmp_path / "seen"
     child = ["sh", "-c", f'test -d "$TRAINPIPE_RANK_PIDS" && echo "$TRAINPIPE_RANK_PIDS" > {seen}']
     before = set(Path(tempfile.gettempdir()).glob("trainpipe-ranks-*"))
     assert run_plan(Plan([child], [{}], 0, "t"), tmp_path / "errors") == 0
     assert set(Path(tempfile.gettempdir()).glob("trainpipe-ranks-*")) == before
-    assert seen.read_text().strip() == str(tmp_path / f"{RANK_PIDS_PREFIX}{os.getpid()}")
-    assert not list(tmp_path.glob(f"{RANK_PIDS_PREFIX}*")), "the pid folder is cleared, the stale one too"
+    assert seen.read_text().strip() == str(tmp_path / f"{RANK_PIDS_PREFIX}{host}-{os.getpid()}")
+    assert sorted(tmp_path.glob(f"{RANK_PIDS_PREFIX}*")) == sorted([live, other]), "its own and the stale one gone"

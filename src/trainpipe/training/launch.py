@@ -437,8 +437,19 @@ class _Relay:
         self._threads = []
 
 
-#: The folder of the ranks' pid files, beside the run's error records (``<output_dir>/.ranks-<launcher pid>``).
+#: The folder of the ranks' pid files, beside the run's error records (``<output_dir>/.ranks-<host>-<pid>``).
 RANK_PIDS_PREFIX = ".ranks-"
+
+
+def _alive(pid: str) -> bool:
+    """Whether a process of this host has that pid (one that cannot be asked counts as alive)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run_plan(
@@ -461,10 +472,13 @@ def run_plan(
     procs: list[subprocess.Popen[bytes]] = []
     relay = _Relay()
     # the ranks' pid files live beside the run's error records, never in the system's temp folder: a launcher
-    # killed outright (SIGKILL) leaves them in its own run's folder, and the next attempt there clears them
-    for stale in errors_dir.parent.glob(f"{RANK_PIDS_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    pid_dir = errors_dir.parent / f"{RANK_PIDS_PREFIX}{os.getpid()}"
+    # killed outright (SIGKILL) leaves them in its own run's folder, where a later launcher on this host clears
+    # them once their launcher is gone (the nodes of a multi-node run share the folder: each keeps its own)
+    host = socket.gethostname()
+    for stale in errors_dir.parent.glob(f"{RANK_PIDS_PREFIX}{host}-*"):
+        if not _alive(stale.name.rsplit("-", 1)[-1]):
+            shutil.rmtree(stale, ignore_errors=True)
+    pid_dir = errors_dir.parent / f"{RANK_PIDS_PREFIX}{host}-{os.getpid()}"
     pid_dir.mkdir(parents=True, exist_ok=True)
     preemption = _Preemption(plan, pid_dir)
     main = threading.current_thread() is threading.main_thread()
