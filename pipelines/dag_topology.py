@@ -283,11 +283,6 @@ def _made_at(event: Any) -> str:
     return str(made or (stamp.isoformat() if hasattr(stamp, "isoformat") else stamp or ""))
 
 
-def newest_event(events: list[Any]) -> Any:
-    """The event of the newest snapshot among a run's triggering events (a backlog after a pause holds many)."""
-    return max(events, key=_made_at)
-
-
 def _why_not(extra: dict[str, Any]) -> str | None:
     """Why an event's snapshot is no new data for the retraining DAG to weigh, or None: it is."""
     if not extra.get("snapshot_dir"):
