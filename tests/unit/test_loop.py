@@ -126,6 +126,23 @@ def test_a_run_killed_mid_epoch_resumes_after_its_checkpoint_with_the_same_batch
     )  # the partial epoch's sums travelled
 
 
+def test_a_checkpoint_written_while_an_epoch_ends_holds_the_history_and_sums_of_its_own_step(settings, monkeypatch):
+    """The writer renames a checkpoint after the loop went on: its trainer.json is the state of its step, not of
+    the epoch that ended meanwhile (a resume from it wrote that epoch's line twice, the second from counted sums)."""
+    slow = lambda self, objects: DictState(objects["model"], write_delay=0.3)  # noqa: E731
+    whole, ctx, _ = train(settings(checkpoint_every_steps=4))
+    monkeypatch.setattr(FakeContext, "_state_io", slow)
+    again = settings(checkpoint_every_steps=4, output_dir=str(Path(settings().output_dir).parent / "slow"))
+    train(again, stop_after=7)  # step 4's checkpoint was still being written when epoch 1 ended at step 5
+    kept = json.loads((Path(again.output_dir) / "checkpoints" / "ckpt-0000000004" / "trainer.json").read_text())
+    assert kept["history"] == [] and {k: v[1] for k, v in kept["carried"].items()} == {"loss": 4.0}
+    monkeypatch.undo()
+    _, ctx2, _ = train(again)
+    assert ctx2.resumed_from == 4 and ctx2.metrics.history == ctx.metrics.history
+    lines = (Path(again.output_dir) / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in lines] == ctx.metrics.history
+
+
 def test_an_epoch_end_checkpoints_only_when_the_interval_passed(settings, tmp_path):
     _, quick, _ = train(settings(checkpoint_every_s=3600))
     assert quick.checkpoints.saves == 1 and quick.checkpoints.last_step == 10  # the last step only

@@ -404,12 +404,15 @@ class Loop:
             return False
         if mid_epoch:
             self.metrics.carry()  # the partial sums travel with the checkpoint
+        # a copy, not the live lists: trainer.json is written by the background writer, after the loop went on (an
+        # epoch's end meanwhile appended its line to the history and added to the carried sums, which a resume from
+        # this step then counted twice)
         trainer = {
             "global_step": self.global_step,
             "batches_done": self.batches_done,
             "epoch": self.epoch,
-            "carried": self.metrics.carried,
-            "history": self.metrics.history,
+            "carried": {k: list(v) for k, v in self.metrics.carried.items()},
+            "history": [dict(line) for line in self.metrics.history],
             "world_size": self.world_size,
             "ended": final or self.ended,
         }
