@@ -1,4 +1,5 @@
-"""validate_data: the work. Great Expectations is imported inside the function."""
+"""validate_data: the work. The default suite is checked in pandas (:mod:`checks`, GX's results) with its Data
+Docs drawn by :mod:`docs`; a suite of the user's runs on Great Expectations, imported inside the function."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainpipe.components.validate_data import checks, docs
 from trainpipe.components.validate_data.spec import (
     DEFAULT_SUITE,
     DOCS_DIR,
@@ -276,8 +279,11 @@ def _validate(
     files = parquet_files(src) if src.is_dir() else [src]
     suite_doc = load_suite(config.suite, config.label_column, dataset_columns(src, "data"), config)
     out = Path(config.output_dir).absolute()  # GX's store backends take absolute directories only
-    checkpoint, docs_tmp = _gx_checkpoint(config, suite_doc, out)
-    validations, outcomes, rows, columns = _run_suite(checkpoint, files, suite_doc, config, src)
+    ran = _without_gx(config, suite_doc, files, src, out)
+    if ran is None:
+        checkpoint, docs_tmp = _gx_checkpoint(config, suite_doc, out)
+        ran = (*_run_suite(_gx_runner(checkpoint), files, suite_doc, config, src)[:4], docs_tmp)
+    validations, outcomes, rows, columns, docs_tmp = ran
     if built is not None:
         _name_views(outcomes, built)
     docs = out / DOCS_DIR
@@ -395,11 +401,54 @@ def _gx_checkpoint(config: ValidateDataConfig, suite_doc: dict[str, Any], out: P
     return checkpoint, docs_tmp
 
 
+class _NeedsGX(Exception):
+    """A table whose dtypes the checks without GX do not cover (:func:`checks.supported_frame`)."""
+
+
+def _gx_runner(checkpoint: Any) -> Callable[[Any], dict[str, Any]]:
+    def run(df: Any) -> dict[str, Any]:
+        (validation,) = [
+            v.to_json_dict() for v in checkpoint.run(batch_parameters={"dataframe": df}).run_results.values()
+        ]
+        return validation
+
+    return run
+
+
+def _without_gx(
+    config: ValidateDataConfig, suite_doc: dict[str, Any], files: list[Path], src: Path, out: Path
+) -> tuple[list[dict[str, Any]], list[Any], int, int, Path] | None:
+    """The default suite checked in pandas (:mod:`checks`, GX's results without GX's import) and its Data Docs
+    drawn without GX (:mod:`docs`); None where GX runs it: a suite of the user's, or a table with a dtype
+    the checks do not cover (a category, a date, pandas' string dtype)."""
+    if config.suite != DEFAULT_SUITE or not checks.supported(suite_doc):
+        return None
+
+    def run(df: Any) -> dict[str, Any]:
+        if not checks.supported_frame(df):
+            raise _NeedsGX
+        return checks.validate(suite_doc, df, config.result_format)
+
+    try:
+        validations, outcomes, rows, columns, runs = _run_suite(run, files, suite_doc, config, src)
+    except _NeedsGX:
+        return None
+    docs_tmp = Path(tempfile.mkdtemp(prefix=".data_docs.", dir=out))
+    os.chmod(docs_tmp, folder_mode())  # mkdtemp's 0700: data_docs/ is an output like the others (0750 by default)
+    reasons = [{i: o.reason for i, o in enumerate(per_file) if o.reason} for per_file in runs]
+    docs.write_site(docs_tmp, validations, [f.name for f in files], reasons)
+    return validations, outcomes, rows, columns, docs_tmp
+
+
 def _run_suite(
-    checkpoint: Any, files: list[Path], suite_doc: dict[str, Any], config: ValidateDataConfig, src: Path
-) -> tuple[list[dict[str, Any]], list[Any], int, int]:
-    """The suite on every file, one in memory at a time: GX's validations, the outcomes decided on
-    the whole dataset, its rows and columns."""
+    run_one: Callable[[Any], dict[str, Any]],
+    files: list[Path],
+    suite_doc: dict[str, Any],
+    config: ValidateDataConfig,
+    src: Path,
+) -> tuple[list[dict[str, Any]], list[Any], int, int, list[list[ExpectationOutcome]]]:
+    """The suite on every file, one in memory at a time (``run_one``: GX's validation result of a frame):
+    the validations, the outcomes decided on the whole dataset, its rows and columns, each file's outcomes."""
     aggregated_columns = {e["kwargs"].get("column") for e in suite_doc["expectations"] if e["type"] == AGGREGATED[1]}
     rules = _rules(suite_doc, config, dataset_columns(src, "data"))
     runs, validations, rows, columns = [], [], 0, 0
@@ -408,8 +457,7 @@ def _run_suite(
     for path in files:
         df = read_table(path, "data")
         columns = columns or int(df.shape[1])  # the first file's (every file has the same columns)
-        run = checkpoint.run(batch_parameters={"dataframe": df})
-        (validation,) = [v.to_json_dict() for v in run.run_results.values()]
+        validation = run_one(df)
         validations.append(validation)
         runs.append(_outcomes(validation))
         _explain(runs[-1], suite_doc, rules, df, whole_table=len(files) == 1)
@@ -422,7 +470,7 @@ def _run_suite(
             progress.update(rows)
     if progress is not None:
         progress.finish()
-    return validations, _aggregate(suite_doc, runs, rows, distinct, files), rows, columns
+    return validations, _aggregate(suite_doc, runs, rows, distinct, files), rows, columns, runs
 
 
 def _hand_on(result: ValidateDataResult, src: Path, data_out: Path) -> None:
