@@ -126,3 +126,44 @@ def test_only_the_default_suites_kinds_run_without_gx():
     assert not checks.supported({"expectations": [mostly]})
     python_names = {"type": "expect_column_values_to_be_in_type_list", "kwargs": {"column": "a", "type_list": ["int"]}}
     assert not checks.supported({"expectations": [python_names]})
+
+
+_PROBE = """
+import sys, json
+from trainpipe.components.validate_data.core import validate_data
+from trainpipe.components.validate_data.spec import ValidateDataConfig
+from trainpipe.contract.errors import ValidationFailed
+from trainpipe.contract.lineage import Lineage
+try:
+    validate_data(ValidateDataConfig(**json.loads(sys.argv[1])), Lineage())
+except ValidationFailed:
+    pass
+print(json.dumps("great_expectations" in sys.modules))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("own_suite", [False, True])
+def test_default_suite_runs_without_gx_and_a_users_suite_on_gx(tmp_path, own_suite):
+    """The default suite never imports GX and still writes Data Docs naming the failure as training would;
+    the same expectations given as a suite file run on GX, with GX's Data Docs."""
+    import json
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.csv"
+    data.write_text("f1,f2,label\n" + "".join(f"{i},{'x' if i == 3 else i},{i % 2}\n" for i in range(30)))
+    settings_ = {"data": str(data), "output_dir": str(tmp_path / "out"), "batch_size": 4}
+    if own_suite:
+        suite = training_suite(["f1", "f2", "label"], "label", "classification", 4, 0.2, 0)
+        (tmp_path / "suite.json").write_text(json.dumps(suite))
+        settings_["suite"] = str(tmp_path / "suite.json")
+    (tmp_path / "out").mkdir()
+    got = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(settings_)], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout.strip().splitlines()[-1]) is own_suite
+    record = json.loads((tmp_path / "out" / "validation.json").read_text())
+    assert not record["result"]["success"]
+    page = (tmp_path / "out" / record["result"]["docs_page"]).read_text()
+    assert (tmp_path / "out" / record["result"]["docs_index"]).is_file()
+    assert "row 3 holds" in page if not own_suite else "great_expectations" in page.lower()
