@@ -9,7 +9,9 @@ tracking a SQLite file, so a GPU machine needs neither DVC nor Great Expectation
 never fails for lack of a GPU.
 
 TRAINPIPE_BENCH_GPU_SECONDS (default 75) is how long the checkpoint comparison trains, so that
-a checkpoint every 30 s happens at least twice.
+a checkpoint every 30 s happens at least twice; 0 leaves the comparison out (a short device check).
+TRAINPIPE_BENCH_GPU_SHAPES (default ``wide,narrow``; ``tiny`` too) picks the throughput shapes, and
+TRAINPIPE_BENCH_GPU_EPOCHS, when set, trains each that many epochs instead of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from bench.common import BASELINES, PROBES, PY, Bench, alternate, digits, result
 SKIPPED = "skipped: no CUDA device on this machine (the GPU rows run where one is present)"
 COPIES = 256
 #: name -> (hidden units, batch, epochs for the throughput runs)
-SHAPES = {"wide": ([8192, 8192, 8192], 8192, 20), "narrow": ([4096, 4096], 4096, 40)}
+SHAPES = {"wide": ([8192, 8192, 8192], 8192, 20), "narrow": ([4096, 4096], 4096, 40), "tiny": ([256], 256, 4)}
+DEFAULT_SHAPES = "wide,narrow"
 LR = 0.05
 
 
@@ -49,9 +52,17 @@ def run(b: Bench) -> list[dict[str, Any]]:
     if not csv.exists():
         digits(csv, COPIES)
     rows, notes = [], {}
-    for name, (hidden, batch, epochs) in SHAPES.items():
+    chosen = [n for n in os.environ.get("TRAINPIPE_BENCH_GPU_SHAPES", DEFAULT_SHAPES).split(",") if n]
+    if unknown := [n for n in chosen if n not in SHAPES]:
+        raise ValueError(f"TRAINPIPE_BENCH_GPU_SHAPES: unknown shape {unknown[0]!r} (known: {', '.join(SHAPES)})")
+    for name in chosen:
+        hidden, batch, epochs = SHAPES[name]
+        epochs = int(os.environ.get("TRAINPIPE_BENCH_GPU_EPOCHS") or epochs)
         rows.append(throughput(b, csv, name, hidden, batch, epochs, notes))
-    rows += checkpoints(b, csv, *SHAPES["wide"][:2], notes)
+    if "wide" in chosen and float(os.environ.get("TRAINPIPE_BENCH_GPU_SECONDS", 75)) > 0:
+        rows += checkpoints(b, csv, *SHAPES["wide"][:2], notes)
+    else:
+        rows += [notes[n].pop("mfu_row") for n in chosen]
     b.note("gpu", notes)
     return rows
 
@@ -198,7 +209,7 @@ def checkpoints(b: Bench, csv: Any, hidden: list[int], batch: int, notes: dict[s
         "loop_wait_s": [round(w, 4) for w in waits],
         "write_s": runs["every"][-1]["checkpoints"]["recent"]["write_s"],
     }
-    mfu_rows = [notes[n].pop("mfu_row") for n in SHAPES]
+    mfu_rows = [notes[n].pop("mfu_row") for n in SHAPES if "mfu_row" in notes.get(n, {})]
     return mfu_rows + [
         row(
             f"median step with a checkpoint every 30 s ({shape_name(hidden, batch)}, {epochs} epochs)",

@@ -19,6 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
 PROFILE_SKIP = 3  # steps before the profiler's warm-up step: the first steps are not steady
 
 
+def _self_device_us(event: Any) -> float:
+    """An op's own device time (µs): ``self_device_time_total`` (torch 2.4 on), ``self_cuda_time_total`` before."""
+    return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)) or 0.0)
+
+
 class TorchProfile:
     """torch.profiler over a window of steps on rank 0: a Chrome trace, FLOPs and collective time."""
 
@@ -57,7 +62,13 @@ class TorchProfile:
             "flops_per_step": sum(int(e.flops or 0) for e in events) / self.active,
             "collective_ms_per_step": sum(e.cpu_time_total for e in collective) / 1000.0 / self.active,
             "top_ops": [
-                {"name": e.key, "self_cpu_ms": e.self_cpu_time_total / 1000.0, "calls": int(e.count)} for e in top
+                {
+                    "name": e.key,
+                    "self_cpu_ms": e.self_cpu_time_total / 1000.0,
+                    "self_device_ms": _self_device_us(e) / 1000.0,
+                    "calls": int(e.count),
+                }
+                for e in top
             ],
         }
 
