@@ -94,7 +94,8 @@ def test_every_base_is_pinned_by_digest_and_each_kind_has_its_stages():
             assert ref.replace("${KIND}", "data") in stages, (name, ref)
     for kind in KINDS:  # KIND names a dependency stage and a runtime stage for each image
         assert {f"deps-{kind}", f"runtime-{kind}"} <= set(stages), kind
-    assert stages["build"][0] == "FROM deps-${KIND} AS build" and stages["final"][0] == "FROM runtime-${KIND}"
+    assert stages["deps"][0] == "FROM deps-${KIND} AS deps" and stages["build"][0] == "FROM deps AS build"
+    assert stages["final"][0] == "FROM runtime-${KIND}"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -114,13 +115,16 @@ def test_each_image_is_lean_non_root_and_serves_its_components(kind):
     for label in ("title", "description", "source", "version", "revision"):
         assert f"org.opencontainers.image.{label}=" in body
     assert f'title="trainpipe-{kind}"' in body
-    assert "COPY --from=build /opt/trainpipe /opt/trainpipe" in body
-    # the read-only final stage cannot write bytecode: the build stage compiles all of it, kept
-    build = "\n".join(_stages()[1]["build"])
-    assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash /opt/trainpipe/lib", build), (
-        "no bytecode compiled"
-    )
-    assert "__pycache__" not in build, "bytecode removed after compiling"
+    # the environment, then trainpipe on it, each a layer of its own before what changes with each commit: a
+    # rebuild after a code change copies the package only
+    copies = [line for line in final if line.startswith("COPY ")]
+    assert copies == ["COPY --from=deps /opt/trainpipe /opt/trainpipe", "COPY --from=build /package/ /"], copies
+    assert final.index(copies[-1]) < min(i for i, line in enumerate(final) if "REVISION" in line)
+    # the read-only final stage cannot write bytecode: the build stages compile all of it, kept
+    deps, build = ("\n".join(_stages()[1][name]) for name in ("deps", "build"))
+    assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash /opt/trainpipe/lib$", deps, re.M)
+    assert re.search(r"python -m compileall .*--invalidation-mode unchecked-hash \"\$site/trainpipe\"", build)
+    assert "__pycache__" not in deps + build, "bytecode removed after compiling"
     # the build smoke-runs, as the non-root user, exactly the components this image serves
     (served,) = re.findall(r'TRAINPIPE_COMPONENTS="([\w ]+)"', "\n".join(own))
     assert set(served.split()) == set(IMAGES[kind].components)
