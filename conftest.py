@@ -37,7 +37,7 @@ def _docs_plugin() -> tuple[str, ...]:
 
 pytest_plugins = _docs_plugin()
 
-TIERS = ("unit", "contract", "integration", "e2e", "cuda")
+TIERS = ("unit", "contract", "integration", "e2e", "cuda", "images")
 #: A test slower than this says in its docstring why it must be.
 SLOW_S = 60.0
 _tier_seconds: dict[str, float] = {}
@@ -45,7 +45,7 @@ _test_seconds: dict[str, float] = {}
 _why: dict[str, str] = {}
 DURATIONS = Path(__file__).parent / "tests" / "durations.json"
 #: Seconds a test of a file that ``durations.json`` does not know yet is expected to take, by tier.
-GUESS_S = {"e2e": 60.0, "integration": 15.0, "contract": 1.0, "unit": 0.2, "cuda": 0.1}
+GUESS_S = {"e2e": 60.0, "integration": 15.0, "contract": 1.0, "unit": 0.2, "cuda": 0.1, "images": 60.0}
 
 
 def _file_of(nodeid: str) -> str:
