@@ -395,8 +395,11 @@ def _discard_outputs(out: Path) -> None:
 
     for name in (ERRORS_DIR, TELEMETRY_DIR):
         shutil.rmtree(out / name, ignore_errors=True)
+    from trainpipe.training.weights_file import DIGEST_SUFFIX
+
     for name in (MODEL_FILE, MODEL_META, EPOCH_METRICS_FILE, INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE):
         (out / name).unlink(missing_ok=True)
+    (out / f"{MODEL_FILE}{DIGEST_SUFFIX}").unlink(missing_ok=True)
 
 
 def _report(
@@ -476,7 +479,7 @@ def _log_run(
             for i in range(0, len(metrics), 1000):
                 client.log_batch(run_id, metrics=metrics[i : i + 1000])
         client.log_metric(run_id, "train_wall_seconds", wall)
-        sha = file_digest(out / MODEL_FILE, "sha256")
+        sha = _model_digest(out)
         tags = client.get_run(run_id).data.tags
         model_uri = tags.get("trainpipe.model_uri", "") if tags.get("trainpipe.model_sha256") == sha else ""
         if not model_uri:  # a rerun of a finished training whose run holds this very model logs it once
@@ -498,6 +501,14 @@ def _log_run(
     except Exception as exc:
         raise tracking.classify(exc, f"tracking_uri: logging the training run to {redact(t.uri)!r}", "failed") from None
     return sha, model_uri, usage, spent
+
+
+def _model_digest(out: Path) -> str:
+    """The weights file's sha256: the one its writer took of the bytes as it wrote them, kept beside the file for
+    that very file (inode, size, mtime); else read and hashed here (a 4 GB model is seconds of reading)."""
+    from trainpipe.training.weights_file import recorded_digest
+
+    return recorded_digest(out / MODEL_FILE) or file_digest(out / MODEL_FILE, "sha256")
 
 
 def _result(

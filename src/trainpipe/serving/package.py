@@ -206,11 +206,12 @@ def _log_pyfunc(
     logged = client.create_logged_model(
         run.info.experiment_id, name=name, source_run_id=run_id, model_type=model_type, tags=tags
     )
+    big = files[0]  # the weights (or the graph): MLflow's save copies its artifacts, so this one is added after
     try:
-        with tempfile.TemporaryDirectory(prefix="trainpipe-pyfunc-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=".trainpipe-pyfunc-", dir=_beside(model_dir)) as tmp:
             weights = Path(tmp) / "stage" / WEIGHTS_DIR  # pyfunc keeps an artifact folder under its own name
             weights.mkdir(parents=True)
-            for file in files:
+            for file in files[1:]:
                 shutil.copyfile(model_dir / file, weights / file)
             code = stage_code(meta, Path(tmp) / "code")
             with warnings.catch_warnings(), _pins_are_this_environments():
@@ -228,13 +229,58 @@ def _log_pyfunc(
                     metadata=metadata,
                     mlflow_model=Model(artifact_path=logged.artifact_location, run_id=run_id, model_id=logged.model_id),
                 )
-            client.log_model_artifacts(logged.model_id, str(Path(tmp) / "model"))
+            saved = Path(tmp) / "model" / "artifacts" / WEIGHTS_DIR
+            if not (saved / files[1]).is_file():  # not where this MLflow keeps artifacts: say so, never guess
+                raise RuntimeError(f"MLflow saved the model's artifacts elsewhere than {saved}")
+            _link_or_copy(model_dir / big, saved / big)
+            if not _link_tree(Path(tmp) / "model", logged.artifact_location):
+                client.log_model_artifacts(logged.model_id, str(Path(tmp) / "model"))
     except BaseException:
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
         raise
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
     return f"models:/{logged.model_id}"
+
+
+def _beside(model_dir: Path) -> str | None:
+    """The temporary folder's parent: beside the model where it is writable, so the weights are linked into
+    the staged MLflow model (one file system), not copied; else the system's temporary folder."""
+    return str(model_dir) if os.access(model_dir, os.W_OK) else None
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """``dest`` as another name of ``src`` (a hard link), or a copy where they lie on different file systems.
+    The files never change in place (each is written under a temporary name and renamed), so names stay equal."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
+
+
+def _link_tree(src: Path, artifact_location: str) -> bool:
+    """A model folder into a store on a local file system (``file:`` URIs, plain paths): every file linked
+    there rather than copied (a 4 GB model is a name, not 4 GB more written). False where the store is
+    another kind (S3, a tracking server's proxy): MLflow's client uploads it.
+
+    Returns:
+        Whether the store was local and the files are there.
+    """
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(artifact_location)
+    if parsed.scheme not in ("", "file") or (parsed.scheme == "file" and parsed.netloc not in ("", "localhost")):
+        return False
+    dest = Path(unquote(parsed.path))
+    for path in sorted(src.rglob("*")):
+        target = dest / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)
+            _link_or_copy(path, target)
+    return True
 
 
 @contextlib.contextmanager

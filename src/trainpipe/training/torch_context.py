@@ -219,6 +219,7 @@ class TorchContext(BaseContext):
         state = self._strategy.full_state(model, cpu=True)  # FSDP2 gathers the shards: every rank takes part
         if not self.is_chief:
             return
+        shared, staged = self._checkpointed_weights(state)
         if input_example is None:
             from trainpipe.training.data import example_rows
 
@@ -236,8 +237,36 @@ class TorchContext(BaseContext):
             "dist_backend": self.dist_name,
         }
         torch_model.write_model(
-            self.out, state, self.unwrap(model), meta, input_example, init_args, builder, classes, task
+            self.out,
+            state,
+            self.unwrap(model),
+            meta,
+            input_example,
+            init_args,
+            builder,
+            classes,
+            task,
+            shared=shared,
+            host_copy=staged,
         )
+
+    def _checkpointed_weights(self, state: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+        """The last checkpoint's weights file and its host copy, where ``state`` is exactly what that
+        checkpoint holds (the same tensors, unchanged since it was staged: a model saved after the run's
+        last step); else ``(None, None)``. The model is then that file under a second name."""
+        from trainpipe.training.checkpoint import checkpoint_name
+        from trainpipe.training.torch_state import WEIGHTS_SUFFIX, TorchState
+
+        ckpt = self.checkpoints
+        io = ckpt.io if ckpt is not None else None
+        if not isinstance(io, TorchState) or ckpt is None or ckpt.last_step != self.global_step:
+            return None, None
+        name = io.unchanged_weights(state)
+        if name is None:
+            return None, None
+        self.wait_for_checkpoints()  # its file is on disk and its host copy landed
+        path = ckpt.directory / checkpoint_name(self.global_step) / f"{name}{WEIGHTS_SUFFIX}"
+        return (path, io.staged_weights[name]) if path.is_file() else (None, None)
 
     # --- the end --------------------------------------------------------------------------------
 

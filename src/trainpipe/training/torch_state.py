@@ -6,7 +6,14 @@ sharded state alike, resharded on load when the world size changed; each rank's 
 it. Staging copies the state into buffers kept from one checkpoint to the next: on a GPU pinned
 host memory, filled by non-blocking copies on a side stream that the training stream waits for
 on the device (the host never waits); on a CPU plain memory, filled by one copy. The writer then
-reads only the staged copy, so training changes nothing it writes. Imports torch.
+reads only the staged copy, so training changes nothing it writes.
+
+Where every rank holds the whole model (DDP, Horovod, one process), each registered module's
+weights are a plain safetensors file of their own, ``<name>.safetensors``, written by the chief
+(:mod:`~trainpipe.training.weights_file`): the model the run ends with is then the last
+checkpoint's file under a second name, not a second write of the same bytes
+(:meth:`TorchState.unchanged_weights` says when it may be). Under FSDP2 the weights stay in the
+DCP files, sharded. Imports torch.
 """
 
 from __future__ import annotations
@@ -27,6 +34,19 @@ from trainpipe.training.faults import Fault
 from trainpipe.training.torch_strategies import TorchStrategy
 
 SCALER_KEY = "_grad_scaler"
+#: A module's weights in a checkpoint folder, beside the DCP files (strategies that hold them whole).
+WEIGHTS_SUFFIX = ".safetensors"
+
+
+def fingerprint(state: dict[str, torch.Tensor]) -> list[tuple[Any, ...]]:
+    """What tells that a state's tensors are the very ones, unchanged, that it held before: each tensor's
+    storage and its version counter (every in-place change bumps it: an optimizer step, ``load_state_dict``,
+    ``copy_``), its dtype and shape. Reads no data."""
+    return [
+        (k, t.data_ptr(), t._version, t.dtype, tuple(t.shape), t.device)
+        for k, t in sorted(state.items())
+        if isinstance(t, torch.Tensor)
+    ]
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -212,6 +232,13 @@ class TorchState:
         self.objects, self.strategy, self.device, self.scaler = objects, strategy, device, scaler
         self.rank, self.chief, self.fault, self.barrier = rank, chief, fault, barrier
         self.stager = Stager(device)
+        #: Modules whose weights are a safetensors file of their own (every rank holds them whole).
+        self.own_files = (
+            [k for k, v in objects.items() if isinstance(v, torch.nn.Module)] if strategy.whole_model else []
+        )
+        #: The last staged copy of those weights (host tensors) and the fingerprint of what it was copied from.
+        self.staged_weights: dict[str, dict[str, torch.Tensor]] = {}
+        self._staged_from: dict[str, list[tuple[Any, ...]]] = {}
 
     @property
     def staged_bytes(self) -> int:
@@ -239,8 +266,14 @@ class TorchState:
     def stage(self, tmp: Path, step: int) -> Callable[[], None] | None:
         import torch.distributed.checkpoint as dcp
 
+        from trainpipe.training import weights_file
+
         rng = rng_state(self.device)
-        staged = self.stager.copy(self._state())
+        state = self._state()
+        staged = self.stager.copy(state)
+        weights = {name: staged.pop(name) for name in self.own_files}
+        self.staged_weights = weights
+        self._staged_from = {name: fingerprint(state[name]) for name in self.own_files}
         rng_file = tmp / f"rng-rank{self.rank}.json"
         if self.strategy.rng_files_before_rename:  # no collective of the write orders them: meet here
             atomic_write_json(rng_file, rng_json(rng))
@@ -253,12 +286,22 @@ class TorchState:
             self.stager.wait()
             if not rng_file.exists():
                 atomic_write_json(rng_file, rng_json(rng))
+            if self.chief:
+                for name, tensors in weights.items():
+                    weights_file.write(tmp / f"{name}{WEIGHTS_SUFFIX}", tensors)
             dcp.save(staged, storage_writer=checkpoint_writer(tmp, self.fault, step), **how)
 
         return write
 
+    def unchanged_weights(self, state: dict[str, torch.Tensor]) -> str | None:
+        """The registered module whose last staged weights ``state`` still is (the same tensors, none changed
+        since: :func:`fingerprint`), so the checkpoint's weights file is ``state``'s too; else None."""
+        now = fingerprint(state)
+        return next((name for name, then in self._staged_from.items() if then == now), None)
+
     def load(self, path: Path) -> None:
         import torch.distributed.checkpoint as dcp
+        from safetensors.torch import load_file
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
         from trainpipe.training.safe_dcp import SafeLoadPlanner, SafeReader
@@ -267,7 +310,16 @@ class TorchState:
         # refused here, in one line, before DCP (which would log a traceback and try per-rank files)
         reader.read_metadata()
         state = self._state()
-        dcp.load(state, storage_reader=reader, planner=planner, **self.strategy.dcp_load())
+        # a module's own weights file (a checkpoint of an earlier version keeps them in the DCP files)
+        files = {name: path / f"{name}{WEIGHTS_SUFFIX}" for name in self.own_files}
+        weights = {name: load_file(str(f)) for name, f in files.items() if f.is_file()}
+        dcp.load(
+            {k: v for k, v in state.items() if k not in weights},
+            storage_reader=reader,
+            planner=planner,
+            **self.strategy.dcp_load(),
+        )
+        state.update(weights)
         modules = {k: v for k, v in self.objects.items() if isinstance(v, torch.nn.Module)}
         for name, obj in self.objects.items():
             if isinstance(obj, torch.nn.Module):

@@ -156,6 +156,9 @@ class TorchStrategy:
     def dcp_load(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    #: Every rank holds the whole model (no sharding): a checkpoint's weights can be one plain file.
+    whole_model = True
+
     @property
     def rng_files_before_rename(self) -> bool:
         """Whether the ranks must meet (a barrier on the loop's thread) before the chief renames a
@@ -236,6 +239,7 @@ class FSDPStrategy(DDPStrategy):
     """FSDP2: every child that holds parameters is sharded (``fully_shard``), then the root."""
 
     name = "fsdp"
+    whole_model = False  # sharded: the weights stay in the DCP files, each rank writing its shard
 
     def wrap(
         self, model: torch.nn.Module, device: torch.device, world: int, forward_sync_buffers: bool | None
