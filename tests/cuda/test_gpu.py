@@ -219,3 +219,14 @@ def test_sigterm_exits_75_after_a_checkpoint_and_the_retry_resumes_exactly(tmp_p
     r = result_of(train(data, out, *args, env=TEAM))
     assert r["resumed_from_step"] > 0
     assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
+
+
+def test_a_conv_net_with_dropout_trains_to_the_same_weights_twice(tmp_path, data):
+    """What exact resume rests on: the same steps give the same bits. A 1-D CNN's backward pass on cuDNN may sum
+    in another order each run unless the context keeps cuDNN to its deterministic algorithms (the SIGTERM resume
+    below differed from its uninterrupted run on an H200 on 2026-11-28, an MLP's did not)."""
+    args = ["--train-function", "teampkg.train:train"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    result_of(train(data, a, *args, env=TEAM))
+    result_of(train(data, b, *args, env=TEAM))
+    assert sha256(a / "model.safetensors") == sha256(b / "model.safetensors")

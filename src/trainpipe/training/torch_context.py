@@ -55,8 +55,20 @@ def resolve_device(settings: TrainModelConfig, local_rank: int) -> torch.device:
     if use_cuda:
         device = torch.device(f"cuda:{local_rank}")
         torch.cuda.set_device(device)
+        exact_cudnn()
         return device
     return torch.device("cpu")
+
+
+def exact_cudnn() -> None:
+    """cuDNN's deterministic algorithms only, and no autotuning: a resumed run reaches an uninterrupted run's
+    very weights only if the same steps give the same bits. cuDNN's default choice for a convolution's
+    backward pass may sum with atomics (a different order, different low bits, each run), and autotuning may
+    pick another algorithm in another process: a team's 1-D CNN resumed after SIGTERM on an H200 ended with
+    other weights than its uninterrupted run (2026-11-28), where an MLP's resume matched. A function that
+    wants autotuning back sets ``torch.backends.cudnn.benchmark`` itself, trading exact resume for it."""
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 class TorchContext(BaseContext):
