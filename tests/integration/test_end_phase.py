@@ -70,6 +70,10 @@ def test_the_model_the_last_checkpoint_and_the_logged_model_are_one_file(whole):
     import hashlib
 
     assert r["model_sha256"] == hashlib.sha256(names[0].read_bytes()).hexdigest()
+    from trainpipe.training.digest import weights_digest
+
+    telemetry = json.loads((out / "telemetry" / "rank0.json").read_text())
+    assert telemetry["weights_sha256"] == weights_digest(weights(names[0]))  # taken of the checkpoint's host copy
 
 
 def test_the_logged_model_loads_in_mlflow_and_predicts_what_the_run_proved(whole):

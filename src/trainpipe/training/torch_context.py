@@ -288,6 +288,7 @@ class TorchContext(BaseContext):
         state = {}
         for m in self._models:
             full = self._strategy.full_state(m, cpu=False)  # every rank gets the whole
+            full = self._host_copy(full) or full
             state.update({k: v.detach().float().cpu().numpy() for k, v in full.items()})
         out = super().telemetry()
         cuda = self.device.type == "cuda"
@@ -307,6 +308,20 @@ class TorchContext(BaseContext):
             }
         )
         return out
+
+    def _host_copy(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The last checkpoint's host copy of ``state`` where ``state`` has not changed since (a run's end):
+        its digest is then taken without a second copy of a GPU's weights to the host."""
+        from trainpipe.training.torch_state import TorchState
+
+        io = self.checkpoints.io if self.checkpoints is not None else None
+        if not isinstance(io, TorchState):
+            return None
+        name = io.unchanged_weights(state)
+        if name is None:
+            return None
+        io.stager.wait()  # the copies have landed (a rank that writes nothing never waited for them)
+        return io.staged_weights[name]
 
     def learning_rate(self) -> float | None:
         opt = self._optimizer
