@@ -230,9 +230,35 @@ def champion(tracking_uri: str | None, name: str, alias: str, runtime: Any) -> C
     """
     from trainpipe import tracking
 
+    if no_alias_in_sqlite_store(tracking.resolve_tracking_uri(tracking_uri, runtime.policy), name, alias):
+        return None  # the demo's first run: known without MLflow's import (seconds) and its store's opening
     client = tracking.connect(tracking_uri, runtime.policy)
     version = alias_version(client, name, alias)
     return None if version is None else Champion(client, version, runtime)
+
+
+def no_alias_in_sqlite_store(resolved: str, name: str, alias: str) -> bool:
+    """True only when ``resolved`` is a local SQLite store that certainly holds no version under ``alias`` of
+    ``name`` (no such file yet in an existing folder, or no such row in MLflow's alias table in any workspace),
+    read with the standard library. Every other case (a server, a registry elsewhere, a row found, a store that
+    cannot be read as expected) answers False, and MLflow itself is asked, with the answer and errors it gives.
+
+    A step with nothing to compare with (the demo's first run: detect_drift with no champion, the gate with no
+    champion) then says so without importing MLflow, which alone is most of such a step's seconds.
+    """
+    import sqlite3
+
+    if not resolved.startswith("sqlite:///") or os.environ.get("MLFLOW_REGISTRY_URI"):
+        return False
+    path = Path(resolved[len("sqlite:///") :])
+    if not path.exists():
+        return path.parent.is_dir()  # MLflow would make an empty store here (a missing folder: its own error)
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            query = "SELECT 1 FROM registered_model_aliases WHERE name = ? AND alias = ? LIMIT 1"
+            return db.execute(query, (name, alias)).fetchone() is None
+    except sqlite3.Error:  # no alias table (an older schema MLflow migrates), locked, not a database: MLflow says
+        return False
 
 
 def logged_model_id(version: Any) -> str | None:
