@@ -171,12 +171,11 @@ def compile_config(
         InputError: what :func:`compile_pipeline` refuses.
     """
     from trainpipe.faces.surface import REQUIRED
-    from trainpipe.pipelines.training_pipeline import TUNE_STORAGE
 
     defaults, local = cluster_defaults(config)
     tune = config.tune_settings()
     if tune is not None and left_to_the_run(tune["storage"]):  # unset: the workspace's SQLite file
-        local[TUNE_STORAGE.name] = tune["storage"]
+        local["tune_storage"] = tune["storage"]  # the run parameter of tune's storage (kfp_tasks.run_parameter)
         tune = {**tune, "storage": REQUIRED}
     out = compile_pipeline(
         output,

@@ -33,6 +33,35 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class FanOut:
+    """A step run as parallel workers on one shared state, then once more to summarize them (tune_model: its
+    workers on one Optuna study, then the summary whose best settings the training takes).
+
+    Attributes:
+        count: Its section's setting that says how many workers (not a setting of the step itself).
+        index: The setting each worker gets its number in.
+        summarize: The boolean setting that is off in the workers and on in the summary.
+        shared: The setting that names the state the workers share.
+        shared_default: Where an Airflow run keeps that state when the section names none (``{output_dir}``:
+            the summary's output folder), which the workers share on one machine.
+        timeout_s: An Airflow task's timeout for the workers and the summary.
+    """
+
+    count: str
+    index: str
+    summarize: str
+    shared: str
+    shared_default: str
+    timeout_s: int
+
+
+#: What a step can be: a trainpipe component (its KFP face and its Airflow operator), a person's answer
+#: (Airflow's approval task; KFP has none: ``trainpipe promote`` does it there), the promotion that answer
+#: decides (``trainpipe promote``) or the record of a rejection (``trainpipe promote --reject``).
+KINDS = ("component", "approval", "promote", "reject")
+
+
+@dataclass(frozen=True)
 class Step:
     """One step of the reference pipeline.
 
@@ -48,8 +77,14 @@ class Step:
         cached: Whether KFP may reuse an earlier run's result (the ones that read what changes behind one
             URI, and the registration, are never cached).
         trains: It takes the profile's training resources, timeout and queue.
-        fan_out: It runs as parallel workers on one study and then one summarizing task.
+        fan_out: It runs as parallel workers on one shared state, then one summarizing task (:class:`FanOut`).
         held_by_approval: With approval, it registers the challenger only (``move_alias`` false).
+        kind: What it is (:data:`KINDS`): a component, or one of the approval's tasks.
+        section: The pipeline config's section that holds its settings beyond the pipeline's parameters
+            (``optimize``, ``tune``): KFP compiles them in, a DAG passes them from that nested param.
+        asset: Its output is the dataset's snapshot: Airflow's rendering emits the dataset's Asset from it (the
+            retraining DAG listens), and a later step reads the snapshot folder the DAG names (the retraining
+            DAG's comes from the triggering event).
         engines: The renderings it is in (KFP has no human step: ``trainpipe promote`` does it there).
         trigger_rule: When it runs given the steps before it (Airflow's trigger rule; default: all succeeded).
     """
@@ -62,8 +97,11 @@ class Step:
     after: tuple[str, ...] = ()
     cached: bool = True
     trains: bool = False
-    fan_out: bool = False
+    fan_out: FanOut | None = None
     held_by_approval: bool = False
+    kind: str = "component"
+    section: str | None = None
+    asset: bool = False
     engines: frozenset[str] = frozenset({"kfp", "airflow"})
     trigger_rule: str = "all_success"
 
@@ -91,6 +129,8 @@ CONDITIONS = {c.name: c for c in (RETRAIN, GATE_PASSED)}
 #: The conditions, outermost first (the order a step lists those it runs under).
 OUTERMOST_FIRST = [RETRAIN.name, GATE_PASSED.name]
 
+#: tune_model's workers share one Optuna study (SQLite in the run's folder on one machine, PostgreSQL on several).
+_STUDY = FanOut("workers", "worker", "summarize", "storage", "sqlite:///{output_dir}/study.db", 12 * 3600)
 _SNAPSHOT = {"data": "snapshot_dataset.snapshot", "dataset_md5": "snapshot_dataset.md5"}
 _RETRAIN = (RETRAIN.name,)
 _GATED = (RETRAIN.name, GATE_PASSED.name)
@@ -98,9 +138,17 @@ _GATED = (RETRAIN.name, GATE_PASSED.name)
 #: The reference pipeline, in the order its tasks are made.
 STEPS: tuple[Step, ...] = (
     Step("validate_data", takes={"data": RAW}, cached=False),
-    Step("snapshot_dataset", takes={"data": "validate_data.validated"}, cached=False),
+    Step("snapshot_dataset", takes={"data": "validate_data.validated"}, cached=False, asset=True),
     Step("detect_drift", takes=_SNAPSHOT, given=frozenset({"trust"}), cached=False),
-    Step("tune_model", takes=_SNAPSHOT, when=_RETRAIN, optional="tune", given=frozenset({"profile"}), fan_out=True),
+    Step(
+        "tune_model",
+        takes=_SNAPSHOT,
+        when=_RETRAIN,
+        optional="tune",
+        given=frozenset({"profile"}),
+        fan_out=_STUDY,
+        section="tune",
+    ),
     Step(
         "train_model",
         takes={**_SNAPSHOT, "tuned": "tune_model.study"},
@@ -124,6 +172,7 @@ STEPS: tuple[Step, ...] = (
         when=_GATED,
         optional="optimize",
         given=frozenset({"trust"}),
+        section="optimize",
     ),
     Step(
         "register_model",
@@ -137,19 +186,36 @@ STEPS: tuple[Step, ...] = (
         cached=False,
         held_by_approval=True,
     ),
-    Step("approve", after=("register_model",), when=_GATED, optional="approval", engines=frozenset({"airflow"})),
-    Step("promote_model", after=("approve",), when=_GATED, optional="approval", engines=frozenset({"airflow"})),
+    Step(
+        "approve",
+        after=("register_model",),
+        when=_GATED,
+        optional="approval",
+        engines=frozenset({"airflow"}),
+        kind="approval",
+    ),
+    Step(
+        "promote_model",
+        after=("approve",),
+        when=_GATED,
+        optional="approval",
+        engines=frozenset({"airflow"}),
+        kind="promote",
+    ),
     Step(
         "record_rejection",
         after=("promote_model",),
         when=_GATED,
         optional="approval",
         engines=frozenset({"airflow"}),
+        kind="reject",
         trigger_rule="all_skipped",  # the answer was no, or nobody answered: promote_model was skipped
     ),
 )
 
 BY_NAME = {s.name: s for s in STEPS}
+#: The optional steps a rendering includes unless told otherwise (its ``include``): those on the profile switch.
+DEFAULT_INCLUDE = tuple(s.name for s in STEPS if s.optional == "profile")
 
 
 def check(declared: tuple[Step, ...]) -> None:
@@ -199,10 +265,17 @@ def _check_step(s: Step, names: set[str]) -> None:
         raise ValueError(f"{s.name} lists its conditions inner first: write ({', '.join(outermost_first)})")
     if s.optional is not None and s.optional not in SWITCHES:
         raise ValueError(f"{s.name} is optional on {s.optional!r}: no such switch (switches: {', '.join(SWITCHES)})")
+    if s.kind not in KINDS:
+        raise ValueError(f"{s.name} is a {s.kind!r}: no such kind of step (kinds: {', '.join(KINDS)})")
 
 
-def switches(*, tune: bool, profile: bool, optimize: bool, approval: bool) -> list[str]:
-    """The switches (:data:`SWITCHES`) that are on, by name."""
+def switches(
+    *, tune: bool, optimize: bool, approval: bool, profile: bool | None = None, include: Iterable[str] = ()
+) -> list[str]:
+    """The switches (:data:`SWITCHES`) that are on, by name; ``profile`` unless told: whether ``include`` names a
+    step on it."""
+    if profile is None:
+        profile = any(n in BY_NAME and BY_NAME[n].optional == "profile" for n in include)
     flags = {"tune": tune, "profile": profile, "optimize": optimize, "approval": approval}
     return [name for name, flag in flags.items() if flag]
 
@@ -229,46 +302,3 @@ def steps(
         takes = {k: v for k, v in s.takes.items() if v == RAW or v.partition(".")[0] in present}
         out.append(Step(**{**s.__dict__, "takes": takes}))
     return out
-
-
-def edges(chosen: list[Step], roots: Mapping[str, str] | None = None) -> set[tuple[str, str]]:
-    """The Airflow rendering's edges among ``chosen`` and their conditions' gate tasks: each step after the
-    steps it takes from or follows and after its innermost condition's gate, each gate after the step that
-    decides it; less every edge another path implies (Airflow's DAGs name the shortest). A fanned-out step is
-    its workers (``<name>_workers``), then itself.
-
-    Args:
-        chosen: The steps (:func:`steps`).
-        roots: Extra edges into the graph (``{"detect_drift": "new_snapshot"}``: a task before a step).
-    """
-    names = {s.name for s in chosen}
-    up: dict[str, set[str]] = {}
-    for s in chosen:
-        up[s.name] = {p for p in s.producers() if p in names}
-        # a condition decided before this graph starts (its step is not in it) has no gate task here
-        conds = [CONDITIONS[c] for c in s.when if CONDITIONS[c].decided_by in names]
-        if conds:
-            up[s.name].add(conds[-1].task_id)
-        for cond in conds:
-            up.setdefault(cond.task_id, set()).add(cond.decided_by)
-    for step, before in (roots or {}).items():
-        up.setdefault(step, set()).add(before)
-        up.setdefault(before, set())
-
-    def reaches(src: str, dst: str, skip: tuple[str, str]) -> bool:
-        todo, seen = [dst], set()
-        while todo:
-            node = todo.pop()
-            for b in up.get(node, ()):
-                if (b, node) == skip or b in seen:
-                    continue
-                if b == src:
-                    return True
-                seen.add(b)
-                todo.append(b)
-        return False
-
-    kept = {(b, n) for n, before in up.items() for b in before if not reaches(b, n, (b, n))}
-    fanned = {s.name for s in chosen if s.fan_out}  # its workers, then the task that summarizes them
-    out = {(b, f"{n}_workers" if n in fanned else n) for b, n in kept}
-    return out | {(f"{n}_workers", n) for n in fanned}

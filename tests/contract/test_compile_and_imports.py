@@ -412,16 +412,17 @@ def test_the_dags_give_the_profile_file_and_the_team_function_to_the_steps_that_
 
     from airflow.sdk import DAG
 
-    from trainpipe.pipelines.dag_topology import DagSettings, model_steps
+    from trainpipe.pipelines import graph
+    from trainpipe.pipelines.dag_topology import DagSettings, render, switches
 
     path, _ = team_config
     monkeypatch.setenv("TRAINPIPE_CONFIG", str(path))
     monkeypatch.setenv("TRAINPIPE_AIRFLOW_MODE", mode)
     settings = DagSettings()
     with DAG(dag_id=f"team_{mode}", schedule=None, start_date=datetime(2026, 1, 1), params=settings.params()) as dag:
-        model_steps(
-            settings.step, snapshot_dir="/s", run_dir="/r", tune=settings.config.tune_settings(), mapped=settings.mapped
-        )
+        tune = settings.config.tune_settings()
+        chosen = graph.steps(switches(tune=tune), "airflow", start="tune_model")
+        render(settings.step, chosen, snapshot_dir="/s", run_dir="/r", tune=tune, mapped=settings.mapped)
     tune_ids = [t for t in dag.task_dict if t.startswith("tune_model")]
     assert len(tune_ids) == (2 if mode == "local" else 3)  # workers mapped, or one pod task each; the summary
     for task_id in ["train_model", "profile_training", *tune_ids]:  # PROFILE_STEPS

@@ -328,7 +328,7 @@ print(json.dumps({"tasks": sorted(ingest.dag.task_dict), "outlets": [o.uri for o
 def test_the_ingest_dag_snapshots_new_data_for_the_retrain_dag(tmp_path):
     """With only the training and retrain DAGs deployed, every snapshot said its own run trained it and the
     retrain DAG never retrained: the ingest DAG's event carries no trained_by, on the asset retrain listens to."""
-    from trainpipe.pipelines.dag_topology import new_snapshot
+    from trainpipe.pipelines.dag_gates import new_snapshot
 
     env = {
         **os.environ,

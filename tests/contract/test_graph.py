@@ -225,10 +225,12 @@ def test_the_dags_are_the_declared_graph(dags, dag_file):
     dag = loaded[dag_file]
     bounds, roots = SLICES[dag_file]
     chosen = graph.steps([s for s in on if dag_file != "retrain_dag" or s != "tune"], "airflow", **bounds)
-    want = graph.edges(chosen, roots)
+    from trainpipe.pipelines.dag_topology import edges
+
+    want = edges(chosen, roots)
     got = {(up, task.task_id) for task in dag.tasks for up in task.upstream_task_ids}
     assert got == want, f"{dag_file}: rendered but not declared {got - want}; declared but not rendered {want - got}"
-    if on == ["profile"]:  # the plain config: the edges as written out by hand, not through graph.edges
+    if on == ["profile"]:  # the plain config: the edges as written out by hand, not through edges()
         assert got == WRITTEN_OUT[dag_file], f"{dag_file}: {sorted(got ^ WRITTEN_OUT[dag_file])}"
     gates = {c.task_id for c in graph.CONDITIONS.values() if any(c.name in s.when for s in chosen)}
     gates = {
@@ -261,7 +263,7 @@ def test_the_declaration_loads_no_orchestrator_or_heavy_library():
 
 
 #: The reference DAGs' edges under a plain config, written out by hand: the rendering and the test above both
-#: go through ``graph.edges``, so a fault in it would pass there; here it cannot.
+#: go through ``dag_topology.edges``, so a fault in it would pass there; here it cannot.
 WRITTEN_OUT = {
     "training_dag": {
         ("validate_data", "snapshot_dataset"),
@@ -286,3 +288,38 @@ WRITTEN_OUT = {
     },
     "ingest_dag": {("validate_data", "snapshot_dataset")},
 }
+
+
+@pytest.mark.parametrize("module", ["training_pipeline", "dag_topology"])
+def test_the_renderings_name_no_step(module):
+    """Each rendering interprets the declaration and names no step in its code (docstrings aside): what a step is
+    (a gate's decider, a fan-out, the approval's tasks, the snapshot's asset, a config section) is data in
+    ``STEPS``, so guarding, adding or fanning out a step is one edit there."""
+    import ast
+    import re
+
+    tree = ast.parse((REPO / "pipelines" / f"{module}.py").read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    texts = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    ]
+    named = {s.name for s in graph.STEPS for t in texts if re.search(rf"\b{s.name}\b", t)}
+    assert not named, f"{module}.py names the steps {sorted(named)}: declare what they are in graph.STEPS"
+
+
+def test_the_two_renderings_stay_small():
+    """The renderings are interpreters of the graph: together under 450 lines (what every task is given, the DAG's
+    settings and the gates' conditions live beside them, in kfp_tasks, dag_settings and dag_gates)."""
+    lines = sum(
+        len((REPO / "pipelines" / f).read_text().splitlines()) for f in ("training_pipeline.py", "dag_topology.py")
+    )
+    assert lines < 450, lines

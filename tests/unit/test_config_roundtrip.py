@@ -116,11 +116,11 @@ def by_rendered_template(cfg: dict, tmp: Path) -> dict:
 
 def by_dag_param(cfg: dict, tmp: Path, conf: bool = True) -> dict:
     """The reference DAG's train_model: its ``train_config`` setting is the template of the ``train`` param
-    (:func:`~trainpipe.pipelines.dag_topology._param`), rendered by the operator as a task renders it, from the
+    (:func:`~trainpipe.pipelines.dag_settings._param`), rendered by the operator as a task renders it, from the
     run's param (``conf``) or, where a run's conf leaves it out, from the config's value compiled into the
     template; read as the step reads it."""
     from trainpipe.components.train_model.airflow_task import TrainModelOperator
-    from trainpipe.pipelines.dag_topology import _param
+    from trainpipe.pipelines.dag_settings import _param
 
     template = _param("train.train_config", cfg, nested=True)
     op = TrainModelOperator(task_id="train_model", settings={**base(tmp), "train_config": template})

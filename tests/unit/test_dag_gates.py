@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainpipe.pipelines.dag_topology import drift_says_retrain, gate_passed, new_snapshot
+from trainpipe.pipelines.dag_gates import drift_says_retrain, gate_passed, new_snapshot
 
 pytestmark = pytest.mark.unit
 

@@ -69,7 +69,7 @@ def test_a_runs_override_of_one_train_setting_keeps_the_others(dagbag):
 
 
 def test_an_unknown_or_mistyped_override_is_refused_before_the_first_step(dagbag):
-    from trainpipe.pipelines.dag_topology import conf_problem
+    from trainpipe.pipelines.dag_settings import conf_problem
 
     dag = dagbag.dags["trainpipe_training"]
     params = dict(dag.params)
@@ -93,7 +93,7 @@ def test_a_function_without_a_typed_config_takes_any_train_config_override(tmp_p
     monkeypatch.syspath_prepend(str(tmp_path))
     bag = DagBag(dag_folder=str(REPO / "dags" / "training_dag.py"))
     assert not bag.import_errors, bag.import_errors
-    from trainpipe.pipelines.dag_topology import conf_problem
+    from trainpipe.pipelines.dag_settings import conf_problem
 
     params = dict(bag.dags["trainpipe_training"].params)
     assert conf_problem({"train": {"train_config": {"anything": [1], "z": {"a": 1}}}}, params) is None
@@ -106,7 +106,7 @@ def test_a_jinja_literal_renders_back_to_its_json_value():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from trainpipe.pipelines.dag_topology import jinja_literal
+    from trainpipe.pipelines.dag_settings import jinja_literal
 
     env = jinja2.Environment()
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()

@@ -71,7 +71,7 @@ def _event(snapshot_dir: str, made_at: str, **extra) -> SimpleNamespace:
 
 
 def test_the_retraining_dag_takes_the_newest_snapshot_of_a_backlog_whatever_order_airflow_gives():
-    from trainpipe.pipelines.dag_topology import new_snapshot
+    from trainpipe.pipelines.dag_gates import new_snapshot
 
     backlog = [_event(f"/snap/{i}", f"2026-11-25T10:0{i}:00+00:00") for i in range(5)]
     for order in (backlog, backlog[::-1], [backlog[2], backlog[4], backlog[0], backlog[3], backlog[1]]):
@@ -87,7 +87,7 @@ def test_the_retraining_dag_takes_the_newest_snapshot_of_a_backlog_whatever_orde
 
 
 def test_the_retraining_dag_leaves_a_snapshot_to_the_run_that_trains_it(capsys):
-    from trainpipe.pipelines.dag_topology import new_snapshot
+    from trainpipe.pipelines.dag_gates import new_snapshot
 
     mine = _event("/snap/9", "2026-11-25T11:00:00+00:00", trained_by="run manual__1 of trainpipe_training")
     assert new_snapshot({"asset": [mine]}) is False

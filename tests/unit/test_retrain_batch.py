@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainpipe.pipelines.dag_topology import new_snapshot
+from trainpipe.pipelines.dag_gates import new_snapshot
 
 pytestmark = pytest.mark.unit
 
