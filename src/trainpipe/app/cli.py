@@ -195,6 +195,51 @@ def run(
     run_pipeline(config, engine, dry_run)
 
 
+class _Compiling:
+    """The run's KFP YAML (``pipeline.kfp.yaml``, which the summary names) compiled on a thread while the engine
+    runs, not after it: importing kfp and building the pipeline is about one ``import torch`` that the run's wall
+    no longer waits for, as the main thread only waits on the engine's process. Kept in memory (its file is read
+    back and removed at once, so a killed command leaves none) and written when the run succeeded; a run that
+    failed or stopped leaves none, as when it was compiled after."""
+
+    def __init__(self, target: Path, cfg: typing.Any) -> None:
+        self.target = target
+        self.text: bytes | None = None
+        self.error: BaseException | None = None
+        settings = {
+            "policy": cfg.effective_policy(),
+            "trusted_code": cfg.trusted_code(),
+            "optimize": cfg.optimize,
+            "require_approval": cfg.require_approval,
+            "tune": cfg.tune_settings(),
+        }
+        # a daemon: a failed run's exit never waits for a YAML nobody will read
+        self.thread = threading.Thread(target=self._run, args=(cfg.profile, settings), daemon=True)
+        self.thread.start()
+
+    def _run(self, profile: str, settings: dict[str, typing.Any]) -> None:
+        # kfp writes the file last, by its suffix: it lives the milliseconds between that write and its removal
+        tmp = self.target.with_name(f".{self.target.stem}.{os.getpid()}{self.target.suffix}")
+        try:
+            from trainpipe.pipelines.compile import compile_pipeline
+
+            self.text = compile_pipeline(tmp, profile, **settings).read_bytes()
+        except BaseException as exc:  # noqa: BLE001 (raised where the run's result is read, in the main thread)
+            self.error = exc
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def result(self) -> Path:
+        """The YAML in place, once compiled; raises what compiling raised."""
+        from trainpipe.contract.io import atomic_write_bytes
+
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        atomic_write_bytes(self.target, typing.cast(bytes, self.text))
+        return self.target
+
+
 def run_pipeline(config: Path | None, engine: str, dry_run: bool) -> None:
     """What ``trainpipe run`` does, as a plain function: ``demo`` calls this, never the typer command, whose
     parameters' defaults are typer's ``Option`` objects (a truthy ``dry_run`` there made the demo a dry run)."""
@@ -216,6 +261,7 @@ def run_pipeline(config: Path | None, engine: str, dry_run: bool) -> None:
             dry_folder = Path(cfg.workspace) / "dry-run" / time.strftime("%Y%m%d-%H%M%S")
             os.environ[dry.ENV] = str(dry_folder)  # the engine and every step it starts inherit it
         typer.echo(f"trainpipe: running the reference pipeline with engine {engine} ({path})", err=True)
+        compiling = None if dry_run else _Compiling(Path(cfg.workspace) / "pipeline.kfp.yaml", cfg)
         code, log, failed, signum = run_engine(engine, typing.cast(Path, path).resolve(), Path(cfg.workspace))
         if signum is not None:
             import signal
@@ -256,17 +302,7 @@ def run_pipeline(config: Path | None, engine: str, dry_run: bool) -> None:
             typer.echo(f"full log         : {log}")
             return
         root = Path(cfg.workspace) / ("kfp-local" if engine == "kfp-local" else "airflow-runs")
-        from trainpipe.pipelines.compile import compile_pipeline
-
-        yaml_path = compile_pipeline(
-            Path(cfg.workspace) / "pipeline.kfp.yaml",
-            cfg.profile,
-            policy=cfg.effective_policy(),
-            trusted_code=cfg.trusted_code(),
-            optimize=cfg.optimize,
-            require_approval=cfg.require_approval,
-            tune=cfg.tune_settings(),
-        )
+        yaml_path = typing.cast(_Compiling, compiling).result()
         results = collect_results(root, since=started)
     except TrainpipeError as exc:
         _fail(exc)
