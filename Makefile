@@ -237,7 +237,7 @@ lock: | $(VENV)/bin/uv
 # python:3.11-slim-bookworm where a registry serves it, else a Debian bookworm base made once with debootstrap
 # and cached under ~/.cache/trainpipe/images (scripts/build_images.sh). Each image's build time and size are
 # printed; a rebuild with nothing changed takes its layers from podman's cache. The registry and the tags come
-# from trainpipe.images, as the compiled pipelines and DAGs use them.
+# from trainpipe.services.images, as the compiled pipelines and DAGs use them.
 REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE_KINDS ?= data cpu gpu
 
@@ -247,7 +247,7 @@ images: $(STAMP) podman
 push: images
 	for kind in $(IMAGE_KINDS); do \
 		CONTAINERS_CONF=$(CURDIR)/images/containers.conf podman push \
-			$$($(PY) -c "from trainpipe.images import reference; print(reference('$$kind'))") || exit 1; \
+			$$($(PY) -c "from trainpipe.services.images import reference; print(reference('$$kind'))") || exit 1; \
 	done
 
 clean:

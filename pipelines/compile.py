@@ -46,7 +46,7 @@ def compile_pipeline(
 
     from trainpipe.contract import policy as policy_mod
     from trainpipe.pipelines.training_pipeline import build_pipeline
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.profiles import get_profile
 
     policy = policy if policy is not None else policy_mod.load_policy()
     hw = get_profile(profile)
@@ -273,7 +273,7 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
     from kfp import local
 
     from trainpipe.pipelines.training_pipeline import build_pipeline
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.profiles import get_profile
 
     root = Path(config.workspace) / "kfp-local"
     root.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ from trainpipe.contract.errors import InputError
 from trainpipe.contract.policy import Policy
 from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params, kfp_value
 from trainpipe.pipelines import graph
-from trainpipe.profiles import PROFILES, HardwareProfile, get_profile
+from trainpipe.services.profiles import PROFILES, HardwareProfile, get_profile
 
 #: train_model settings that are not in ``train:``: the pipeline sets them once for every step
 #: (label_column, tracking_uri, experiment_name) or a multi-node launcher sets them per node.

@@ -182,7 +182,7 @@ class DagSettings:
     """What a trainpipe DAG file reads at parse time: the pipeline config named by
     ``TRAINPIPE_CONFIG`` (a small YAML file; no database or connection lookups), the mode
     (``TRAINPIPE_AIRFLOW_MODE``: local or kubernetes) and the hardware profile; each task's image
-    comes from :mod:`trainpipe.images`.
+    comes from :mod:`trainpipe.services.images`.
 
     Args:
         exclude: Config settings this DAG does not take as params (its steps that read them are not in it).
@@ -225,7 +225,7 @@ class DagSettings:
     @functools.cached_property
     def profile(self) -> Any:
         """The hardware profile: pods' resources and images in kubernetes mode, Celery queues in both."""
-        from trainpipe.profiles import get_profile
+        from trainpipe.services.profiles import get_profile
 
         return get_profile(self.config.profile)
 
@@ -273,7 +273,7 @@ class DagSettings:
         kwargs.setdefault("queue", self.profile.train_queue if trains else self.profile.queue)
         resources = image = None
         if self.mode == "kubernetes":
-            from trainpipe.images import image_for
+            from trainpipe.services.images import image_for
 
             resources = self.profile.train if trains else self.profile.default
             image = image_for(operator_cls.component, accelerated=resources.accelerated)
@@ -284,7 +284,7 @@ class DagSettings:
             env[ENV] = to_env(self.config.policy)
         if operator_cls.component in PROFILE_STEPS:  # the hardware profile, to the steps that read it: its content
             from trainpipe.contract.runtime import PROFILE_ENV
-            from trainpipe.profiles import to_env as profile_env
+            from trainpipe.services.profiles import to_env as profile_env
 
             env[PROFILE_ENV] = profile_env(self.profile)
         if env:

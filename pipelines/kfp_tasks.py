@@ -9,13 +9,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from trainpipe import pods
 from trainpipe.contract.runtime import PROFILE_ENV
 from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params
-from trainpipe.images import RUN_AS
 from trainpipe.pipelines import graph
 from trainpipe.pipelines.config import pipeline_names, pipeline_parameters
-from trainpipe.profiles import HardwareProfile, Resources
+from trainpipe.services import pods
+from trainpipe.services.images import RUN_AS
+from trainpipe.services.profiles import HardwareProfile, Resources
 
 
 def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: bool = True) -> Any:

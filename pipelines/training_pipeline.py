@@ -21,8 +21,8 @@ from trainpipe.faces.kfp_face import accelerated
 from trainpipe.faces.surface import REQUIRED, KfpParam, kfp_params
 from trainpipe.pipelines import graph
 from trainpipe.pipelines.kfp_tasks import bind, configure, pipeline_function, run_parameter
-from trainpipe.profiles import PROFILES, HardwareProfile
-from trainpipe.profiles import to_env as profile_env
+from trainpipe.services.profiles import PROFILES, HardwareProfile
+from trainpipe.services.profiles import to_env as profile_env
 
 PIPELINE_NAME = "trainpipe-training"
 

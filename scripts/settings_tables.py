@@ -6,7 +6,7 @@
 - What makes a component a component is found from its folder (``components/<name>/metadata.yaml``:
   ``trainpipe.COMPONENTS``), and the lists that name every component are generated from it: README.md's
   components table (from each ``metadata.yaml``'s ``description``), the components each image serves in
-  ``images/Dockerfile`` (``trainpipe.images.IMAGES``), and pyproject's package list and the components'
+  ``images/Dockerfile`` (``trainpipe.services.images.IMAGES``), and pyproject's package list and the components'
   package data (every folder of modules under the folders ``package-dir`` maps into ``trainpipe``).
 
     python scripts/settings_tables.py           # rewrite them (make docs)
@@ -181,7 +181,7 @@ def with_components_table(readme: str, section: str) -> str:
 
 def with_image_components(dockerfile: str, images: dict[str, tuple[str, ...]]) -> str:
     """``images/Dockerfile`` with each ``runtime-<kind>`` stage's ``TRAINPIPE_COMPONENTS`` set to what that image
-    serves (``trainpipe.images.IMAGES``), the list its build checks by running each one's ``--help``."""
+    serves (``trainpipe.services.images.IMAGES``), the list its build checks by running each one's ``--help``."""
     for kind, served in images.items():
         stage = re.search(rf"^FROM \S+ AS runtime-{re.escape(kind)}\n(?:(?!FROM ).*\n)*", dockerfile, re.M)
         if stage is None or "TRAINPIPE_COMPONENTS=" not in stage.group(0):
@@ -230,7 +230,7 @@ def with_packages(pyproject: str, root: Path, names: tuple[str, ...]) -> str:
 
 def _component_lists(root: Path, names: tuple[str, ...]) -> dict[Path, typing.Callable[[str], str]]:
     """Each file that names every component, and how its generated parts are rewritten."""
-    from trainpipe.images import IMAGES
+    from trainpipe.services.images import IMAGES
 
     images = {kind: image.components for kind, image in IMAGES.items()}
     return {

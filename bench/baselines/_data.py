@@ -1,5 +1,5 @@
 """The training arrays every bare baseline uses: the same held-out split (a per-row splitmix64 hash),
-classes and row order as train_model (trainpipe.tabular / trainpipe.training.data), written out by
+classes and row order as train_model (trainpipe.data.tabular / trainpipe.training.data), written out by
 hand with numpy and pandas; and the figures each baseline reports from its step end times."""
 
 import statistics

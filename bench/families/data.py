@@ -16,7 +16,7 @@ def validate(b: Bench) -> list[dict[str, Any]]:
     import numpy as np
     import pandas as pd
 
-    from trainpipe.preconditions import training_suite
+    from trainpipe.data.preconditions import training_suite
 
     raw = digits_snapshot(b.work).parent / "digits.csv"
     suite = b.work / "default-suite.json"  # the suite validate_data runs by default, for GX called by hand

@@ -54,7 +54,7 @@ def run(b: Bench) -> list[dict[str, Any]]:
 
     def ours() -> float:
         code = (
-            "import sys; from pathlib import Path; from trainpipe.feature_sets import build_training_set; "
+            "import sys; from pathlib import Path; from trainpipe.data.feature_sets import build_training_set; "
             "build_training_set(sys.argv[1], 'training', sys.argv[2], 'event_timestamp', Path(sys.argv[3]))"
         )
         return sh(PY, "-c", code, str(repo), str(entities), str(b.work / "ours.pq"))[0]

@@ -15,7 +15,7 @@ from bench.common import BASELINES, PY, REPO, Bench, alternate, digits_snapshot,
 def run(b: Bench) -> list[dict[str, Any]]:
     import numpy as np
 
-    from trainpipe.tabular import held_out
+    from trainpipe.data.tabular import held_out
 
     snap = digits_snapshot(b.work)
     train(b.work, snap, "opt-model", 1, 64, 10, train_config={"hidden_units": [512, 512], "learning_rate": 0.01})

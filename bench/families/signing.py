@@ -16,7 +16,7 @@ PROBE = str(REPO / "bench" / "probes" / "sign_probe.py")
 
 
 def run(b: Bench) -> list[dict[str, Any]]:
-    from trainpipe import signing
+    from trainpipe.services import signing
 
     keys = b.work / "keys"
     keys.mkdir(exist_ok=True)

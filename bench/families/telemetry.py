@@ -107,7 +107,7 @@ def scrape_cost(b: Bench, steps_per_s: int) -> dict[str, Any]:
     the second between scrapes: the share of a core telemetry takes at a 1 s scrape interval."""
     from prometheus_client.exposition import generate_latest
 
-    from trainpipe.telemetry import TrainingCollector, _Node
+    from trainpipe.services.telemetry import TrainingCollector, _Node
 
     record = {
         "epoch": 0,

@@ -20,7 +20,7 @@ if sys.argv[1] == "verify-in-evaluate":
     from mlflow import MlflowClient  # noqa: F401
 
 t0 = time.perf_counter()
-from trainpipe import signing  # noqa: E402
+from trainpipe.services import signing  # noqa: E402
 
 if sys.argv[1] == "sign":
     import model_signing.signing  # noqa: F401  (what sign() imports, timed as import)

@@ -14,7 +14,7 @@ import time
 import torch
 from safetensors.torch import save_file
 
-from trainpipe.serving import nets
+from trainpipe.services.serving import nets
 
 
 def main() -> None:

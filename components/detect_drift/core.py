@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainpipe import registry
 from trainpipe.components.detect_drift.spec import (
     NAME,
     REPORT_FILE,
@@ -30,6 +29,7 @@ from trainpipe.contract.errors import InputError, ServiceUnavailable
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
 from trainpipe.contract.lineage import DriftLineage, Lineage
 from trainpipe.contract.runtime import Runtime
+from trainpipe.services import registry
 
 #: The report draws the drifted columns first, then the most moved, up to this many charts.
 MAX_CHARTS = 200
@@ -51,7 +51,7 @@ def fetch_snapshot(snap: dict[str, Any], dest: Path) -> Path:
         )
     from dvc.api import DVCFileSystem
 
-    from trainpipe.tracking import first_line
+    from trainpipe.services.tracking import first_line
 
     where = f"snapshot {snap['path']}@{str(snap['rev'])[:10]}"
     cache = dest / ".cache"
@@ -94,7 +94,7 @@ def champion(config: DetectDriftConfig, runtime: Runtime) -> tuple[registry.Cham
     holder = registry.champion(config.tracking_uri, config.model_name, config.alias, runtime)
     if holder is None:
         return None
-    from trainpipe import lineage_report
+    from trainpipe.services import lineage_report
 
     try:
         _, record = lineage_report.fetch(f"models:/{config.model_name}/{holder.number}", config.tracking_uri)
@@ -116,7 +116,7 @@ def _predictions(model: Any, ref: Any, cur: Any, config: DetectDriftConfig) -> C
     import numpy as np
     import pandas as pd
 
-    from trainpipe.drift import compare
+    from trainpipe.data.drift import compare
 
     cols = model.feature_columns
     if any(c not in ref.columns or c not in cur.columns for c in cols):
@@ -243,7 +243,7 @@ def _report(result: DetectDriftResult, images: list[tuple[str, str]]) -> str:
 
 
 def _log_to_mlflow(config: DetectDriftConfig, result: DetectDriftResult, out: Path, runtime: Runtime) -> None:
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     client = tracking.connect(config.tracking_uri, runtime.policy)
     experiment = tracking.ensure_experiment(client, config.drift_experiment, config.tracking_uri or "")
@@ -297,8 +297,8 @@ def detect_drift(config: DetectDriftConfig, lineage: Lineage, runtime: Runtime |
             or a setting names a column the data lacks.
         ServiceUnavailable: MLflow or the snapshot's DVC remote cannot be reached (retry).
     """
-    from trainpipe import drift
-    from trainpipe.tabular import read_table
+    from trainpipe.data import drift
+    from trainpipe.data.tabular import read_table
 
     runtime = runtime or Runtime()
     if not config.reference and not config.model_name:
@@ -407,7 +407,7 @@ def _reference(config: DetectDriftConfig, holder: Any, record: dict[str, Any]) -
         InputError: the champion's lineage names no snapshot.
         ServiceUnavailable: the snapshot's DVC remote cannot be reached.
     """
-    from trainpipe.tabular import read_table
+    from trainpipe.data.tabular import read_table
 
     with tempfile.TemporaryDirectory() as tmp:
         if config.reference:
@@ -442,7 +442,7 @@ def _prediction_drift(
     config: DetectDriftConfig, holder: Any, reference: Any, current: Any
 ) -> tuple[ColumnResult | None, list[str]]:
     """The champion's predictions on both sides compared (none without a champion), and why they were not."""
-    from trainpipe import drift
+    from trainpipe.data import drift
 
     if holder is None:
         return None, []
@@ -504,7 +504,7 @@ def _decide(
 
 
 def drift_sample(df: Any, config: DetectDriftConfig, side: int) -> Any:
-    from trainpipe.drift import sample
+    from trainpipe.data.drift import sample
 
     return sample(df, min(config.sample_size, 20_000), config.seed + side)
 

@@ -13,13 +13,13 @@ from trainpipe.contract.runtime import TrustedPackages
 
 #: One column's figures, as the statistics engine computes them (stdlib only at import): the method, its
 #: figure (a p-value for a test, a distance for a distance), the threshold, the verdict.
-from trainpipe.drift import ColumnDrift as ColumnResult
-from trainpipe.registry import ALIAS_PATTERN, DEFAULT_ALIAS
+from trainpipe.data.drift import ColumnDrift as ColumnResult
+from trainpipe.services.registry import ALIAS_PATTERN, DEFAULT_ALIAS
 
 NAME = "detect_drift"
 RESULT_FILE = "drift.json"
 REPORT_FILE = "report.html"
-#: What a per-column method override may name (trainpipe.drift.METHODS; kept here so the spec imports nothing).
+#: What a per-column method override may name (trainpipe.data.drift.METHODS; kept here so the spec imports nothing).
 METHOD_NAMES = ("ks", "wasserstein", "psi", "chisquare", "jensenshannon")
 
 

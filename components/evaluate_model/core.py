@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainpipe import gate, registry
 from trainpipe.components.evaluate_model.spec import (
     LOWER_IS_BETTER,
     METRICS_FILE,
@@ -24,12 +23,13 @@ from trainpipe.components.evaluate_model.spec import (
 )
 from trainpipe.contract.errors import GateFailed, InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text
+from trainpipe.contract.layout import DECISION_FILE
 from trainpipe.contract.lineage import EvaluationLineage, Lineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import DECISION_FILE
-from trainpipe.scoring import classification_metrics, regression_metrics
-from trainpipe.serving.package import load_artifact
-from trainpipe.splits import held_out_rows
+from trainpipe.data.scoring import classification_metrics, regression_metrics
+from trainpipe.data.splits import held_out_rows
+from trainpipe.services import gate, registry
+from trainpipe.services.serving.package import load_artifact
 
 
 def decide(
@@ -47,7 +47,7 @@ def decide(
     Fails closed: a missing or NaN metric (the model's or the champion's, for a
     compared metric) fails the gate. Every threshold and comparison gives a reason,
     passed or not. The model beats the champion only when it passes and is strictly better
-    (:func:`trainpipe.gate.compare`): a tie passes the gate but keeps the champion.
+    (:func:`trainpipe.services.gate.compare`): a tie passes the gate but keeps the champion.
 
     Args:
         metrics: The model's metrics on the held-out split.
@@ -245,7 +245,7 @@ def score(model: Any, x: Any, y_raw: Any, config: EvaluateModelConfig) -> dict[s
     """Every metric of ``model`` on ``(x, y_raw)``: the task's own and the team's metric functions."""
     import numpy as np
 
-    from trainpipe.tabular import encode_labels
+    from trainpipe.data.tabular import encode_labels
 
     if model.task == "classification":
         classes, y = encode_labels(y_raw, model.classes or None)

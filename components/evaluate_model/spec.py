@@ -10,8 +10,8 @@ from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT, SOURCE
 from trainpipe.contract.result import ComponentResult
 from trainpipe.contract.runtime import TrustedPackages
-from trainpipe.registry import ALIAS_PATTERN, DEFAULT_ALIAS
-from trainpipe.scoring import LOWER_IS_BETTER
+from trainpipe.data.scoring import LOWER_IS_BETTER
+from trainpipe.services.registry import ALIAS_PATTERN, DEFAULT_ALIAS
 
 NAME = "evaluate_model"
 METRICS_FILE = "metrics.json"

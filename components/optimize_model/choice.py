@@ -20,7 +20,7 @@ from trainpipe.components.optimize_model.spec import (
 )
 from trainpipe.components.optimize_model.variants import INPUT_NAME
 from trainpipe.contract.io import file_digest
-from trainpipe.layout import MODEL_META, ONNX_FILE
+from trainpipe.contract.layout import MODEL_META, ONNX_FILE
 
 
 def _select(variants: list[Variant], how: str) -> Variant | None:
@@ -57,8 +57,8 @@ def _write_model(
     import onnxruntime
     import pandas as pd
 
-    from trainpipe.serving import loader
-    from trainpipe.serving.package import INPUT_EXAMPLE_FILE, write_examples
+    from trainpipe.services.serving import loader
+    from trainpipe.services.serving.package import INPUT_EXAMPLE_FILE, write_examples
 
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

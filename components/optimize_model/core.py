@@ -28,11 +28,11 @@ from trainpipe.components.optimize_model.spec import (
 from trainpipe.components.optimize_model.variants import TRAINING_ROWS, _calibration_rows, _make, _variants, prune
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest
+from trainpipe.contract.layout import MODEL_FILE, OPTIMIZATION_FILE, OPTIMIZED_MODEL_DIR
 from trainpipe.contract.lineage import Lineage, OptimizationLineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import MODEL_FILE, OPTIMIZATION_FILE, OPTIMIZED_MODEL_DIR
-from trainpipe.serving.package import load_artifact
-from trainpipe.splits import split_rows
+from trainpipe.data.splits import split_rows
+from trainpipe.services.serving.package import load_artifact
 
 
 def optimize_model(

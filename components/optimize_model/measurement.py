@@ -27,7 +27,7 @@ def task_metrics(task: str, classes: list[Any], y_raw: Any, raw: Any) -> dict[st
     import numpy as np
     from sklearn import metrics as skm
 
-    from trainpipe.tabular import encode_labels
+    from trainpipe.data.tabular import encode_labels
 
     if task == "classification":
         _, y = encode_labels(y_raw, classes or None)
@@ -153,7 +153,7 @@ class _Measure:
 
 def _cpu() -> str:
     """The CPU model and the cores this process may use (its cgroup's quota in a pod)."""
-    from trainpipe.resources import usable_cpus
+    from trainpipe.contract.resources import usable_cpus
 
     name = platform.processor() or platform.machine()
     try:

@@ -28,7 +28,7 @@ from trainpipe.components.optimize_model.spec import (
     Variant,
 )
 from trainpipe.contract.errors import InputError
-from trainpipe.layout import MODEL_FILE
+from trainpipe.contract.layout import MODEL_FILE
 
 #: Training rows read at most (the first ones of the training side): calibration and fine-tuning.
 TRAINING_ROWS = 100_000
@@ -208,7 +208,7 @@ def fine_tune(module: Any, task: str, classes: list[Any], x: Any, y_raw: Any, ep
     import numpy as np
     import torch
 
-    from trainpipe.tabular import encode_labels
+    from trainpipe.data.tabular import encode_labels
 
     torch.manual_seed(seed)
     xt = torch.from_numpy(np.ascontiguousarray(x))
@@ -238,7 +238,7 @@ def _calibration_rows(config: OptimizeModelConfig, model: Any, x_train: Any) -> 
     import numpy as np
 
     if config.calibration_data:
-        from trainpipe.tabular import read_table
+        from trainpipe.data.tabular import read_table
 
         frame = read_table(config.calibration_data, "calibration_data")
         missing = [c for c in model.feature_columns if c not in frame.columns]

@@ -28,10 +28,10 @@ from trainpipe.components.profile_training.spec import (
 from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_copy, atomic_write_json, atomic_write_settings, atomic_write_text
+from trainpipe.contract.layout import ERRORS_DIR, MARKER, MODEL_META, TELEMETRY_DIR
 from trainpipe.contract.lineage import Lineage, TrainingProfileLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import ERRORS_DIR, MARKER, MODEL_META, TELEMETRY_DIR
 
 #: Step phases in the order they happen. The torch backends time forward, backward and
 #: optimizer apart; TensorFlow runs them in one tf.function, reported as ``compute``.
@@ -374,7 +374,7 @@ def profiling_pass(config: ProfileTrainingConfig, out: Path) -> Path:
 def _log_to_mlflow(
     config: ProfileTrainingConfig, run_id: str, summary: dict[str, Any], out: Path, policy: Policy
 ) -> None:
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     client = tracking.connect(config.tracking_uri, policy)
     tracking.prepare_artifact_store(client, policy, run_id)

@@ -8,7 +8,7 @@ from trainpipe.components.profile_training.spec import ProfileTrainingConfig, Pr
 from trainpipe.contract import dry
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.profiles import prices_of
+from trainpipe.services.profiles import prices_of
 
 
 def dry_run(

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from trainpipe import registry, signing
 from trainpipe.components.register_model.spec import (
     LINEAGE_FILE,
     MODEL_CARD_FILE,
@@ -18,9 +17,17 @@ from trainpipe.components.register_model.spec import (
 from trainpipe.contract import lineage as lineage_mod
 from trainpipe.contract.errors import AliasMoved, InputError, TrainpipeError
 from trainpipe.contract.io import atomic_write_json, atomic_write_text, file_digest, read_json
+from trainpipe.contract.layout import (
+    DECISION_FILE,
+    MODEL_FILE,
+    MODEL_META,
+    ONNX_FILE,
+    OPTIMIZATION_FILE,
+    OPTIMIZED_MODEL_DIR,
+)
 from trainpipe.contract.lineage import Lineage, RegistrationLineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import DECISION_FILE, MODEL_FILE, MODEL_META, ONNX_FILE, OPTIMIZATION_FILE, OPTIMIZED_MODEL_DIR
+from trainpipe.services import registry, signing
 
 HASH_TAG = registry.HASH_TAG
 #: The sections of the chain a model may come without (a team's DAG without those steps): the registration
@@ -155,7 +162,7 @@ def holder_comparison(
     """How a model that lost the race is compared with the alias's new holder: with the metrics the holder's
     own gate recorded on its version, when they were taken on the same held-out rows (the same dataset and
     the same split) under the rules this model's gate used; None where that cannot be said."""
-    from trainpipe import gate
+    from trainpipe.services import gate
 
     prefix = "lineage.evaluation.metrics."
 
@@ -329,7 +336,7 @@ def _register(
         AliasMoved: the serving alias moved since the gate decided (the version is registered).
         ServiceUnavailable: MLflow cannot be reached, or another registration held the alias's lease too long.
     """
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     client = tracking.connect(config.tracking_uri, policy)
     tracking.prepare_artifact_store(client, policy, training.mlflow_run_id)
@@ -439,7 +446,7 @@ def set_aliases(
     holder (or there is none) and no approval is required, each on the version and its optimized
     ``variant`` (``(name, version)``) alike: ``(moved, why, the aliases set)``.
 
-    Every alias is set under the model's lease (:func:`trainpipe.registry.alias_lease`), which
+    Every alias is set under the model's lease (:func:`trainpipe.services.registry.alias_lease`), which
     ``trainpipe promote`` holds too: the serving alias moves by compare-and-set (its holder read again
     under the lease, so no other move comes between what the gate compared with and the move), and two
     registrations never set the challenger alias at once (MLflow's upsert of an alias then fails on its
@@ -513,7 +520,7 @@ def register_optimized(
     """
     import mlflow
 
-    from trainpipe.serving import package
+    from trainpipe.services.serving import package
 
     assert config.optimized is not None, "called only with an optimized input"
     record = read_json(Path(config.optimized) / OPTIMIZATION_FILE)

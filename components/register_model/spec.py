@@ -9,7 +9,7 @@ from pydantic import Field
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import INPUT, OUTPUT, SAME_AS_PRODUCER
 from trainpipe.contract.result import ComponentResult
-from trainpipe.registry import ALIAS_PATTERN, CHALLENGER, DEFAULT_ALIAS
+from trainpipe.services.registry import ALIAS_PATTERN, CHALLENGER, DEFAULT_ALIAS
 
 NAME = "register_model"
 LINEAGE_FILE = "lineage.json"

@@ -25,7 +25,7 @@ from trainpipe.contract.locks import exclusive
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
 from trainpipe.contract.text import redact
-from trainpipe.tabular import SUPPORTED_SUFFIXES, find_dataset
+from trainpipe.data.tabular import SUPPORTED_SUFFIXES, find_dataset
 
 _GIT_ID = [
     "-c",

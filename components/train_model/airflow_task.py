@@ -70,7 +70,7 @@ class TrainModelOperator(TrainpipeOperator):
         super().on_kill()
         job, self._slurm_job = self._slurm_job, None
         if job:
-            from trainpipe import slurm
+            from trainpipe.services import slurm
 
             self.log.info("scancel %s", job)
             slurm.cancel(job)

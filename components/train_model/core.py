@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainpipe import telemetry
 from trainpipe.components.train_model.spec import (
     NAME,
     TrainModelConfig,
@@ -27,12 +26,7 @@ from trainpipe.components.train_model.spec import (
 from trainpipe.contract import errors
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_settings, file_digest
-from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
-from trainpipe.contract.policy import Policy
-from trainpipe.contract.runtime import Runtime
-from trainpipe.contract.text import redact
-from trainpipe.costs import Budget, Meter, record_spent, spent_before
-from trainpipe.layout import (
+from trainpipe.contract.layout import (
     CHECKPOINT_DIR,
     EPOCH_METRICS_FILE,
     ERRORS_DIR,
@@ -40,9 +34,15 @@ from trainpipe.layout import (
     MODEL_META,
     TELEMETRY_DIR,
 )
-from trainpipe.profiles import metrics_port, prices_of, profile_name
-from trainpipe.tabular import find_dataset
-from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
+from trainpipe.contract.lineage import Lineage, SnapshotLineage, TrainingLineage
+from trainpipe.contract.policy import Policy
+from trainpipe.contract.runtime import Runtime
+from trainpipe.contract.text import redact
+from trainpipe.data.tabular import find_dataset
+from trainpipe.services import telemetry
+from trainpipe.services.costs import Budget, Meter, record_spent, spent_before
+from trainpipe.services.profiles import metrics_port, prices_of, profile_name
+from trainpipe.services.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training import launch
 from trainpipe.training.control import PREEMPT_SIGNALS
 from trainpipe.training.faults import Fault
@@ -66,7 +66,7 @@ class _Tracking(threading.Thread):
         with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         try:
-            from trainpipe import tracking
+            from trainpipe.services import tracking
 
             c = self.config
             self.client = tracking.connect(c.tracking_uri, self.policy)
@@ -137,7 +137,7 @@ def _train_here(
     chief = launch.node_rank(config) == 0
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)
     if chief:
-        from trainpipe import tracking
+        from trainpipe.services import tracking
 
         tracking.probe(
             config.tracking_uri, runtime.policy
@@ -391,7 +391,7 @@ def _as_job(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) -> Tra
 
 def _discard_outputs(out: Path) -> None:
     """What a failed run wrote besides its checkpoints: no half-made model is left to be read."""
-    from trainpipe.serving.package import INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE
+    from trainpipe.services.serving.package import INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE
 
     for name in (ERRORS_DIR, TELEMETRY_DIR):
         shutil.rmtree(out / name, ignore_errors=True)
@@ -463,8 +463,8 @@ def _log_run(
     """
     from mlflow.entities import Metric
 
-    from trainpipe import tracking
-    from trainpipe.serving import package
+    from trainpipe.services import tracking
+    from trainpipe.services.serving import package
 
     client, run_id, prices = t.client, t.run_id, spending.prices
     now = int(time.time() * 1000)
@@ -640,7 +640,7 @@ def _log_params_and_input(client: Any, run_id: str, config: TrainModelConfig, sn
     source and columns: read from the file's header or footer, never the whole table)."""
     from mlflow.entities import Dataset, DatasetInput, InputTag, Param
 
-    from trainpipe.tabular import dataset_columns
+    from trainpipe.data.tabular import dataset_columns
 
     params = config.model_dump(
         mode="json", exclude={"data", "output_dir", "checkpoint_dir", "tracking_uri", "cluster", "slurm"}

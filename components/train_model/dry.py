@@ -9,7 +9,7 @@ from trainpipe.components.train_model.spec import TrainModelConfig, TrainModelRe
 from trainpipe.contract import dry
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.profiles import profile_name
+from trainpipe.services.profiles import profile_name
 from trainpipe.training.preflight import check_settings
 
 

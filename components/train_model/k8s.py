@@ -13,7 +13,7 @@ Single-node training keeps running inside the step's own pod.
 The job's name is derived from the orchestrator's run id and the step's output, so a retried
 step finds the job its earlier attempt started and waits for it instead of starting a second
 one (a failed one is deleted and started again). The job is deleted when the wait times out and
-when the step is killed. Its pods get the hardware profile through :mod:`trainpipe.pods`, the
+when the step is killed. Its pods get the hardware profile through :mod:`trainpipe.services.pods`, the
 translation every pod trainpipe creates gets (resources, ``nvidia.com/gpu`` or a MIG resource,
 node selector and affinity, tolerations, service account, image pull secrets, secrets as
 environment variables, the restricted security contexts), plus the platform policy. The
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainpipe import pods
 from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import ClusterJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import Cancelled, InputError, ServiceUnavailable, TrainpipeError
@@ -40,9 +39,10 @@ from trainpipe.contract.io import atomic_write_json, atomic_write_settings
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import PROFILE_ENV, Runtime
-from trainpipe.profiles import HardwareProfile, get_profile
-from trainpipe.profiles import to_env as profile_env
-from trainpipe.tabular import find_dataset
+from trainpipe.data.tabular import find_dataset
+from trainpipe.services import pods
+from trainpipe.services.profiles import HardwareProfile, get_profile
+from trainpipe.services.profiles import to_env as profile_env
 
 TRAINER_GROUP, TRAINER_VERSION, TRAINER_PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 PYTORCHJOB_GROUP, PYTORCHJOB_VERSION, PYTORCHJOB_PLURAL = "kubeflow.org", "v1", "pytorchjobs"

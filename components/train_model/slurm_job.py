@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainpipe import slurm
 from trainpipe.components.train_model.node_result import adopt
 from trainpipe.components.train_model.spec import NAME, SlurmJob, TrainModelConfig, TrainModelResult
 from trainpipe.contract.errors import Cancelled, InputError, Preempted, TrainpipeError
@@ -41,9 +40,10 @@ from trainpipe.contract.policy import ENV as POLICY_ENV
 from trainpipe.contract.policy import to_env
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import PROFILE_ENV, Runtime
-from trainpipe.profiles import get_profile
-from trainpipe.profiles import to_env as profile_env
-from trainpipe.tabular import find_dataset
+from trainpipe.data.tabular import find_dataset
+from trainpipe.services import slurm
+from trainpipe.services.profiles import get_profile
+from trainpipe.services.profiles import to_env as profile_env
 
 #: Set by the Airflow face after its deferral: collect this job (ended by now), never submit another.
 ATTACH_ENV = "TRAINPIPE_SLURM_JOB_ID"

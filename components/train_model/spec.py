@@ -12,7 +12,7 @@ from pydantic import Field
 
 from trainpipe.contract.lineage import TrainingRun
 from trainpipe.contract.result import ComponentResult
-from trainpipe.costs import Usage
+from trainpipe.services.costs import Usage
 from trainpipe.training.settings import ClusterJob, SlurmJob, TrainModelConfig, TrainModelParams
 
 NAME = "train_model"
@@ -71,7 +71,7 @@ class TrainModelResult(ComponentResult, TrainingRun):
         """What the training used and, on a priced profile, what it cost (Prometheus)."""
         if self.usage is None:
             return []
-        from trainpipe.costs import series
+        from trainpipe.services.costs import series
 
         labels = {"train_function": self.train_function, "device": self.device}
         return series(self.usage, self.cost, self.currency, labels)

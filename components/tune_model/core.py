@@ -43,7 +43,7 @@ from trainpipe.contract.errors import (
 )
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.profiles import prices_of, profile_name
+from trainpipe.services.profiles import prices_of, profile_name
 
 
 def tune_model(config: TuneModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> TuneModelResult:

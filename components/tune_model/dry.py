@@ -13,7 +13,7 @@ from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_settings
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.profiles import prices_of
+from trainpipe.services.profiles import prices_of
 
 
 def dry_run(config: TuneModelConfig, lineage: Lineage, runtime: Runtime) -> tuple[dict[str, Any], TuneModelResult]:

@@ -15,10 +15,10 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE
+from trainpipe.contract.layout import TUNED_SETTINGS_FILE
 from trainpipe.contract.result import ComponentResult
 from trainpipe.contract.runtime import TrustedPackages
-from trainpipe.layout import TUNED_SETTINGS_FILE
-from trainpipe.scoring import LOWER_IS_BETTER, TASK_METRICS
+from trainpipe.data.scoring import LOWER_IS_BETTER, TASK_METRICS
 from trainpipe.training.settings import TrainModelParams
 
 NAME = "tune_model"

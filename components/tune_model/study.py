@@ -26,7 +26,7 @@ from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
 from trainpipe.contract.text import redact
-from trainpipe.tabular import find_dataset
+from trainpipe.data.tabular import find_dataset
 
 ROWS_FILE = "tuning_rows.parquet"
 #: A study's own folder in output_dir (``studies/<study_name>``): its tuning rows and its trials' trainings
@@ -132,7 +132,7 @@ def open_study(config: TuneModelConfig, search: dict[str, str] | None = None, ru
                 heartbeat_stale_trial_callback=retry,
             )
         except Exception as exc:
-            from trainpipe.tracking import first_line
+            from trainpipe.services.tracking import first_line
 
             raise ServiceUnavailable(f"storage: cannot open {redact(url)}: {first_line(exc)}") from None
         made_before = config.study_name in optuna.get_all_study_names(storage)
@@ -252,7 +252,7 @@ def tuning_rows(config: TuneModelConfig, out: Path) -> Path:
     the rows evaluate_model holds out never reach a trial."""
     import pandas as pd
 
-    from trainpipe.tabular import held_out, iter_chunks
+    from trainpipe.data.tabular import held_out, iter_chunks
 
     path = out / ROWS_FILE
     if path.is_file():
@@ -287,7 +287,7 @@ def study_name_for(lineage: Lineage, search: dict[str, str]) -> str:
 def parent_run(study: Any, config: TuneModelConfig, runtime: Runtime) -> str:
     """The study's MLflow run, which every trial's training run is nested under: made by the first
     worker, found by the others in the study's own attributes."""
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     with study_lock(storage_url(config)):
         known = study.user_attrs.get("mlflow_parent_run_id")
@@ -330,7 +330,7 @@ def parent_run(study: Any, config: TuneModelConfig, runtime: Runtime) -> str:
 
 def _running_again(config: TuneModelConfig, parent: str) -> None:
     """A study continued after its run ended (a worker stopped, a budget reached) runs it again."""
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     try:
         client = tracking.connect(config.tracking_uri)

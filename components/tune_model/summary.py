@@ -34,7 +34,7 @@ def end_parent(study: Any, config: TuneModelConfig, parent: str, status: str) ->
     runs it again). Never raises: the worker's own error is the news."""
     from optuna.trial import TrialState
 
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     if not parent:
         return
@@ -155,7 +155,7 @@ def beats(trial: Any, baseline: Any, direction: str) -> bool:
 
 
 def _log_to_parent(config: TuneModelConfig, parent: str, result: TuneModelResult, out: Path) -> None:
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     if not parent:
         return

@@ -35,12 +35,12 @@ from trainpipe.contract.errors import (
     TrainpipeError,
 )
 from trainpipe.contract.io import atomic_write_settings
+from trainpipe.contract.layout import EPOCH_METRICS_FILE, MODEL_FILE
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.push import TRY_ENV
 from trainpipe.contract.result import ErrorRecord
 from trainpipe.contract.runtime import Runtime
-from trainpipe.layout import EPOCH_METRICS_FILE, MODEL_FILE
-from trainpipe.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
+from trainpipe.services.tracking import PARENT_RUN_ENV, RUN_NAME_ENV
 from trainpipe.training.metrics import diverged
 
 #: A trial's user attribute: it trains the train section as given (trial 0, the baseline).
@@ -441,7 +441,7 @@ class TrialRun:
         """The trial's own MLflow run carries its number, what was sampled and its scores (never fails a trial)."""
         if not run_id:
             return
-        from trainpipe import tracking
+        from trainpipe.services import tracking
 
         try:
             from mlflow.entities import Metric, RunTag
@@ -465,9 +465,9 @@ class TrialRun:
         """The trial's objectives: its model on the validation rows (its own split of the tuning rows), what
         its training used and cost (train_model's result), and what the function logged (its last epoch's
         mean) for an objective that is not a validation metric."""
-        from trainpipe.scoring import task_metrics
-        from trainpipe.serving.package import load_artifact
-        from trainpipe.splits import held_out_rows
+        from trainpipe.data.scoring import task_metrics
+        from trainpipe.data.splits import held_out_rows
+        from trainpipe.services.serving.package import load_artifact
 
         model = load_artifact(out, self.runtime)
         x, y, _ = held_out_rows(str(self.rows), model, self.config.label_column)
@@ -676,7 +676,7 @@ def close_runs(
     so: every trial the study started has a run, and none stays RUNNING (never fails the study). With
     ``reason`` (a trial the study failed: its loss diverged, its training failed) the run ends ``status``
     whatever its training ended it as, and says why (``trainpipe.failure``): MLflow and the study agree."""
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     if not parent:
         return

@@ -1,6 +1,6 @@
 """The default suite without Great Expectations.
 
-The default suite (:func:`trainpipe.preconditions.training_suite`) uses six expectation types. Each is
+The default suite (:func:`trainpipe.data.preconditions.training_suite`) uses six expectation types. Each is
 evaluated here in pandas the way GX 1.x evaluates it on a pandas frame, and reported in GX's result form
 (success, unexpected count, the first unexpected values and rows, the observed value, a raised
 exception): so checking training's preconditions costs pandas' import, not GX's (seconds in every step,

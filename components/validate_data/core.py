@@ -33,7 +33,7 @@ from trainpipe.contract.lineage import (
 )
 from trainpipe.contract.runtime import Runtime
 from trainpipe.contract.text import plain
-from trainpipe.tabular import dataset_columns, find_data_file, find_dataset, parquet_files, read_table
+from trainpipe.data.tabular import dataset_columns, find_data_file, find_dataset, parquet_files, read_table
 
 #: Table-level expectations whose outcome over a Parquet directory is decided on all its files together.
 AGGREGATED = ("expect_table_row_count_to_be_between", "expect_column_unique_value_count_to_be_between")
@@ -55,7 +55,7 @@ def load_suite(suite: str, label_column: str, columns: list[str] | None = None, 
     if suite.startswith("builtin:"):
         if suite != DEFAULT_SUITE:
             raise InputError(f"suite: unknown built-in suite {suite!r} (known: {DEFAULT_SUITE})")
-        from trainpipe.preconditions import training_suite
+        from trainpipe.data.preconditions import training_suite
 
         c = config
         return training_suite(
@@ -142,7 +142,7 @@ def _rules(suite_doc: dict[str, Any], config: Any, columns: list[str]) -> dict[s
     """The training preconditions behind the default suite's expectations, by name (none for a suite of the user's)."""
     if config.suite != DEFAULT_SUITE:
         return {}
-    from trainpipe.preconditions import column_rules, table_rules
+    from trainpipe.data.preconditions import column_rules, table_rules
 
     rules = column_rules(columns, config.label_column, config.task)
     if config.label_column in columns:
@@ -236,7 +236,7 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     distinct values are decided on the whole directory.
 
     With ``features``, ``data`` is an entity table: the training set is first joined from the Feast
-    repository point-in-time (:mod:`trainpipe.feature_sets`) and is what the suite checks and what is
+    repository point-in-time (:mod:`trainpipe.data.feature_sets`) and is what the suite checks and what is
     handed on (``training_set.parquet``); the lineage gains ``features`` (which views, as of when).
 
     Args:
@@ -255,7 +255,7 @@ def validate_data(config: ValidateDataConfig, lineage: Lineage, runtime: Runtime
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     if not config.features.strip():
         return _validate(config, lineage, find_dataset(config.data, "data"), None)
-    from trainpipe.feature_sets import build_training_set
+    from trainpipe.data.feature_sets import build_training_set
 
     entity_table = find_data_file(config.data, "data")
     staging = Path(tempfile.mkdtemp(prefix=".training_set.", dir=Path(config.output_dir)))

@@ -7,12 +7,15 @@ orchestrator SDK; the heavy parts are imported where they are used.
 import os
 from importlib.util import find_spec
 
+from trainpipe.contract import moved
 from trainpipe.contract.plugins import defer_feast_headers
 
 __version__ = "0.1.0"
 
 # Feast's MLflow plugin would otherwise load all of Feast into every process that imports MLflow.
 defer_feast_headers()
+# the library's modules that moved into folders keep their old names for one release (with a warning)
+moved.install()
 
 #: What makes a folder of ``trainpipe.components`` a component: this file in it (name, stability, image...).
 METADATA = "metadata.yaml"

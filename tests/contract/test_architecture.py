@@ -111,7 +111,7 @@ def test_no_core_spec_or_contract_module_imports_an_orchestrator():
     assert {
         "src/trainpipe/contract/entrypoint.py",
         "src/trainpipe/training/loop.py",
-        "src/trainpipe/serving/loader.py",
+        "src/trainpipe/services/serving/loader.py",
     } <= names
     bad = [v for m in modules for v in violations(m, ORCHESTRATORS, module_level_only=False)]
     assert bad == [], "orchestrator SDK imported outside the faces:\n" + "\n".join(bad)
@@ -257,7 +257,7 @@ def test_the_guards_would_catch_a_violation(tmp_path):
 BY_NAME = REPO / "src/trainpipe/contract/imports.py"
 #: The model loader every registered model carries travels without trainpipe (stdlib only), so it imports a
 #: trusted builder by name itself.
-TRAVELS_ALONE = REPO / "src/trainpipe/serving/loader.py"
+TRAVELS_ALONE = REPO / "src/trainpipe/services/serving/loader.py"
 #: What imports by name, out of import-linter's sight: importlib's, the builtin's and pkgutil's.
 BY_NAME_SOURCES = {
     "importlib": ("import_module", "__import__"),

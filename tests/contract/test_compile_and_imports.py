@@ -70,9 +70,9 @@ def test_trainpipe_component_starts_as_its_entrypoint_without_loading_the_cli():
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("trainpipe.training.torch_context", ("tensorflow", "horovod")),
-        ("trainpipe.training.tf_context", ("torch", "horovod")),
-        ("trainpipe.training.builtin_tf", ("torch", "horovod")),
+        ("trainpipe.training.torch.context", ("tensorflow", "horovod")),
+        ("trainpipe.training.tf.context", ("torch", "horovod")),
+        ("trainpipe.training.tf.builtin", ("torch", "horovod")),
         # the driver, the data layer, the rank entrypoint and the launcher load no framework until a rank makes its
         # context
         (

@@ -258,7 +258,7 @@ def test_kubernetes_mode_pods_carry_the_profile_and_validate_strictly(tmp_path):
     )
     assert "--metrics-port" in pods["train_model"]["spec"]["containers"][0]["args"]
     assert "trainpipe.io/metrics" not in (pods["evaluate_model"]["metadata"].get("labels") or {})
-    # one place (trainpipe.images) picks each task's image: GPU training, slim data steps, CPU for the rest
+    # one place (trainpipe.services.images) picks each task's image: GPU training, slim data steps, CPU for the rest
     images = {t: p["spec"]["containers"][0]["image"] for t, p in pods.items()}
     assert images == {
         "validate_data": "registry.example/team-a/trainpipe-data:0.1.0",

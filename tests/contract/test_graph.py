@@ -111,7 +111,7 @@ def test_the_pipeline_with_every_optional_step_is_the_declared_graph(tmp_path):
     from kfp import compiler
 
     from trainpipe.pipelines.training_pipeline import build_pipeline
-    from trainpipe.profiles import PROFILES
+    from trainpipe.services.profiles import PROFILES
 
     tune = {"space": SPACE, "storage": "sqlite:///s.db", "trusted_packages": [TEAM], "workers": 2}
     pipeline = build_pipeline(PROFILES["cpu"], trusted_code=TEAM, optimize={}, require_approval=True, tune=tune)

@@ -100,7 +100,7 @@ def test_every_base_is_pinned_by_digest_and_each_kind_has_its_stages():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_image_is_lean_non_root_and_serves_its_components(kind):
-    from trainpipe.images import IMAGES, RUN_AS
+    from trainpipe.services.images import IMAGES, RUN_AS
 
     runtime, *between, own, final = _image_stages(kind)
     assert runtime[0] == "FROM ${PYTHON_BASE} AS runtime" and own[0].endswith(f" AS runtime-{kind}")
@@ -187,7 +187,7 @@ def test_images_agree_with_each_other_and_with_the_test_environment():
 
 def test_one_map_names_each_components_image(monkeypatch):
     from trainpipe import COMPONENTS
-    from trainpipe.images import IMAGES, image_for
+    from trainpipe.services.images import IMAGES, image_for
 
     monkeypatch.delenv("TRAINPIPE_IMAGE", raising=False)
     monkeypatch.setenv("TRAINPIPE_IMAGE_REGISTRY", "mirror.internal/ml/")
@@ -203,7 +203,7 @@ def test_one_map_names_each_components_image(monkeypatch):
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
 def test_golden_pipelines_use_the_mapped_images_and_run_as_non_root(profile):
-    from trainpipe.images import RUN_AS
+    from trainpipe.services.images import RUN_AS
 
     docs = list(yaml.safe_load_all((REPO / "pipelines" / "golden" / f"pipeline-{profile}.yaml").read_text()))
     executors = docs[0]["deploymentSpec"]["executors"]

@@ -79,7 +79,7 @@ VIOLATIONS = {
     "the library imports a pipeline inside a function (the CLI's old exemption)": (
         {"runs.py": "def load(path):\n    from trainpipe.pipelines.config import load_pipeline_config\n"},
         "application > DAGs > pipelines > components > library BROKEN",
-        "trainpipe.runs -> trainpipe.pipelines.config",
+        "trainpipe.services.runs -> trainpipe.pipelines.config",
     ),
     "the library imports the application": (
         {"contract/planted.py": "from trainpipe.app import cli\n"},
@@ -87,19 +87,19 @@ VIOLATIONS = {
         "trainpipe.contract.planted -> trainpipe.app.cli",
     ),
     "the contract reaches up to a service inside a function (Progress's old home)": (
-        {"contract/planted.py": "def f():\n    from trainpipe.telemetry import TrainingMetrics\n"},
+        {"contract/planted.py": "def f():\n    from trainpipe.services.telemetry import TrainingMetrics\n"},
         "application > DAGs > pipelines > components > library BROKEN",
-        "trainpipe.contract.planted -> trainpipe.telemetry",
+        "trainpipe.contract.planted -> trainpipe.services.telemetry",
     ),
     "a service imports training": (
         {"serving/planted.py": "from trainpipe.training import loop\n"},
         "application > DAGs > pipelines > components > library BROKEN",
-        "trainpipe.serving.planted -> trainpipe.training.loop",
+        "trainpipe.services.serving.planted -> trainpipe.training.loop",
     ),
     "a service imports another of its row": (
-        {"serving/planted.py": "from trainpipe.tracking import probe\n"},
+        {"serving/planted.py": "from trainpipe.services.tracking import probe\n"},
         "application > DAGs > pipelines > components > library BROKEN",
-        "trainpipe.serving.planted -> trainpipe.tracking",
+        "trainpipe.services.serving.planted -> trainpipe.services.tracking",
     ),
     "a component imports another's core with a relative import": (
         {"components/evaluate_model/planted.py": "from ..train_model.core import train_model\n"},

@@ -17,11 +17,11 @@ import yaml
 
 from tests.conftest import REPO
 from tests.helpers.k8s_schema import validate_pytorchjob, validate_trainjob
-from trainpipe import pods, telemetry
 from trainpipe.components.train_model import k8s
 from trainpipe.components.train_model.spec import ClusterJob
 from trainpipe.contract import push
-from trainpipe.profiles import PROFILES, metrics_port
+from trainpipe.services import pods, telemetry
+from trainpipe.services.profiles import PROFILES, metrics_port
 
 pytestmark = pytest.mark.contract
 

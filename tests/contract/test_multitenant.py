@@ -18,10 +18,10 @@ import yaml
 from tests.conftest import REPO
 from tests.contract.test_dag_integrity import POD_CHECK
 from tests.helpers.k8s_schema import validate_core, validate_kueue, validate_pod, validate_pytorchjob, validate_trainjob
-from trainpipe import pods
 from trainpipe.components.train_model import k8s
 from trainpipe.components.train_model.spec import ClusterJob
-from trainpipe.profiles import PROFILES, get_profile
+from trainpipe.services import pods
+from trainpipe.services.profiles import PROFILES, get_profile
 
 pytestmark = pytest.mark.contract
 

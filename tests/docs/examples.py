@@ -288,7 +288,7 @@ def load_dags(path: Path, block: Block | None, scratch: Any, env: dict[str, str]
 def _models() -> dict[str, Any]:
     from trainpipe.contract.policy import Policy
     from trainpipe.pipelines.config import PipelineConfig
-    from trainpipe.profiles import HardwareProfile
+    from trainpipe.services.profiles import HardwareProfile
     from trainpipe.training.settings import ClusterJob, SlurmJob, TrainModelParams
 
     return {
@@ -356,7 +356,7 @@ def check_yaml(block: Block, scratch: Any, static: bool = False) -> None:
             elif kind in ("policy", "profile"):
                 path.write_text(block.source)
                 from trainpipe.contract.policy import load_policy
-                from trainpipe.profiles import get_profile
+                from trainpipe.services.profiles import get_profile
 
                 (load_policy if kind == "policy" else get_profile)(str(path))
             else:

@@ -152,7 +152,7 @@ def _config(folder: Path, store, **extra: Any) -> Path:
 
 
 def _engine(config: Path, engine: str) -> Run:
-    from trainpipe.runs import collect_results
+    from trainpipe.services.runs import collect_results
 
     started = time.time()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

@@ -235,7 +235,7 @@ def test_registered_models_load_by_alias_without_trainpipe_and_predict_as_trainp
     separation is the claim, and no cached environment would show it."""
     import pandas as pd
 
-    from trainpipe.serving import loader
+    from trainpipe.services.serving import loader
 
     probe = _in_fresh_env(
         fresh_env,
@@ -312,7 +312,7 @@ def test_the_registered_model_is_served_over_rest(fresh_env, registered, mlflow_
         )
         with urllib.request.urlopen(req, timeout=60) as r:
             served = json.loads(r.read())["predictions"]
-        from trainpipe.serving import loader
+        from trainpipe.services.serving import loader
 
         mine = (
             loader.load(next(registered["regression_ws"].rglob("train-model/model")))

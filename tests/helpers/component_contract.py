@@ -27,7 +27,7 @@ import yaml
 from tests.conftest import REPO
 from trainpipe.contract.entrypoint import input_fields, output_fields
 from trainpipe.faces.surface import UNSET
-from trainpipe.images import image_for
+from trainpipe.services.images import image_for
 
 
 def face_module(component: str):

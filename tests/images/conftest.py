@@ -65,7 +65,7 @@ def can_run_containers() -> None:
 
 
 def _built(kind: str) -> str:
-    from trainpipe.images import reference
+    from trainpipe.services.images import reference
 
     ref = reference(kind)
     if podman("image", "exists", ref, check=False).returncode != 0:

@@ -36,13 +36,13 @@ def _result(proc: subprocess.CompletedProcess) -> dict:
 
 
 def cpu_ref() -> str:
-    from trainpipe.images import reference
+    from trainpipe.services.images import reference
 
     return reference("cpu")
 
 
 def _served(kind: str) -> tuple[str, ...]:
-    from trainpipe.images import IMAGES
+    from trainpipe.services.images import IMAGES
 
     return IMAGES[kind].components
 

@@ -70,8 +70,8 @@ def run_on_docker(config_path: Path, socket: str) -> dict:
 
     from trainpipe.pipelines.config import load_pipeline_config
     from trainpipe.pipelines.training_pipeline import build_pipeline
-    from trainpipe.profiles import get_profile
-    from trainpipe.runs import collect_results
+    from trainpipe.services.profiles import get_profile
+    from trainpipe.services.runs import collect_results
 
     config = load_pipeline_config(config_path)
     runner = local.DockerRunner(network_mode="none", read_only=True)
@@ -101,7 +101,7 @@ def docker_run(cpu_image, data_image, podman_socket, tmp_path_factory) -> tuple[
 @pytest.fixture(scope="module")
 def subprocess_run(tmp_path_factory) -> tuple[Path, dict]:
     """The same config on kfp.local's SubprocessRunner, as ``trainpipe run`` runs it."""
-    from trainpipe.runs import collect_results
+    from trainpipe.services.runs import collect_results
 
     folder = tmp_path_factory.mktemp("subprocess")
     config = _config(folder)
@@ -120,7 +120,7 @@ def _version(config: Path):
 
 
 def test_the_pipeline_on_docker_runner_registers_what_the_subprocess_runner_registers(docker_run, subprocess_run):
-    from trainpipe.images import image_for
+    from trainpipe.services.images import image_for
 
     (docker_config, docker), (local_config, local) = docker_run, subprocess_run
     assert set(docker) == set(local) and {"validate_data", "train_model", "register_model"} <= set(docker)

@@ -190,7 +190,7 @@ def test_celery_workers_by_queue_approval_rejection_timeout_and_a_killed_worker(
                 return {t["task_id"]: t for t in api.call("GET", f"{path}/taskInstances")["task_instances"]}
 
             def champion() -> str | None:
-                from trainpipe import registry
+                from trainpipe.services import registry
 
                 mv = registry.alias_version(client, MODEL, "champion")
                 return None if mv is None else str(mv.version)

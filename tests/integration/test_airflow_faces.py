@@ -55,7 +55,7 @@ elif mode == "assets":
     from trainpipe.components.snapshot_dataset.airflow_task import SnapshotDatasetOperator
     from trainpipe.faces.airflow_operator import component_task
     from trainpipe.pipelines.dag_gates import dataset_asset
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.profiles import get_profile
     extras = {}
     for m in ("local", "kubernetes"):
         asset = dataset_asset("tiny")

@@ -221,8 +221,8 @@ def test_the_last_checkpoint_holds_the_trained_model_and_reads_without_running_c
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
 
-    from trainpipe.serving import loader
-    from trainpipe.tabular import split_indices
+    from trainpipe.data.tabular import split_indices
+    from trainpipe.services.serving import loader
     from trainpipe.training.safe_dcp import SafeLoadPlanner, SafeReader
 
     out, _ = trained
@@ -282,7 +282,7 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
             '{"accuracy": 0.6}',
         )
     )
-    from trainpipe.tabular import split_indices
+    from trainpipe.data.tabular import split_indices
 
     assert (
         ev["n_test"] == len(split_indices(240, 0.2, 0)[1])
@@ -315,7 +315,7 @@ def test_profile_evaluate_register_and_idempotency(tmp_path, trained, snapshot, 
     # the registered version is the MLflow pyfunc train_model logged: raw feature columns in, predictions out
     import pandas as pd
 
-    from trainpipe.serving import loader
+    from trainpipe.services.serving import loader
 
     mlflow.set_tracking_uri(mlflow_server)
     served = mlflow.pyfunc.load_model("models:/tiny@champion")

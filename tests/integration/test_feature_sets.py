@@ -152,7 +152,7 @@ def test_each_feature_gets_its_views_value_as_of_the_rows_moment_within_its_ttl(
     import numpy as np
     import pandas as pd
 
-    from trainpipe.feature_sets import build_training_set
+    from trainpipe.data.feature_sets import build_training_set
 
     _write_sources(repo, sources)
     stamps = pd.Series([pd.Timestamp(T0) + pd.Timedelta(minutes=30 * m) for _, m in rows])
@@ -228,7 +228,7 @@ def test_missing_values_name_the_feature_view_that_has_none_and_no_other_views_c
 
 def test_two_views_with_a_feature_of_one_name_are_refused_before_feast_is_asked(tmp_path, repo):
     """The set's columns are feature names: one name from two views is refused in one line, naming both."""
-    from trainpipe.feature_sets import build_training_set
+    from trainpipe.data.feature_sets import build_training_set
 
     entity = tmp_path / "entities.csv"
     _entity([0], [50]).to_csv(entity, index=False)
@@ -242,7 +242,7 @@ def test_a_plain_join_leaks_what_the_point_in_time_join_does_not(tmp_path, repo,
     values from after the row's moment into it; the feature store's set has none."""
     import pandas as pd
 
-    from trainpipe.feature_sets import build_training_set
+    from trainpipe.data.feature_sets import build_training_set
 
     entity = _entity(range(CUSTOMERS), [50] * CUSTOMERS)
     path = tmp_path / "entity.parquet"
@@ -286,7 +286,7 @@ def test_validate_data_builds_the_set_and_its_lineage_says_which_features_as_of_
     definition fingerprint, the entity table's hash and its timestamps; snapshot_dataset carries it."""
     from feast import FeatureStore
 
-    from trainpipe.feature_sets import fingerprint
+    from trainpipe.data.feature_sets import fingerprint
 
     first = result_of(_validate(entity_csv, tmp_path / "v1", repo, "--features", "training"))
     again = result_of(_validate(entity_csv, tmp_path / "v2", repo, "--features", "training"))
@@ -331,7 +331,7 @@ def test_a_changed_view_definition_has_another_fingerprint_and_the_first_one_bac
     its first definition applied again (Feast records new moments for its source) has the first again."""
     from feast import FeatureStore
 
-    from trainpipe.feature_sets import fingerprint
+    from trainpipe.data.feature_sets import fingerprint
 
     def applied(frame):
         repo = make_feature_repo(tmp_path / "a", {"activity": frame}, key="customer_id")
@@ -406,7 +406,7 @@ def test_bad_feature_inputs_are_one_line_exit_2_and_nothing_is_handed_on(
 def test_a_folder_that_is_no_feast_repository_and_features_without_one_are_refused(tmp_path, entity_csv):
     """The repository is checked before Feast is asked anything; a pipeline config with features but no
     repository fails where it is loaded."""
-    from trainpipe.feature_sets import open_store
+    from trainpipe.data.feature_sets import open_store
     from trainpipe.pipelines.config import load_pipeline_config
 
     with pytest.raises(InputError, match=r"^feature_repo: .* is not a Feast feature repository"):
@@ -428,7 +428,7 @@ def test_a_folder_that_is_no_feast_repository_and_features_without_one_are_refus
 def test_the_lineage_report_says_which_features_as_of_when():
     from types import SimpleNamespace
 
-    from trainpipe.lineage_report import render
+    from trainpipe.services.lineage_report import render
 
     lineage = {
         "features": {

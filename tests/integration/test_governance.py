@@ -26,7 +26,7 @@ APPROVED = "approved-digits"
 def gov(tmp_path_factory, digits_csv, mlflow_server):
     """A snapshot, a key pair and the environment every step runs with: the signing key, the
     public key loaders verify with (so unsigned registered models are refused too), the audit log."""
-    from trainpipe import signing
+    from trainpipe.services import signing
 
     root = tmp_path_factory.mktemp("gov")
     make_snapshot(root, digits_csv, label_column="label")
@@ -113,7 +113,7 @@ def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 def _stored_file(tmp_root: Path, client, name: str, version: str, file: str) -> Path:
     """The file as the tracking server's artifact store holds it on disk."""
-    from trainpipe import registry
+    from trainpipe.services import registry
 
     model_id = registry.logged_model_id(client.get_model_version(name, version))
     hits = [p for p in tmp_root.rglob(file) if model_id in p.parts]
@@ -131,7 +131,7 @@ def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_pat
     one byte of its stored weights is flipped, each a process of its own as in a pipeline."""
     import mlflow
 
-    from trainpipe import registry, signing
+    from trainpipe.services import registry, signing
 
     root, env, server = gov
     mlflow.set_tracking_uri(server)
@@ -188,7 +188,7 @@ def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_pat
         )
         from trainpipe.contract.errors import SignatureInvalid
         from trainpipe.contract.runtime import Runtime
-        from trainpipe.serving.package import load_artifact
+        from trainpipe.services.serving.package import load_artifact
 
         for key, value in env.items():
             monkeypatch.setenv(key, value)
@@ -202,7 +202,7 @@ def test_registration_signs_and_every_loader_refuses_a_flipped_byte(gov, tmp_pat
 def test_a_signature_by_another_key_or_a_missing_one_is_refused(gov, tmp_path):
     """Slow on purpose (about a minute): a version registered without signing is a real training, evaluation and
     registration, since the verifier must refuse what the registry really holds."""
-    from trainpipe import signing
+    from trainpipe.services import signing
 
     root, env, _ = gov
     signing.keypair(tmp_path / "other.pem", tmp_path / "other.pub")
@@ -229,7 +229,7 @@ def test_require_approval_registers_the_challenger_and_promote_moves_the_alias_a
     of both, then promotions refused (a tampered variant, a failed gate) and one approved, each a process of its own."""
     import mlflow
 
-    from trainpipe import promote, registry, signing
+    from trainpipe.services import promote, registry, signing
 
     root, env, server = gov
     client = mlflow.MlflowClient(server)

@@ -117,7 +117,7 @@ def test_the_data_lock_installs_and_runs_its_components_without_torch(tmp_path, 
     """Slow on purpose (about a minute): it installs the data image's whole locked environment into a fresh
     virtualenv exactly as the Dockerfile does, the check that the lock installs with hashes and `pip check` clean
     and that its components run without torch; pip's cache keeps the downloads."""
-    from trainpipe.images import IMAGES
+    from trainpipe.services.images import IMAGES
 
     kind = "data"
     venv = _image_env(kind, tmp_path)

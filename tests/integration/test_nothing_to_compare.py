@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainpipe import registry
 from trainpipe.contract.runtime import Runtime
+from trainpipe.services import registry
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 def test_the_gate_with_no_store_yet_answers_none_without_importing_mlflow(tmp_path):
     code = f"""
 import json, sys
-from trainpipe import registry
+from trainpipe.services import registry
 from trainpipe.contract.runtime import Runtime
 found = registry.champion("sqlite:///{tmp_path}/mlflow.db", "digits", "champion", Runtime())
 print(json.dumps([found is None, "mlflow" in sys.modules]))

@@ -363,7 +363,7 @@ def _team_model(folder: Path, columns: list[str]) -> Path:
         from teampkg.odd import KthValueNet
     finally:
         sys.path.pop(0)
-    from trainpipe.serving.loader import FORMAT
+    from trainpipe.services.serving.loader import FORMAT
 
     folder.mkdir(parents=True)
     save_file(KthValueNet().state_dict(), str(folder / "model.safetensors"))

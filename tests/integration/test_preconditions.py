@@ -1,6 +1,6 @@
 """validate_data's default suite is train_model's preconditions: data training would refuse stops at
 validate_data, before anything is snapshotted, and both say the same thing (the column, and an
-offending row or value). Both come from one list of rules (trainpipe.preconditions).
+offending row or value). Both come from one list of rules (trainpipe.data.preconditions).
 
 validate_data runs here in-process (real Great Expectations, imported once); train_model's side is
 the check its data loader runs on every table it reads, and one case goes through the real
@@ -72,8 +72,8 @@ def test_what_training_refuses_stops_at_validate_data_and_both_name_the_column(t
     from trainpipe.components.validate_data.core import validate_data
     from trainpipe.components.validate_data.spec import ValidateDataConfig
     from trainpipe.contract.artifacts import begin_output
-    from trainpipe.preconditions import check_frame, check_table
-    from trainpipe.tabular import read_table
+    from trainpipe.data.preconditions import check_frame, check_table
+    from trainpipe.data.tabular import read_table
 
     breaker, column, detail = CASES[case]
     data = tmp_path / "data.csv"
@@ -98,7 +98,7 @@ def test_what_training_refuses_stops_at_validate_data_and_both_name_the_column(t
 
 
 def test_the_default_suite_is_the_rules_training_checks():
-    from trainpipe.preconditions import column_rules, table_rules, training_suite
+    from trainpipe.data.preconditions import column_rules, table_rules, training_suite
 
     suite = training_suite(["f1", "f2", "label"], "label", "classification", 64, 0.2, 0)
     rules = column_rules(["f1", "f2", "label"], "label", "classification") + table_rules(

@@ -89,8 +89,8 @@ def test_champion_lifecycle_on_postgres(chain, mlflow_server_postgres):
     import numpy as np
     import pandas as pd
 
-    from trainpipe import registry
-    from trainpipe.serving import loader
+    from trainpipe.services import registry
+    from trainpipe.services.serving import loader
 
     server = mlflow_server_postgres
     mlflow.set_tracking_uri(server)
@@ -313,8 +313,8 @@ def test_two_registrations_released_together_move_the_alias_once(mlflow_server_p
 
 
 def test_a_lease_a_dead_holder_left_is_broken_and_a_live_one_waited_for(mlflow_server_postgres):
-    from trainpipe import registry
     from trainpipe.contract.errors import ServiceUnavailable
+    from trainpipe.services import registry
 
     name = "alias-lease"
     client, _ = _alias_race_setup(mlflow_server_postgres, name)

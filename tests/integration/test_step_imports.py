@@ -60,8 +60,8 @@ assert result.retrain and "nothing to compare with" in result.reasons[0], result
         "dvc",
         "great_expectations",
         "matplotlib",
-        "trainpipe.lineage_report",
-        "trainpipe.serving.nets",
+        "trainpipe.services.lineage_report",
+        "trainpipe.services.serving.nets",
     ]
     assert _loaded(code, heavy, tmp_path) == []
 

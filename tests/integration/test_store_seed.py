@@ -43,7 +43,7 @@ def _normalized(db: Path) -> tuple:
 def test_a_seeded_store_is_the_store_mlflow_would_have_made(tmp_path, monkeypatch):
     import mlflow
 
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     monkeypatch.setenv(tracking.STORE_CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
@@ -64,7 +64,7 @@ def test_a_seeded_store_is_the_store_mlflow_would_have_made(tmp_path, monkeypatc
 def test_an_existing_store_is_never_replaced(tmp_path, monkeypatch):
     import mlflow
 
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     monkeypatch.setenv(tracking.STORE_CACHE_ENV, str(tmp_path / "cache"))
     store = tmp_path / "mlflow.db"

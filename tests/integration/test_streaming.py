@@ -131,7 +131,7 @@ def test_a_parquet_directory_is_validated_snapshotted_and_evaluated_as_one_datas
         )
     )
     # the held-out rows are the same ones an in-memory read of the whole table would hold out
-    from trainpipe.tabular import split_indices
+    from trainpipe.data.tabular import split_indices
 
     _, test_idx = split_indices(19_998, 0.2, 0)
     assert e["n_test"] == len(test_idx) and e["metrics"]["accuracy"] > 0.9

@@ -423,7 +423,7 @@ def test_a_run_on_a_priced_profile_reports_what_it_used_and_cost_everywhere(
     carries it."""
     import mlflow
 
-    from trainpipe.costs import Prices, Usage
+    from trainpipe.services.costs import Prices, Usage
 
     profile = tmp_path / "priced.yaml"
     profile.write_text(

@@ -204,7 +204,7 @@ def test_a_team_function_killed_mid_epoch_resumes_to_the_same_parameters(
 def test_fsdp2_follows_ddp_and_its_sharded_checkpoint_resumes_exactly(tmp_path, baseline, digits_csv, mlflow_server):
     """Stated tolerance: FSDP2's parameters stay within 1e-5 of DDP's after 44 steps (the same
     gradients, averaged by reduce-scatter instead of all-reduce)."""
-    from trainpipe.training.torch_strategies import cpu_fsdp_supported
+    from trainpipe.training.torch.strategies import cpu_fsdp_supported
 
     out = tmp_path / "fsdp"
     if not cpu_fsdp_supported():  # torch 2.6 (make test-lowest-torch): refused in one line, nothing written
@@ -324,7 +324,7 @@ def test_horovod_two_ranks_agree_match_ddp_and_resume(tmp_path, baseline, digits
 def test_tensorflow_two_workers_train_and_end_with_identical_weights(tmp_path, digits_csv, mlflow_server):
     import pandas as pd
 
-    from trainpipe.serving import loader
+    from trainpipe.services.serving import loader
 
     out = tmp_path / "tf"
     r = result_of(

@@ -141,9 +141,9 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
     )
     assert again["lineage"]["tuning"]["study_name"] == "digits"
     from trainpipe.contract.runtime import Runtime
-    from trainpipe.scoring import task_metrics
-    from trainpipe.serving.package import load_artifact
-    from trainpipe.splits import held_out_rows
+    from trainpipe.data.scoring import task_metrics
+    from trainpipe.data.splits import held_out_rows
+    from trainpipe.services.serving.package import load_artifact
 
     model = load_artifact(tmp_path / "again", Runtime())
     x, y, _ = held_out_rows(str(rows), model, "label")

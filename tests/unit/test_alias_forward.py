@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainpipe import gate
 from trainpipe.components.evaluate_model.core import decide
 from trainpipe.components.evaluate_model.spec import EvaluateModelParams
 from trainpipe.components.register_model.core import should_move_champion
 from trainpipe.contract.errors import AliasMoved
+from trainpipe.services import gate
 
 pytestmark = pytest.mark.unit
 

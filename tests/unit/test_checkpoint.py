@@ -133,7 +133,7 @@ def test_cadence_by_steps_and_by_time(tmp_path, monkeypatch):
 def test_the_torch_stager_reuses_its_buffers_and_holds_the_state_as_it_was():
     import torch
 
-    from trainpipe.training.torch_state import Stager
+    from trainpipe.training.torch.state import Stager
 
     model = torch.nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

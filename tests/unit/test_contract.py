@@ -12,7 +12,7 @@ from trainpipe.components.validate_data.spec import ValidateDataConfig
 from trainpipe.contract import artifacts, errors, lineage
 from trainpipe.contract.config import build, load_file
 from trainpipe.contract.io import atomic_write_json, file_digest
-from trainpipe.tabular import split_indices
+from trainpipe.data.tabular import split_indices
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ def test_exit_code_classes():
 def test_split_is_deterministic_disjoint_and_the_same_in_any_chunking():
     import numpy as np
 
-    from trainpipe.tabular import held_out, min_rows
+    from trainpipe.data.tabular import held_out, min_rows
 
     tr1, te1 = split_indices(10_000, 0.2, 7)
     tr2, te2 = split_indices(10_000, 0.2, 7)

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainpipe.contract.errors import InputError
-from trainpipe.costs import Meter, Prices, Usage
-from trainpipe.profiles import get_profile, prices_of
+from trainpipe.services.costs import Meter, Prices, Usage
+from trainpipe.services.profiles import get_profile, prices_of
 
 pytestmark = pytest.mark.unit
 
@@ -69,7 +69,7 @@ def test_a_profile_declares_prices_and_a_bad_price_is_one_line(tmp_path):
 
 
 def test_a_budget_names_the_limit_it_reached_and_what_was_spent():
-    from trainpipe.costs import Budget
+    from trainpipe.services.costs import Budget
 
     spent = Usage(wall_seconds=7200, gpu_seconds=14_400, cpu_core_seconds=3600, peak_memory_mb=1)
     prices = Prices(currency="EUR", gpu_hour=2.0)
@@ -83,7 +83,7 @@ def test_a_budget_names_the_limit_it_reached_and_what_was_spent():
 
 
 def test_what_every_attempt_spent_is_kept_beside_the_checkpoints(tmp_path):
-    from trainpipe.costs import record_spent, spent_before
+    from trainpipe.services.costs import record_spent, spent_before
 
     assert spent_before(tmp_path / "none") is None
     first = Usage(wall_seconds=1.5, gpu_seconds=3, cpu_core_seconds=2, peak_memory_mb=100)
@@ -120,7 +120,7 @@ def test_a_profile_file_travels_to_a_step_as_its_content_without_its_secrets(pri
     """A profile file lies on the machine that compiled the pipeline or parsed the DAG, not in the step's pod:
     TRAINPIPE_HARDWARE_PROFILE carries its content (what the KFP pipeline and the DAGs set), and the step
     reads its prices, port and name from it; the names of the secrets it mounts stay out."""
-    from trainpipe.profiles import HardwareProfile, metrics_port, profile_name, to_env
+    from trainpipe.services.profiles import HardwareProfile, metrics_port, profile_name, to_env
 
     team = HardwareProfile(
         name="team-a100",
@@ -136,7 +136,7 @@ def test_a_profile_file_travels_to_a_step_as_its_content_without_its_secrets(pri
 
 
 def test_a_built_in_profile_travels_by_its_name():
-    from trainpipe.profiles import PROFILES, profile_name, to_env
+    from trainpipe.services.profiles import PROFILES, profile_name, to_env
 
     assert [to_env(p) for p in PROFILES.values()] == list(PROFILES)
     assert profile_name("local") == "local" and prices_of("{not json") is None  # no profile, or none readable

@@ -1,4 +1,4 @@
-"""trainpipe.drift on bundled data: what moved is named per column, what did not stays quiet."""
+"""trainpipe.data.drift on bundled data: what moved is named per column, what did not stays quiet."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from sklearn.datasets import load_digits, load_wine
 
 from trainpipe.contract.errors import InputError
-from trainpipe.drift import compare
+from trainpipe.data.drift import compare
 
 pytestmark = pytest.mark.unit
 

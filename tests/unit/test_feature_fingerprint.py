@@ -54,7 +54,7 @@ def test_the_fingerprint_is_the_definition_whenever_it_was_applied(first, second
     """The same definition applied at other moments (as re-applying it after a change does) has the same
     fingerprint; another definition has another."""
     pytest.importorskip("feast")  # here, not at collection: every worker collects every module
-    from trainpipe.feature_sets import fingerprint
+    from trainpipe.data.feature_sets import fingerprint
 
     assert fingerprint(_view(first, at)) == fingerprint(_view(first, again))
     assert (fingerprint(_view(first, at)) == fingerprint(_view(second, again))) == (first == second)

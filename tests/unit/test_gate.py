@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from trainpipe.components.evaluate_model.core import decide
 from trainpipe.components.register_model.core import should_move_champion
 from trainpipe.contract.errors import AliasMoved
-from trainpipe.scoring import regression_metrics
+from trainpipe.data.scoring import regression_metrics
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The artifact file names are spelled twice: in ``trainpipe.layout`` (the bottom of the library's layers,
+"""The artifact file names are spelled twice: in ``trainpipe.contract.layout`` (the bottom of the library's layers,
 read by the writers and the readers) and in the loader every registered model carries (it travels without
 trainpipe). Both spellings must stay one."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainpipe import layout
-from trainpipe.serving import loader
+from trainpipe.contract import layout
+from trainpipe.services.serving import loader
 
 pytestmark = pytest.mark.unit
 

@@ -59,7 +59,7 @@ def test_the_raw_data_line_shows_the_raw_files_own_md5(entity_md5, set_md5, from
     """A training set joined from a feature store: the raw data is the entity table, and its md5 is the
     entity table's, also in a record written before validate_data kept it in ``source`` (it held the
     set's there); a dataset validated as it is: its own."""
-    from trainpipe.lineage_report import render
+    from trainpipe.services.lineage_report import render
 
     record = Lineage(
         source=SourceLineage(uri="/data/entities.csv", md5=set_md5, rows=10, columns=3),
@@ -90,7 +90,7 @@ def test_the_raw_data_line_shows_the_raw_files_own_md5(entity_md5, set_md5, from
 def test_the_cost_line_says_what_training_tuning_and_an_epoch_cost(cost, currency, used, study, per_epoch):
     """Without ``--json``: the training's cost at its profile's prices (or that the profile has none) and
     what it used, the tuning study's cost and the profiled cost per epoch, each when the record has it."""
-    from trainpipe.lineage_report import render
+    from trainpipe.services.lineage_report import render
 
     wall, gpu, cpu = used
     record = Lineage(
@@ -129,7 +129,7 @@ def test_the_cost_line_says_what_training_tuning_and_an_epoch_cost(cost, currenc
 
 
 def test_a_record_without_training_says_so_in_one_dash():
-    from trainpipe.lineage_report import render
+    from trainpipe.services.lineage_report import render
 
     line = _line(render("m", SimpleNamespace(version="1", aliases=[]), {}, None), "  cost")
     assert line == "  cost       -"

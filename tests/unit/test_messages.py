@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainpipe import preconditions
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.text import plain, redact
+from trainpipe.data import preconditions
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +88,7 @@ def test_plain_is_the_python_value(label):
 def test_a_missing_profile_file_is_named_as_the_profile_not_as_a_config(tmp_path):
     """A new user's ``profile: nothere.yaml`` read "config file ... does not exist": the pipeline config
     was there; the line names the field and what the file is."""
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.profiles import get_profile
 
     with pytest.raises(InputError) as exc:
         get_profile(str(tmp_path / "nothere.yaml"))
@@ -98,7 +98,7 @@ def test_a_missing_profile_file_is_named_as_the_profile_not_as_a_config(tmp_path
 def test_a_misspelt_profile_key_is_not_called_a_components_setting(tmp_path):
     """A new user's ``retires: 2`` in a profile file read "unknown key (not a setting of this component)":
     a profile is not a component."""
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.profiles import get_profile
 
     (tmp_path / "team.yaml").write_text("name: team\nretires: 2\n")
     with pytest.raises(InputError) as exc:
@@ -111,7 +111,7 @@ def test_a_misspelt_profile_key_is_not_called_a_components_setting(tmp_path):
 def test_a_currency_that_is_no_iso_4217_code_is_named_so(code, tmp_path):
     """The docs promise a currency that is not an ISO 4217 code is one line naming it; a new user's ``eur`` read
     "String should match pattern '^[A-Z]{3}$'"."""
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.profiles import get_profile
 
     (tmp_path / "team.yaml").write_text(f"name: team\nprices: {{currency: '{code}', cpu_core_hour: 0.04}}\n")
     with pytest.raises(InputError) as exc:

@@ -35,7 +35,7 @@ def test_validate_data_names_every_failed_expectation_and_numbers_as_numbers():
 
 def test_a_compressed_data_file_is_named_as_such(tmp_path):
     from trainpipe.contract.errors import InputError
-    from trainpipe.tabular import find_dataset
+    from trainpipe.data.tabular import find_dataset
 
     for name in ("rows.csv", "rows.csv.gz"):
         path = tmp_path / name
@@ -54,7 +54,7 @@ def test_an_optimized_variants_summary_says_which_way_each_ratio_goes():
 
 def test_probabilities_are_scored_without_a_warning():
     """float32 softmax rows sum to one only within float32's rounding: scikit-learn warned on every evaluation."""
-    from trainpipe.scoring import classification_metrics
+    from trainpipe.data.scoring import classification_metrics
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(200, 10)).astype(np.float32) * 8

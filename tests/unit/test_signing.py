@@ -1,12 +1,12 @@
-"""trainpipe.signing on a model folder with the real OpenSSF model-signing and fresh key pairs: what
+"""trainpipe.services.signing on a model folder with the real OpenSSF model-signing and fresh key pairs: what
 verification refuses, each in one line that says what happened."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainpipe import signing
 from trainpipe.contract.errors import InputError, SignatureInvalid
+from trainpipe.services import signing
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""trainpipe.telemetry on its own, with the contract's progress and push: progress lines, the scrape-time
+"""trainpipe.services.telemetry on its own, with the contract's progress and push: progress lines, the scrape-time
 collector, a node's endpoint, and telemetry that never raises."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 from tests.conftest import free_port_pair
-from trainpipe import telemetry
 from trainpipe.contract import progress, push
+from trainpipe.services import telemetry
 
 pytestmark = pytest.mark.unit
 

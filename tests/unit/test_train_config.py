@@ -10,7 +10,7 @@ import pytest
 from trainpipe.components.train_model.spec import TrainModelConfig
 from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
-from trainpipe.resources import threads_per_rank
+from trainpipe.contract.resources import threads_per_rank
 from trainpipe.training.data import rank_batches, steps_per_epoch
 
 pytestmark = pytest.mark.unit
@@ -76,7 +76,7 @@ def test_bad_builtin_train_config_is_one_line(config, message):
 
 
 def test_threads_per_rank_respects_the_cpu_budget(monkeypatch, capsys):
-    monkeypatch.setattr("trainpipe.resources.usable_cpus", lambda: 4)
+    monkeypatch.setattr("trainpipe.contract.resources.usable_cpus", lambda: 4)
     assert threads_per_rank(2) == 2 and threads_per_rank(3) == 1
     assert threads_per_rank(8) == 1
     assert "oversubscribed" in capsys.readouterr().err
@@ -88,7 +88,7 @@ def test_tensorflow_threads_follow_omp_num_threads(monkeypatch, tmp_path):
 
     for var in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr("trainpipe.resources.usable_cpus", lambda: 4)
+    monkeypatch.setattr("trainpipe.contract.resources.usable_cpus", lambda: 4)
     config = build(
         TrainModelConfig,
         {
@@ -109,7 +109,7 @@ def test_tensorflow_threads_follow_omp_num_threads(monkeypatch, tmp_path):
 
 
 def test_usable_cpus_follow_the_cgroup_quota_not_the_host(tmp_path):
-    from trainpipe.resources import usable_cpus
+    from trainpipe.contract.resources import usable_cpus
 
     (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs -> 1
     assert usable_cpus(str(tmp_path)) == 1
@@ -136,7 +136,7 @@ def _wrap(model, forward_sync_buffers=None):
     import torch
 
     from trainpipe.components.train_model.spec import TrainModelConfig
-    from trainpipe.training.torch_strategies import DDPStrategy
+    from trainpipe.training.torch.strategies import DDPStrategy
 
     strategy = DDPStrategy(TrainModelConfig(data="x", output_dir="y"))
     return strategy.wrap(model, torch.device("cpu"), 2, forward_sync_buffers)
@@ -148,7 +148,7 @@ def test_ddp_resends_buffers_each_step_only_for_running_statistics(one_rank_grou
     (``broadcast_buffers`` is the older torch's name; 2.13 keeps it as a view of ``forward_sync_buffers``.)"""
     from torch import nn
 
-    from trainpipe.serving.nets import cnn, mlp
+    from trainpipe.services.serving.nets import cnn, mlp
 
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))
     from teampkg.models import SeqConvNet

@@ -53,7 +53,7 @@ def test_each_shape_of_function_declares_what_it_says():
     assert config_types.config_model("teampkg.train:train") is None
     assert config_types.config_model("absent_pkg.mod:train") is None  # not installed here: the step checks
     assert config_types.config_model("builtin:mlp") is BuiltinConfig
-    from trainpipe.training import builtin_torch
+    from trainpipe.training.torch import builtin as builtin_torch
 
     assert config_types.model_of_function(builtin_torch.cnn) is BuiltinConfig
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 
 
 def _mlp(hidden: list[int]):
-    from trainpipe.serving.nets import mlp
+    from trainpipe.services.serving.nets import mlp
 
     return mlp(8, 3, hidden)
 

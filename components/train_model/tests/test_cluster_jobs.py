@@ -18,7 +18,7 @@ from trainpipe.contract.errors import InputError, TrainpipeError
 from trainpipe.contract.lineage import Lineage, OrchestratorLineage, SnapshotLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.runtime import Runtime
-from trainpipe.profiles import PROFILES, HardwareProfile, Resources
+from trainpipe.services.profiles import PROFILES, HardwareProfile, Resources
 from trainpipe.training import launch
 
 pytestmark = pytest.mark.contract
@@ -349,7 +349,7 @@ def test_job_pods_carry_the_whole_profile_and_the_policy(tmp_path):
         image_pull_secrets=["regcred"],
         secrets_as_env={"mlflow-credentials": {"password": "MLFLOW_TRACKING_PASSWORD"}},
     )
-    from trainpipe.images import RUN_AS
+    from trainpipe.services.images import RUN_AS
 
     for launcher in ("trainjob", "pytorchjob"):
         cluster = CLUSTER.model_copy(update={"launcher": launcher})

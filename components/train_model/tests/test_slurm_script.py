@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainpipe import slurm
 from trainpipe.components.train_model import slurm_job
 from trainpipe.components.train_model.spec import SlurmJob, TrainModelConfig
 from trainpipe.contract.errors import Cancelled, InputError, Preempted, TrainpipeError
+from trainpipe.services import slurm
 from trainpipe.training import launch
 
 pytestmark = pytest.mark.contract

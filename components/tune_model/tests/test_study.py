@@ -28,7 +28,7 @@ from trainpipe.components.tune_model.spec import (
 from trainpipe.contract.config import build
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.lineage import Lineage
-from trainpipe.scoring import TASK_METRICS
+from trainpipe.data.scoring import TASK_METRICS
 from trainpipe.training.builtin import EPOCH_LOGS
 from trainpipe.training.control import EpochGate
 

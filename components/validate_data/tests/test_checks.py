@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainpipe.components.validate_data import checks
-from trainpipe.preconditions import training_suite
+from trainpipe.data.preconditions import training_suite
 
 #: Cells a CSV of a team's could hold: numbers of every form, empties, words, float32's edges and beyond.
 CELLS = st.one_of(

@@ -22,7 +22,7 @@ from trainpipe import COMPONENTS
 from trainpipe.app.component import run_component
 from trainpipe.app.runner import LOAD
 from trainpipe.contract.errors import InputError, TrainpipeError
-from trainpipe.registry import DEFAULT_ALIAS
+from trainpipe.services.registry import DEFAULT_ALIAS
 
 app = typer.Typer(
     add_completion=False,
@@ -244,7 +244,7 @@ def run_pipeline(config: Path | None, engine: str, dry_run: bool) -> None:
     """What ``trainpipe run`` does, as a plain function: ``demo`` calls this, never the typer command, whose
     parameters' defaults are typer's ``Option`` objects (a truthy ``dry_run`` there made the demo a dry run)."""
     from trainpipe.pipelines.config import load_pipeline_config
-    from trainpipe.runs import collect_results, describe
+    from trainpipe.services.runs import collect_results, describe
 
     try:
         path = default_config(config)
@@ -383,8 +383,8 @@ def tune(
     from trainpipe.components.tune_model.spec import TuneModelParams
     from trainpipe.contract.config import build, load_file
     from trainpipe.contract.io import atomic_write_text
-    from trainpipe.images import image_for
-    from trainpipe.profiles import get_profile
+    from trainpipe.services.images import image_for
+    from trainpipe.services.profiles import get_profile
 
     if emit != "optimizationjob":
         _fail(InputError(f"--emit: {emit!r} is not optimizationjob (run `trainpipe tune_model` to tune here)"))
@@ -455,7 +455,7 @@ def schedule(
     from trainpipe.pipelines.publish import schedule as do_schedule
 
     def call() -> dict:
-        from trainpipe.profiles import get_profile
+        from trainpipe.services.profiles import get_profile
 
         path = default_config(config, required=False, demo=False)
         cfg = load_pipeline_config(path) if path else None
@@ -569,7 +569,7 @@ def lineage(
     Exit codes: 0 verified, 2 bad URI or unknown model, 3 verification failed, 7 the model fails its signature,
     75 MLflow unreachable.
     """
-    from trainpipe.lineage_report import lineage_command
+    from trainpipe.services.lineage_report import lineage_command
 
     try:
         text, ok = lineage_command(model_uri, default_tracking_uri(tracking_uri, config), as_json, verify)
@@ -612,8 +612,8 @@ def promote(
     Exit codes: 0 promoted (or rejection recorded), 2 bad URI or unknown version, 4 its gate did not
     pass, 7 its model fails its signature, 75 MLflow unreachable.
     """
-    from trainpipe import promote as promote_mod
     from trainpipe.contract.policy import load_policy
+    from trainpipe.services import promote as promote_mod
 
     try:
         cfg_path = default_config(config, required=False)

@@ -72,7 +72,7 @@ from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.contract.lineage import Lineage
 from trainpipe.contract.runtime import Runtime
-from trainpipe.tabular import read_table
+from trainpipe.data.tabular import read_table
 
 
 def {name}(config: {cls}Config, lineage: Lineage, runtime: Runtime | None = None) -> {cls}Result:
@@ -250,7 +250,7 @@ def scaffold(name: str, components_dir: str | Path, tests_dir: str | Path | None
     if folder.exists():
         raise InputError(f"NAME: {str(folder)!r} already exists")
     cls = "".join(part.title() for part in name.split("_"))  # as the docs generator and the contract test spell it
-    from trainpipe.images import image_kind, reference
+    from trainpipe.services.images import image_kind, reference
 
     image = reference(image_kind(name))  # the default image, whatever TRAINPIPE_IMAGE says here
     values = {"name": name, "cls": cls, "dash": name.replace("_", "-"), "image": image, "package": PACKAGE}

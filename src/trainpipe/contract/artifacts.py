@@ -15,7 +15,7 @@ from typing import Any
 
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json, read_json
-from trainpipe.layout import MARKER
+from trainpipe.contract.layout import MARKER
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from trainpipe.contract.config import load_file, parse_json
 from trainpipe.contract.policy import Policy, load_policy
 
 #: The hardware profile a step runs on: a built-in's name, a profile file's path, or a profile's JSON (the
-#: compiled pipeline and the DAGs set a file's content on the steps that read it: ``trainpipe.profiles.to_env``).
+#: compiled pipeline and the DAGs set a file's content on the steps that read it:
+#: ``trainpipe.services.profiles.to_env``).
 PROFILE_ENV = "TRAINPIPE_HARDWARE_PROFILE"
 #: Team packages whose model code steps may import to rebuild a model (comma-separated).
 TRUSTED_CODE_ENV = "TRAINPIPE_TRUSTED_MODEL_CODE"
@@ -25,7 +26,7 @@ def profile_label(value: str) -> str:
     """What a step records as its hardware profile (the lineage, the metric labels, a dry run): the
     profile's own ``name`` where ``value`` is its content (JSON) or its file; else ``value`` itself
     (a built-in's name, ``local``: no profile). A profile that cannot be read is named by ``value``
-    (a label never fails a run). ``trainpipe.profiles`` validates profiles; this only names one."""
+    (a label never fails a run). ``trainpipe.services.profiles`` validates profiles; this only names one."""
     try:
         if value.lstrip().startswith("{"):
             doc = parse_json(value, PROFILE_ENV)

@@ -1,6 +1,6 @@
 """Kubernetes mode of the Airflow faces: the same command in a ``KubernetesPodOperator``.
 
-The pod gets the hardware profile's translation (:mod:`trainpipe.pods`, the one every pod
+The pod gets the hardware profile's translation (:mod:`trainpipe.services.pods`, the one every pod
 trainpipe creates gets) as its template, the component's image, and the result JSON back through
 XCom. The provider's XCom sidecar (``alpine``, floating tag, root, no security context) runs the
 task's own image with the restricted container context instead. A component whose local operator
@@ -17,10 +17,10 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.providers.cncf.kubernetes.utils.xcom_sidecar import PodDefaults
 from kubernetes.client import models as k8s
 
-from trainpipe import pods
 from trainpipe.faces.airflow_steps import as_written, check_neighbours
 from trainpipe.faces.assets import emit_assets
 from trainpipe.faces.command import component_command
+from trainpipe.services import pods
 
 
 def _context(kind: type, fields: dict[str, Any]) -> Any:

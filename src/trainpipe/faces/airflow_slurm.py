@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from trainpipe import slurm
+from trainpipe.services import slurm
 
 
 class SlurmJobTrigger(BaseTrigger):

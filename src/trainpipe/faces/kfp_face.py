@@ -10,7 +10,7 @@ added to a spec is on the face, in the compiled pipeline and in the KFP UI with 
 a setting the spec lacks is refused where a pipeline passes it (KFP's own check of the call).
 
 Air-gapped clusters cannot ``pip install`` at run time, so components run in the trainpipe image
-with kfp already inside (``install_kfp_package=False``); :mod:`trainpipe.images` decides which
+with kfp already inside (``install_kfp_package=False``); :mod:`trainpipe.services.images` decides which
 image runs which component.
 """
 
@@ -26,7 +26,7 @@ from kfp import dsl
 from pydantic import BaseModel
 
 from trainpipe.faces import surface
-from trainpipe.images import image_for
+from trainpipe.services.images import image_for
 
 #: Parameters every face has beside the settings: the orchestrator's run id (in the lineage).
 RUN_ID = "run_id"

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.training.data import ParquetStream, Snapshot, StreamSource, TabularData
-    from trainpipe.training.tf_context import TFContext
-    from trainpipe.training.torch_context import TorchContext
+    from trainpipe.training.tf.context import TFContext
+    from trainpipe.training.torch.context import TorchContext
 
 __all__ = ["ParquetStream", "Snapshot", "StreamSource", "TFContext", "TabularData", "TorchContext"]
 
 _WHERE = {
-    "TorchContext": "trainpipe.training.torch_context",
-    "TFContext": "trainpipe.training.tf_context",
+    "TorchContext": "trainpipe.training.torch.context",
+    "TFContext": "trainpipe.training.tf.context",
     "TabularData": "trainpipe.training.data",
     "ParquetStream": "trainpipe.training.data",
     "Snapshot": "trainpipe.training.data",

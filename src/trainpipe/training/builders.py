@@ -8,9 +8,9 @@ from typing import Any
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.imports import import_module
 
-NETS_MODULE = "trainpipe.serving.nets"
+NETS_MODULE = "trainpipe.services.serving.nets"
 BUILTIN_NETS = ("mlp", "cnn")
-#: Packages every served model installs (trainpipe.serving.package.requirements pins them): a model
+#: Packages every served model installs (trainpipe.services.serving.package.requirements pins them): a model
 #: class of theirs (``torch.nn.Linear``, ``torch.nn.Sequential``) is imported there, not shipped. Shipping
 #: it would copy the whole framework into the model (torch: 663 MB, 6,916 files).
 INSTALLED_WITH_THE_MODEL = frozenset({"torch", "numpy", "pandas", "safetensors"})
@@ -63,7 +63,7 @@ def builder_reference(builder: Any) -> tuple[str, list[str]]:
     top = module_name.split(".")[0]
     if top in INSTALLED_WITH_THE_MODEL:
         return shown, []
-    from trainpipe.serving.package import code_location
+    from trainpipe.services.serving.package import code_location
 
     code_location(top)  # refuses code that cannot be copied, in one line
     return shown, [top]

@@ -2,9 +2,9 @@
 regression on the snapshot's rows, written on the same public context as a team's function.
 
 This module holds their settings (``train_config``), shared by both frameworks and checked before
-any rank starts. With a torch backend they train :mod:`trainpipe.serving.nets`
-(:mod:`trainpipe.training.builtin_torch`); with ``backend: tensorflow`` the Keras twin
-(:mod:`trainpipe.training.builtin_tf`), whose weights are written in the torch layout so evaluation
+any rank starts. With a torch backend they train :mod:`trainpipe.services.serving.nets`
+(:mod:`trainpipe.training.torch.builtin`); with ``backend: tensorflow`` the Keras twin
+(:mod:`trainpipe.training.tf.builtin`), whose weights are written in the torch layout so evaluation
 and serving do not depend on the backend. Imports no framework.
 """
 

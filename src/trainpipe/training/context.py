@@ -5,7 +5,7 @@ API: :meth:`BaseContext.restore` (what a checkpoint holds), :meth:`BaseContext.b
 rank's batches, resumable), :meth:`BaseContext.log`, :meth:`BaseContext.save_model`, and what
 live telemetry and profile_training read. The work between batches (epoch ends, checkpoints,
 preemption, control points) is the driver's (:mod:`~trainpipe.training.loop`). A backend's
-context (:mod:`~trainpipe.training.torch_context`, :mod:`~trainpipe.training.tf_context`)
+context (:mod:`~trainpipe.training.torch.context`, :mod:`~trainpipe.training.tf.context`)
 supplies the framework parts.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json
-from trainpipe.layout import TELEMETRY_DIR
+from trainpipe.contract.layout import TELEMETRY_DIR
 from trainpipe.training import sources
 from trainpipe.training.checkpoint import StateIO
 from trainpipe.training.data import Snapshot

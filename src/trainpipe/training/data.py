@@ -141,8 +141,8 @@ def load_table(
     """
     import numpy as np
 
-    from trainpipe.preconditions import check_table, features_and_label
-    from trainpipe.tabular import encode_labels, read_table, split_indices
+    from trainpipe.data.preconditions import check_table, features_and_label
+    from trainpipe.data.tabular import encode_labels, read_table, split_indices
 
     df = read_table(path, "data")
     cols, x, y_raw = features_and_label(df, label_column, task=task)
@@ -188,7 +188,7 @@ class ParquetStream(_Rows):
     def __init__(self, path: str | Path, label_column: str, task: str, test_fraction: float, seed: int) -> None:
         import numpy as np
 
-        from trainpipe.tabular import dataset_columns, held_out, row_groups
+        from trainpipe.data.tabular import dataset_columns, held_out, row_groups
 
         self.path = Path(path)
         self.label_column, self.task, self.test_fraction, self.seed = label_column, task, test_fraction, seed
@@ -220,8 +220,8 @@ class ParquetStream(_Rows):
         """
         import numpy as np
 
-        from trainpipe.preconditions import check_frame
-        from trainpipe.tabular import held_out, read_row_group
+        from trainpipe.data.preconditions import check_frame
+        from trainpipe.data.tabular import held_out, read_row_group
 
         g = self.groups[index]
         df = read_row_group(g, self.feature_columns + [self.label_column])
@@ -242,7 +242,7 @@ class ParquetStream(_Rows):
         """
         import numpy as np
 
-        from trainpipe.tabular import min_rows
+        from trainpipe.data.tabular import min_rows
 
         need = min_rows(batch_size, self.test_fraction, self.seed)
         if self.rows < need:
@@ -398,7 +398,7 @@ class Snapshot:
     def __init__(
         self, path: str | Path, label_column: str, task: str, test_fraction: float, seed: int, batch_size: int
     ) -> None:
-        from trainpipe.tabular import find_dataset
+        from trainpipe.data.tabular import find_dataset
 
         self.path = find_dataset(path, "data")
         self.label_column, self.task = label_column, task
@@ -426,7 +426,7 @@ class Snapshot:
 
     def frame(self) -> Any:
         """The training rows as a pandas DataFrame (every column), for a function that prepares its own features."""
-        from trainpipe.tabular import read_table, split_indices
+        from trainpipe.data.tabular import read_table, split_indices
 
         df = read_table(self.path, "data")
         train_idx, _ = split_indices(len(df), self.test_fraction, self.seed)
@@ -445,7 +445,7 @@ def example_rows(source: Any, snapshot: Snapshot, label_column: str) -> Any:
     if source is not None and hasattr(source, "example"):
         return source.example()
     if source is not None:  # a stream: its first rows
-        from trainpipe.tabular import read_row_group
+        from trainpipe.data.tabular import read_row_group
 
         return read_row_group(source.groups[0], source.feature_columns).head(5)  # with their types, as read
     try:

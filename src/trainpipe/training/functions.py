@@ -11,7 +11,7 @@ from trainpipe.contract.imports import import_module
 from trainpipe.training import builtin
 
 #: Where each framework's built-in functions are (one function per name in ``builtin.NAMES``).
-BUILTIN_MODULES = {"torch": "trainpipe.training.builtin_torch", "tensorflow": "trainpipe.training.builtin_tf"}
+BUILTIN_MODULES = {"torch": "trainpipe.training.torch.builtin", "tensorflow": "trainpipe.training.tf.builtin"}
 
 
 def resolve_function(spec: str, framework: str) -> Callable[..., Any]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
 from trainpipe.contract.io import atomic_write_text
-from trainpipe.layout import CHECKPOINT_DIR, EPOCH_METRICS_FILE
+from trainpipe.contract.layout import CHECKPOINT_DIR, EPOCH_METRICS_FILE
 from trainpipe.training import control as control_points
 from trainpipe.training import sources
 from trainpipe.training.checkpoint import CheckpointManager, StateIO, checkpoint_name
@@ -455,7 +455,7 @@ class Loop:
         checkpoints took, what it used (``t0``: when the rank started)."""
         import resource
 
-        from trainpipe.resources import usable_cpus
+        from trainpipe.contract.resources import usable_cpus
 
         self.timer.drain(wait=True)
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -11,8 +11,8 @@ import os
 import subprocess
 
 from trainpipe.contract.errors import InputError
-from trainpipe.resources import threads_per_rank
-from trainpipe.tabular import find_dataset
+from trainpipe.contract.resources import threads_per_rank
+from trainpipe.data.tabular import find_dataset
 from trainpipe.training import builtin
 from trainpipe.training.backends import BACKENDS
 from trainpipe.training.settings import TrainModelConfig

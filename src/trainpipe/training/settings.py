@@ -12,8 +12,8 @@ from pydantic import Field, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE, settings_input
-from trainpipe.layout import TUNED_SETTINGS_FILE
-from trainpipe.tasks import Task
+from trainpipe.contract.layout import TUNED_SETTINGS_FILE
+from trainpipe.contract.tasks import Task
 from trainpipe.training.backends import BACKENDS, BackendName
 from trainpipe.training.builtin import NAMES as BUILTIN_FUNCTIONS
 

@@ -5,7 +5,7 @@ A batch's marks, in the order they happen: ``start`` (the previous batch's bookk
 ``ready`` (the batch handed to the function), ``backward_start``/``backward_end`` (torch),
 ``step_start``/``step_end`` (the optimizer step), ``back`` (the function asks for the next batch)
 and ``done`` (the loop's bookkeeping done). On a CPU the marks are the host's clock. On a GPU the
-host runs ahead of the device, so :class:`~trainpipe.training.torch_timing.CudaTimer` marks the
+host runs ahead of the device, so :class:`~trainpipe.training.torch.timing.CudaTimer` marks the
 stream with CUDA events instead and reads them once the device has passed them, never
 synchronizing the device inside the loop.
 """

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import Preempted, TrainpipeError, UserCodeError
 from trainpipe.contract.io import atomic_write_json
-from trainpipe.layout import ERRORS_DIR
+from trainpipe.contract.layout import ERRORS_DIR
 from trainpipe.training.backends import BACKENDS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,10 +37,10 @@ class PeerFailure(Exception):
 def make_context(settings: TrainModelConfig) -> Any:
     """The context of the settings' backend (its framework is imported here, in the rank)."""
     if BACKENDS[settings.backend].framework == "tensorflow":
-        from trainpipe.training.tf_context import TFContext
+        from trainpipe.training.tf.context import TFContext
 
         return TFContext(settings)
-    from trainpipe.training.torch_context import TorchContext
+    from trainpipe.training.torch.context import TorchContext
 
     return TorchContext(settings)
 
@@ -104,7 +104,7 @@ def run(settings: TrainModelConfig) -> None:
     finished = False
     try:
         if settings.metrics_port:
-            from trainpipe.telemetry import TrainingMetrics
+            from trainpipe.services.telemetry import TrainingMetrics
 
             # TensorFlow's workers on one node are its ranks; torch and Horovod know their local rank
             local = ctx.local_rank if ctx.framework == "torch" or settings.nnodes > 1 else ctx.rank

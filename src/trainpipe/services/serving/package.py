@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpipe.contract.errors import InputError
-from trainpipe.serving import loader
+from trainpipe.services.serving import loader
 
 HERE = Path(__file__).resolve().parent
 PYFUNC_FILE = HERE / "pyfunc_model.py"
@@ -42,8 +42,8 @@ def load_artifact(model_dir: str | Path, runtime: Any, field: str = "model") -> 
         InputError: the artifact is incomplete or foreign, its code untrusted, its weights unfit.
         SignatureInvalid: it carries a signature (``model.sig``) its files fail.
     """
-    from trainpipe import signing
     from trainpipe.contract.runtime import TRUSTED_CODE_ENV
+    from trainpipe.services import signing
 
     if (
         Path(model_dir) / signing.SIGNATURE_FILE

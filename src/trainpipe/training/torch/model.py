@@ -6,7 +6,7 @@ The proof costs no second pass over the weights: the model is rebuilt from its d
 meta device (no initialisation of weights about to be replaced), the host copy of the weights is
 assigned to it (strict: every name, shape and dtype), it predicts on the example, and the file's
 header is checked to name the same tensors. A builder that cannot be built on the meta device is
-rebuilt the way a server does (:func:`trainpipe.serving.loader.load`). Imports torch.
+rebuilt the way a server does (:func:`trainpipe.services.serving.loader.load`). Imports torch.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def write_model(
     """
     import pandas as pd
 
-    from trainpipe.serving import loader
-    from trainpipe.serving.package import write_examples
+    from trainpipe.services.serving import loader
+    from trainpipe.services.serving.package import write_examples
     from trainpipe.training import weights_file
     from trainpipe.training.builders import builder_reference
 
@@ -119,7 +119,7 @@ def _rebuilt(out: Path, meta: dict[str, Any], weights: dict[str, torch.Tensor]) 
     """
     import itertools
 
-    from trainpipe.serving import loader
+    from trainpipe.services.serving import loader
     from trainpipe.training import weights_file
 
     written = weights_file.read_header(out / loader.MODEL_FILE)

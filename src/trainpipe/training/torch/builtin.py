@@ -1,5 +1,5 @@
 """The built-in training functions on torch backends (``builtin:mlp``, ``builtin:cnn``): the nets of
-:mod:`trainpipe.serving.nets` trained on the snapshot's rows, SGD with momentum, on the same public
+:mod:`trainpipe.services.serving.nets` trained on the snapshot's rows, SGD with momentum, on the same public
 context as a team's function. Imports torch.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trainpipe.serving import nets
+from trainpipe.services.serving import nets
 from trainpipe.training.builtin import BuiltinConfig, init_args, parse
 
 

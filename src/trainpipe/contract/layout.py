@@ -8,7 +8,7 @@ artifact references read :data:`MARKER`).
 
 from __future__ import annotations
 
-# A model's files. The loader every registered model carries (``trainpipe.serving.loader``) travels without
+# A model's files. The loader every registered model carries (``trainpipe.services.serving.loader``) travels without
 # trainpipe, so it spells these names itself; tests/unit/test_layout.py holds the two spellings equal.
 #: A model's weights (safetensors: reading them runs no code).
 MODEL_FILE = "model.safetensors"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.text import plain
-from trainpipe.tabular import min_rows
+from trainpipe.data.tabular import min_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

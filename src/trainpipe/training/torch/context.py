@@ -1,12 +1,12 @@
 """The training context for PyTorch: DDP (gloo or NCCL), FSDP2 and Horovod.
 
 The context is what a training function calls; the parts it composes each do one job:
-:mod:`~trainpipe.training.torch_strategies` (the backend's communication and wrapping),
-:mod:`~trainpipe.training.torch_data` (where rows live, batches to the device),
-:mod:`~trainpipe.training.torch_state` (the checkpoint state, staged and written in the
-background), :mod:`~trainpipe.training.torch_timing` (step times without device
-synchronization), :mod:`~trainpipe.training.torch_model` (the saved model) and
-:mod:`~trainpipe.training.torch_profiling`. Nothing in a step waits for the device.
+:mod:`~trainpipe.training.torch.strategies` (the backend's communication and wrapping),
+:mod:`~trainpipe.training.torch.data` (where rows live, batches to the device),
+:mod:`~trainpipe.training.torch.state` (the checkpoint state, staged and written in the
+background), :mod:`~trainpipe.training.torch.timing` (step times without device
+synchronization), :mod:`~trainpipe.training.torch.model` (the saved model) and
+:mod:`~trainpipe.training.torch.profiling`. Nothing in a step waits for the device.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from trainpipe.training.checkpoint import StateIO
 from trainpipe.training.context import BaseContext
 from trainpipe.training.metrics import HostValues
 from trainpipe.training.timing import StepTimer
-from trainpipe.training.torch_strategies import TorchStrategy
+from trainpipe.training.torch.strategies import TorchStrategy
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.training.settings import TrainModelConfig
@@ -101,7 +101,7 @@ class TorchContext(BaseContext):
         self._models: list[torch.nn.Module] = []
         self._optimizer: torch.optim.Optimizer | None = None
         self._rows: sources.Placement | None = None
-        from trainpipe.training.torch_profiling import NvmlSampler, TorchProfile
+        from trainpipe.training.torch.profiling import NvmlSampler, TorchProfile
 
         self._profiler = (
             TorchProfile(settings, self.out, self.device) if settings.profile_steps and self.is_chief else None
@@ -191,7 +191,7 @@ class TorchContext(BaseContext):
     # --- data, timing, state --------------------------------------------------------------------
 
     def _placement(self) -> sources.Placement:
-        from trainpipe.training.torch_data import TorchPlacement
+        from trainpipe.training.torch.data import TorchPlacement
 
         if self._rows is None:
             self._rows = TorchPlacement(self.device, self.settings.device_data_share)
@@ -200,12 +200,12 @@ class TorchContext(BaseContext):
     def _timer(self) -> StepTimer:
         if self.device.type != "cuda":
             return super()._timer()
-        from trainpipe.training.torch_timing import CudaTimer
+        from trainpipe.training.torch.timing import CudaTimer
 
         return CudaTimer(self.framework, self._t0, self.device)
 
     def _state_io(self, objects: dict[str, Any]) -> StateIO:
-        from trainpipe.training.torch_state import TorchState
+        from trainpipe.training.torch.state import TorchState
 
         return TorchState(
             objects, self._strategy, self.device, self.scaler, self.rank, self.is_chief, self.fault, self._barrier
@@ -226,7 +226,7 @@ class TorchContext(BaseContext):
         classes: list[Any] | None,
         task: str,
     ) -> None:
-        from trainpipe.training import torch_model
+        from trainpipe.training.torch import model as torch_model
 
         state = self._strategy.full_state(model, cpu=True)  # FSDP2 gathers the shards: every rank takes part
         if not self.is_chief:
@@ -267,7 +267,7 @@ class TorchContext(BaseContext):
         checkpoint holds (the same tensors, unchanged since it was staged: a model saved after the run's
         last step); else ``(None, None)``. The model is then that file under a second name."""
         from trainpipe.training.checkpoint import checkpoint_name
-        from trainpipe.training.torch_state import WEIGHTS_SUFFIX, TorchState
+        from trainpipe.training.torch.state import WEIGHTS_SUFFIX, TorchState
 
         ckpt = self.checkpoints
         io = ckpt.io if ckpt is not None else None
@@ -312,7 +312,7 @@ class TorchContext(BaseContext):
     def _host_copy(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """The last checkpoint's host copy of ``state`` where ``state`` has not changed since (a run's end):
         its digest is then taken without a second copy of a GPU's weights to the host."""
-        from trainpipe.training.torch_state import TorchState
+        from trainpipe.training.torch.state import TorchState
 
         io = self.checkpoints.io if self.checkpoints is not None else None
         if not isinstance(io, TorchState):

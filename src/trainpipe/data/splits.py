@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainpipe.contract.errors import InputError
-from trainpipe.preconditions import check_frame
-from trainpipe.tabular import held_out, iter_chunks
+from trainpipe.data.preconditions import check_frame
+from trainpipe.data.tabular import held_out, iter_chunks
 
 
 def held_out_rows(data: str, model: Any, label_column: str) -> tuple[Any, Any, int]:

@@ -1,4 +1,4 @@
-"""The built-in functions with ``backend: tensorflow``: the Keras twin of :mod:`trainpipe.serving.nets`
+"""The built-in functions with ``backend: tensorflow``: the Keras twin of :mod:`trainpipe.services.serving.nets`
 (same layers, same flatten order), trained on the TensorFlow context, its weights written in the
 torch layout so evaluation, registration and serving are the same whichever backend trained it.
 Imports TensorFlow (and Keras 3) only.
@@ -44,7 +44,7 @@ def build_keras(arch: str, args: dict[str, Any], mean: list[float], std: list[fl
 def torch_state_dict(
     model: Any, arch: str, mean: list[float], std: list[float], task: str, target: tuple[float, float]
 ) -> dict[str, np.ndarray]:
-    """The Keras weights under :class:`~trainpipe.serving.nets.TabularNet`'s names and layouts."""
+    """The Keras weights under :class:`~trainpipe.services.serving.nets.TabularNet`'s names and layouts."""
     import keras
 
     dense_or_conv = [layer for layer in model.layers if isinstance(layer, (keras.layers.Dense, keras.layers.Conv2D))]

@@ -37,7 +37,7 @@ def fetch(model_uri: str, tracking_uri: str | None) -> tuple[Any, dict[str, Any]
         raise InputError(f"model_uri: {model_uri!r} is not models:/<name>@<alias> or models:/<name>/<version>")
     from mlflow.exceptions import MlflowException
 
-    from trainpipe import registry, tracking
+    from trainpipe.services import registry, tracking
 
     client = tracking.connect(tracking_uri)
     try:
@@ -218,7 +218,7 @@ def verify_signature(version: Any, tracking_uri: str | None) -> str | None:
         SignatureInvalid: the registry's copy was changed after signing (or is unsigned where
             the platform verifies).
     """
-    from trainpipe import registry, tracking
+    from trainpipe.services import registry, tracking
 
     try:
         return registry.verify_version(tracking.connect(tracking_uri), version)

@@ -78,14 +78,14 @@ def regression_metrics(y: Any, pred: Any) -> dict[str, float]:
 
 
 def task_metrics(model: Any, x: Any, y_raw: Any) -> dict[str, float]:
-    """The task's metrics of a loaded model (:func:`trainpipe.serving.loader.load`) on ``(x, y_raw)``.
+    """The task's metrics of a loaded model (:func:`trainpipe.services.serving.loader.load`) on ``(x, y_raw)``.
 
     Raises:
         InputError: the model's outputs do not fit the labels.
     """
     import numpy as np
 
-    from trainpipe.tabular import encode_labels
+    from trainpipe.data.tabular import encode_labels
 
     if model.task == "classification":
         classes, y = encode_labels(y_raw, model.classes or None)

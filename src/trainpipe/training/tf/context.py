@@ -25,12 +25,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from trainpipe.contract.errors import InputError  # noqa: E402
-from trainpipe.layout import TELEMETRY_DIR
+from trainpipe.contract.layout import TELEMETRY_DIR
 from trainpipe.training import sources  # noqa: E402
 from trainpipe.training.checkpoint import StateIO  # noqa: E402
 from trainpipe.training.context import BaseContext  # noqa: E402
 from trainpipe.training.metrics import HostValues  # noqa: E402
-from trainpipe.training.tf_strategy import TFStrategy  # noqa: E402
+from trainpipe.training.tf.strategy import TFStrategy  # noqa: E402
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.training.settings import TrainModelConfig
@@ -156,8 +156,8 @@ class TFContext(BaseContext):
         return the same, unbuilt Keras model (importable from a package; it travels with the model).
         The built-in nets (``builtin:mlp``, ``builtin:cnn``) are written in the torch layout instead,
         so evaluation and serving do not depend on the backend that trained them."""
-        from trainpipe.training import tf_model
         from trainpipe.training.builders import builder_reference
+        from trainpipe.training.tf import model as tf_model
 
         if not self.is_chief:
             return

@@ -34,7 +34,7 @@ def builtin_weights(
     model: Any, builder: str, tabular: Any, task: str, raw: np.ndarray
 ) -> tuple[dict[str, Any], np.ndarray]:
     """A built-in Keras net's weights in the torch layout, and its raw outputs on that scale."""
-    from trainpipe.training.builtin_tf import torch_state_dict
+    from trainpipe.training.tf.builtin import torch_state_dict
 
     target = (float(tabular.target_mean), float(tabular.target_std))
     weights = torch_state_dict(model, builder.split(":", 1)[1], tabular.mean, tabular.std, task, target)
@@ -47,8 +47,8 @@ def write_model(out: Path, weights: dict[str, np.ndarray], meta: dict[str, Any],
     """model.safetensors, model.json and the examples (the chief's)."""
     from safetensors.numpy import save
 
-    from trainpipe.serving import loader
-    from trainpipe.serving.package import write_examples
+    from trainpipe.services.serving import loader
+    from trainpipe.services.serving.package import write_examples
 
     try:
         json.dumps(meta["init_args"])

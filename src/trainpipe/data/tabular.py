@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError
+from trainpipe.contract.layout import MARKER
 from trainpipe.contract.text import plain
-from trainpipe.layout import MARKER
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -42,7 +42,7 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
     """The version an alias points at; None when the model or the alias does not exist."""
     from mlflow.exceptions import MlflowException
 
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     try:
         # A search sees only what the caller may read; with MLflow's auth app, asking for an
@@ -139,8 +139,8 @@ def _take(client: Any, lease: str, owner: str) -> tuple[str, int] | None:
 def _acquire(client: Any, lease: str, owner: str, ttl_s: float, wait_s: float, poll_s: float) -> None:
     from mlflow.exceptions import MlflowException
 
-    from trainpipe import tracking
     from trainpipe.contract.errors import ServiceUnavailable
+    from trainpipe.services import tracking
 
     what = f"tracking_uri: the lease {lease!r} on the aliases of {lease.removesuffix(LEASE_SUFFIX)!r}"
     first_seen: dict[tuple[str, int], float] = {}
@@ -228,7 +228,7 @@ def champion(tracking_uri: str | None, name: str, alias: str, runtime: Any) -> C
         ServiceUnavailable: the tracking server cannot be reached.
         InputError: the policy refuses the tracking server.
     """
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     if no_alias_in_sqlite_store(tracking.resolve_tracking_uri(tracking_uri, runtime.policy), name, alias):
         return None  # the demo's first run: known without MLflow's import (seconds) and its store's opening
@@ -281,9 +281,9 @@ def version_model(client: Any, version: Any, runtime: Any, what: str | None = No
     """
     import tempfile
 
-    from trainpipe import tracking
     from trainpipe.contract.errors import InputError, SignatureInvalid
-    from trainpipe.serving.package import load_artifact
+    from trainpipe.services import tracking
+    from trainpipe.services.serving.package import load_artifact
 
     what = what or f"champion models:/{version.name}/{version.version}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -326,8 +326,8 @@ def download_weights(
     """
     import mlflow
 
-    from trainpipe import signing
-    from trainpipe.serving.package import WEIGHTS_DIR
+    from trainpipe.services import signing
+    from trainpipe.services.serving.package import WEIGHTS_DIR
 
     _, location = _weights_location(client, version)
     path = Path(
@@ -352,8 +352,8 @@ def version_meta(client: Any, version: Any) -> dict[str, Any]:
 
     import mlflow
 
-    from trainpipe.layout import MODEL_META
-    from trainpipe.serving.package import WEIGHTS_DIR
+    from trainpipe.contract.layout import MODEL_META
+    from trainpipe.services.serving.package import WEIGHTS_DIR
 
     try:
         _, location = _weights_location(client, version)
@@ -376,8 +376,8 @@ def verify_version(client: Any, version: Any, what: str | None = None) -> str | 
     """
     import tempfile
 
-    from trainpipe import signing
     from trainpipe.contract.io import file_digest
+    from trainpipe.services import signing
 
     with tempfile.TemporaryDirectory(prefix="trainpipe-verify-") as tmp:
         signature = download_weights(client, version, tmp, what=what) / signing.SIGNATURE_FILE
@@ -402,10 +402,10 @@ def sign_version(client: Any, name: str, version: str, model_sha256: str, model_
     """
     import tempfile
 
-    from trainpipe import signing
     from trainpipe.contract.errors import InputError
     from trainpipe.contract.io import file_digest
-    from trainpipe.serving.package import WEIGHTS_DIR
+    from trainpipe.services import signing
+    from trainpipe.services.serving.package import WEIGHTS_DIR
 
     mv = client.get_model_version(name, version)
     if mv.tags.get(signing.SIGNATURE_TAG):

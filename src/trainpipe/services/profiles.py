@@ -14,7 +14,7 @@ from pydantic import Field
 
 from trainpipe.contract.config import StrictModel, build, load_file, parse_json
 from trainpipe.contract.errors import InputError
-from trainpipe.costs import Prices
+from trainpipe.services.costs import Prices
 
 
 class Resources(StrictModel):

@@ -31,7 +31,7 @@ import torch
 from trainpipe.contract.errors import InputError
 from trainpipe.contract.io import atomic_write_json
 from trainpipe.training.faults import Fault
-from trainpipe.training.torch_strategies import TorchStrategy
+from trainpipe.training.torch.strategies import TorchStrategy
 
 SCALER_KEY = "_grad_scaler"
 #: A module's weights in a checkpoint folder, beside the DCP files (strategies that hold them whole).

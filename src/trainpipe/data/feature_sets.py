@@ -194,7 +194,7 @@ def _entity_table(path: Path, timestamp_column: str) -> Any:
     """
     import pandas as pd
 
-    from trainpipe.tabular import read_table
+    from trainpipe.data.tabular import read_table
 
     df = read_table(path, "data")
     if timestamp_column not in df.columns:

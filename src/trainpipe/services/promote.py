@@ -20,8 +20,8 @@ import os
 import re
 from typing import Any
 
-from trainpipe import registry
 from trainpipe.contract.errors import InputError, TrainpipeError
+from trainpipe.services import registry
 
 URI = re.compile(r"^models:/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)/(?P<version>\d+)$")
 #: The tags a decision leaves on the version.
@@ -75,8 +75,8 @@ def promote(
     """
     from mlflow.exceptions import MlflowException
 
-    from trainpipe import tracking
     from trainpipe.contract import audit
+    from trainpipe.services import tracking
 
     m = URI.match(model_uri)
     if not m:
@@ -132,8 +132,8 @@ def _may_serve(client: Any, mv: Any, model_uri: str, gate: str | None, optimized
         SignatureInvalid: the model or its variant fails its signature.
         InputError: the version or its variant cannot be read.
     """
-    from trainpipe import tracking
     from trainpipe.contract.errors import ServiceUnavailable, SignatureInvalid
+    from trainpipe.services import tracking
 
     if gate is None:
         raise PromotionRefused(
@@ -163,7 +163,7 @@ def _may_serve(client: Any, mv: Any, model_uri: str, gate: str | None, optimized
 
 def _apply(client: Any, record: dict[str, Any], optimized: str | None, model_uri: str) -> None:
     """The decision on the version's tags; approved, the alias moved to it (and to its optimized variant)."""
-    from trainpipe import tracking
+    from trainpipe.services import tracking
 
     name, version, decision = record["model_name"], record["version"], record["decision"]
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainpipe.layout import TELEMETRY_DIR
+from trainpipe.contract.layout import TELEMETRY_DIR
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainpipe.training.settings import TrainModelConfig

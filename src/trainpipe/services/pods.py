@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainpipe.images import RUN_AS
+from trainpipe.services.images import RUN_AS
 
 #: The label the shipped PodMonitor selects (monitoring/podmonitor.yaml): a pod whose ranks serve metrics.
 METRICS_LABEL = "trainpipe.io/metrics"

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainpipe.scoring import LOWER_IS_BETTER
+from trainpipe.data.scoring import LOWER_IS_BETTER
 
 
 @dataclass(frozen=True)
