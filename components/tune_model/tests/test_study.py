@@ -170,7 +170,7 @@ def test_the_builtins_log_each_epoch_what_epoch_logs_says():
 
     root = Path(training.__file__).parent
     logged = set()
-    for name in ("builtin_torch.py", "builtin_tf.py"):
+    for name in ("torch/builtin.py", "tf/builtin.py"):
         for node in ast.walk(ast.parse((root / name).read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "log":
                 logged |= {k.arg for k in node.keywords}
