@@ -8,7 +8,7 @@
 # What the build needs from this machine is mounted for the build only, never copied into a layer: the CA bundle
 # pip trusts (a TLS-intercepting proxy's) and, where it lies on disk, the folder of torch's CPU wheel.
 #
-# Usage: build_images.sh REVISION KIND...   (the image references come from trainpipe.services.images, via PYTHON)
+# Usage: build_images.sh REVISION KIND...   (the image references come from trainpipe.images, via PYTHON)
 # Environment: PYTHON (the dev venv's), PYTHON_BASE (a base of your own), IMAGES_CACHE (the base's cache folder),
 #   PIP_CERT (the CA bundle; default: the one pip is configured with here, if any), TORCH_WHEELS (a folder holding
 #   torch's CPU wheel; default: pip's find-links here, if one holds it).
@@ -91,7 +91,7 @@ for kind in "$@"; do
         echo "build_images: gpu skipped: it needs nvidia/cuda's devel image and torch's CUDA wheels from a registry"
         continue
     fi
-    ref="$("$PY" -c "from trainpipe.services.images import reference; print(reference('$kind'))")"
+    ref="$("$PY" -c "from trainpipe.images import reference; print(reference('$kind'))")"
     start=$SECONDS
     kind_args=("${args[@]}" --build-arg PYTHON_BASE="$base" --build-arg KIND="$kind")
     # Two passes: the dependency stages (the only ones that need the network) with the mounts, then the image
