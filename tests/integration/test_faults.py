@@ -129,7 +129,9 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_output_read_as_complet
                 "--remote-url",
                 str(tmp_path / "rem"),
             )
-            assert proc.returncode == 2 and "not a completed trainpipe artifact" in proc.stderr
+            # killed mid-write, or before it made its output folder at all (GX-free validation starts fast)
+            assert proc.returncode == 2
+            assert "not a completed trainpipe artifact" in proc.stderr or "does not exist" in proc.stderr
         # the rerun in the same place completes with the same bytes
         t0 = time.perf_counter()
         again = result_of(run_component("validate_data", "--data", str(big_csv), "--output-dir", str(out)))
