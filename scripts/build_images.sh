@@ -8,7 +8,7 @@
 # What the build needs from this machine is mounted for the build only, never copied into a layer: the CA bundle
 # pip trusts (a TLS-intercepting proxy's) and, where it lies on disk, the folder of torch's CPU wheel.
 #
-# Usage: build_images.sh REVISION KIND...   (the image references come from trainpipe.images, via PYTHON)
+# Usage: build_images.sh REVISION KIND...   (the image references come from trainpipe.services.images, via PYTHON)
 # Environment: PYTHON (the dev venv's), PYTHON_BASE (a base of your own), IMAGES_CACHE (the base's cache folder),
 #   PIP_CERT (the CA bundle; default: the one pip is configured with here, if any), TORCH_WHEELS (a folder holding
 #   torch's CPU wheel; default: pip's find-links here, if one holds it).
@@ -57,6 +57,16 @@ local_base() {
     podman import --quiet --change 'CMD ["python"]' "$tarball" "$LOCAL_BASE" > /dev/null
 }
 
+# A digest of what an image's build reads: the files the Dockerfile copies (as .dockerignore leaves them), the
+# Dockerfile, the revision, the build arguments and the base image's id.
+inputs_digest() {
+    {
+        find pyproject.toml README.md src components pipelines dags images scripts/build_horovod_wheel.sh .dockerignore \
+            -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha256sum
+        echo "$REVISION" "$@" "$(podman image inspect --format '{{.Id}}' "$2")"
+    } | sha256sum | cut -d' ' -f1
+}
+
 # The base: PYTHON_BASE if given; else the pinned one where a registry serves it; else the local one.
 base="${PYTHON_BASE:-}"
 if [ -z "$base" ]; then
@@ -91,9 +101,17 @@ for kind in "$@"; do
         echo "build_images: gpu skipped: it needs nvidia/cuda's devel image and torch's CUDA wheels from a registry"
         continue
     fi
-    ref="$("$PY" -c "from trainpipe.images import reference; print(reference('$kind'))")"
+    ref="$("$PY" -c "from trainpipe.services.images import reference; print(reference('$kind'))")"
     start=$SECONDS
     kind_args=("${args[@]}" --build-arg PYTHON_BASE="$base" --build-arg KIND="$kind")
+    # Nothing changed since the image was built (what the build reads, its arguments, the base): nothing to do.
+    # podman's own cache would come to the same image, but only after hashing the 4 GB environment it copies.
+    inputs="$(inputs_digest "$kind" "$base" "${kind_args[@]}")"
+    if [ "$(podman image inspect --format '{{index .Labels "trainpipe.build-inputs"}}' "$ref" 2>/dev/null)" = "$inputs" ]
+    then
+        echo "build_images: $ref is up to date ($((SECONDS - start)) s)"
+        continue
+    fi
     # Two passes: the dependency stages (the only ones that need the network) with the mounts, then the image
     # without them, its dependency stages from the first pass's cache. A mount's target would otherwise be left
     # behind, empty, in the runtime stages' layers.
@@ -101,7 +119,7 @@ for kind in "$@"; do
         podman build --network host --layers -f images/Dockerfile --target deps "${volumes[@]}" "${kind_args[@]}" .
     fi
     podman build --network host --layers -f images/Dockerfile "${kind_args[@]}" \
-        --build-arg REVISION="$REVISION" --build-arg IMAGE_REF="$ref" -t "$ref" .
+        --build-arg REVISION="$REVISION" --build-arg IMAGE_REF="$ref" --label trainpipe.build-inputs="$inputs" -t "$ref" .
     size="$(podman image inspect --format '{{.Size}}' "$ref")"
     echo "build_images: $ref built in $((SECONDS - start)) s, $((size / 1000000)) MB (base: $base)"
 done
