@@ -149,5 +149,10 @@ def build_pipeline(
     )
 
 
-#: The pipeline with the CPU profile: what ``trainpipe compile`` emits by default.
-training_pipeline = build_pipeline(PROFILES["cpu"])
+def __getattr__(name: str) -> Any:
+    """``training_pipeline``: the pipeline with the CPU profile (what ``trainpipe compile`` emits by default), built
+    when first asked for, not at import: the local engine builds its own, and a build costs a second."""
+    if name != "training_pipeline":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    built = globals()["training_pipeline"] = build_pipeline(PROFILES["cpu"])
+    return built
