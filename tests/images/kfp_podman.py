@@ -2,7 +2,7 @@
 
 kfp 2.17's runner starts each task with ``auto_remove=True`` and reads the exit code afterwards:
 :func:`kfp.local.docker_task_handler.run_docker_container`,
-https://github.com/kubeflow/pipelines/blob/sdk-2.17.0/sdk/python/kfp/local/docker_task_handler.py
+https://github.com/kubeflow/pipelines/blob/2.17.0/sdk/python/kfp/local/docker_task_handler.py
 (``run_docker_container``). On podman the container is often removed before ``wait`` can read its status: the
 runner catches ``docker.errors.NotFound`` and returns 0, so a task that exited 3 (bad data) is reported
 SUCCESS and the run goes on; sometimes ``wait`` fails with "no such container" instead. Docker's engine keeps
