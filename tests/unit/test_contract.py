@@ -69,6 +69,26 @@ def test_incomplete_artifact_is_refused(tmp_path):
         artifacts.read_artifact(out, "data")
 
 
+def test_an_output_folder_this_process_cannot_write_is_refused_before_the_step(tmp_path):
+    """A mounted folder the container's user cannot write (here /sys, which even root may not write) is a bad
+    input named in one line, exit 2, found before any work: not a traceback mid-step, exit 1 (a new user's find)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.csv"
+    data.write_text("a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(40)))
+    cmd = [sys.executable, "-m", "trainpipe.components.validate_data", "--data", str(data)]
+    proc = subprocess.run(
+        [*cmd, "--output-dir", "/sys/tp-out"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert "output_dir: '/sys/tp-out' cannot be written by this process" in line and "Traceback" not in proc.stderr
+
+
 SNAPSHOT = {"md5": "1", "rev": "abc", "path": "data/d/d.csv", "remote": "/remote", "repo": "/repo"}
 
 

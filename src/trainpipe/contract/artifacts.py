@@ -8,7 +8,9 @@ the next step refuses it, so a step killed while writing is never read as done.
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,28 @@ class ArtifactRef:
     lineage: dict[str, Any] = field(default_factory=dict)
 
 
-def begin_output(path: str | os.PathLike[str]) -> Path:
-    """Prepare an output directory: create it and drop any stale completion marker."""
+def begin_output(path: str | os.PathLike[str], field_name: str = "output_dir") -> Path:
+    """Prepare an output directory: create it, drop any stale completion marker, and find out now that this process
+    can write in it (a container's user often cannot write a mounted folder), not halfway through the step.
+
+    Raises:
+        InputError: the path is a file, or this process may not write there (one line naming ``field_name``).
+    """
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise InputError(f"output path {str(out)!r} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).unlink(missing_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).unlink(missing_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise InputError(
+            f"{field_name}: {str(out)!r} cannot be written by this process (uid {os.getuid()}): {exc.strerror}; make "
+            "it writable by that user (trainpipe's images run as 10001)"
+        ) from None
     return out
 
 

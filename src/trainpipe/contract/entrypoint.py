@@ -412,8 +412,8 @@ def _run(
         ]
         record = lineage_mod.merge(upstream).with_(**lineage_mod.run_sections(ns.get("orchestrator"), ns.get("run_id")))
         outs = [getattr(config, f) for f in output_fields(model) if getattr(config, f)]
-        for out in outs:
-            artifacts.begin_output(out)
+        for f, out in ((f, getattr(config, f)) for f in output_fields(model) if getattr(config, f)):
+            artifacts.begin_output(out, f)  # each named in its refusal
         runtime = runtime.trusting(getattr(config, "trusted_packages", None) or ())  # the step's own setting
         if dry is not None and dry_run.folder() is not None:
             received, result = dry(config, record, runtime)
