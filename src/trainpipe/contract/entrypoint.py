@@ -258,10 +258,19 @@ def metavar(annotation: Any) -> str:
     return {str: "TEXT", int: "INT", float: "NUMBER", Path: "PATH"}.get(a, "JSON")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse refuses an unknown or malformed flag with its whole usage (18 lines for validate_data); here that is
+    a bad input like any other: one line, ``trainpipe <name>: error: ...``, exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        name = self.prog.rsplit(".", 1)[-1]
+        self.exit(2, f"trainpipe {name}: error: {message} (--help lists the settings)\n")
+
+
 def make_parser(name: str, model: type[BaseModel], doc: str) -> argparse.ArgumentParser:
     """Build the argument parser for a component from its config model: a flag per setting, its help
     the spec's description, its choices (for a closed setting) and its default."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=f"python -m trainpipe.components.{name}",
         description=doc,
         allow_abbrev=False,  # `--epoch 2` is a typo to refuse, not `--epochs 2`
