@@ -82,13 +82,11 @@ class _OldNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(name, self) if new_name(name) else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        from trainpipe.contract.imports import import_module
-
         moved = str(new_name(spec.name))
         warnings.warn(
             f"{spec.name} moved to {moved}; the old name goes in the next release", DeprecationWarning, stacklevel=2
         )
-        return import_module(moved)
+        return importlib.import_module(moved)  # noqa: TID251 (a library module named in MOVED, never a layer above)
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the moved module ran under its new name."""
