@@ -5,7 +5,8 @@
 # so the two CMAKE_CXX_STANDARD lines are raised to 17 before building. The TensorFlow
 # binding does not build against TF 2.21 and is left out (HOROVOD_WITHOUT_TENSORFLOW).
 # On a CUDA build host, set HOROVOD_GPU_OPERATIONS=NCCL in the environment (images/gpu does).
-# HOROVOD_SDIST_SHA256, when set, must match the downloaded sdist.
+# HOROVOD_SDIST_SHA256, when set, must match the downloaded sdist. Beside the wheel, WHEEL.built-with records the
+# torch, Python and glibc it was built with.
 #
 # Usage: build_horovod_wheel.sh PYTHON WHEELHOUSE
 set -euo pipefail
@@ -28,4 +29,9 @@ export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET
 export MAKEFLAGS="-j$(nproc)"
 # torch must be importable by the build: build in the target environment, not in isolation.
 "$PY" -m pip wheel --no-deps --no-build-isolation -w "$WHEELHOUSE" "$src"
-ls "$WHEELHOUSE"/horovod-"$VERSION"-*.whl
+# What the wheel was built against, in a file beside it: torch's C++ API is not stable across versions, so the wheel
+# fits only the torch it was built with (build_images.sh reads this before it lends the wheel to an image's build).
+wheel="$(ls -t "$WHEELHOUSE"/horovod-"$VERSION"-*.whl | head -n 1)"
+"$PY" -c 'import platform, torch; print(f"torch=={torch.__version__}\npython=={platform.python_version()}\nglibc=={platform.libc_ver()[1]}")' \
+    > "$wheel.built-with"
+echo "$wheel"
