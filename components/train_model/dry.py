@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainpipe.components.train_model.core import _Spending, with_tuned
+from trainpipe.components.train_model.core import spending_of, with_tuned
 from trainpipe.components.train_model.spec import TrainModelConfig, TrainModelResult
 from trainpipe.contract import dry
 from trainpipe.contract.lineage import Lineage
@@ -19,7 +19,7 @@ def dry_run(config: TrainModelConfig, lineage: Lineage, runtime: Runtime) -> tup
     the data is not read and the function not imported."""
     config = with_tuned(config)
     check_settings(config)
-    spending = _Spending(config, runtime.hardware_profile)
+    spending = spending_of(config, runtime.hardware_profile)
     job = "slurm" if config.slurm is not None else "cluster" if config.cluster is not None and config.nnodes > 1 else ""
     received = {
         "train_function": config.train_function,

@@ -408,6 +408,16 @@ def test_no_class_holds_two_jobs():
     assert big == {}, f"classes over {MAX_CLASS_CODE_LINES} lines of code: {big}"
 
 
+def test_train_models_core_keeps_only_the_components_flow():
+    """train_model's core is the step's flow; its jobs live in the library beside their kin (the MLflow run's
+    thread with the tracking run, the platform's stop with the loop's control, the budget with costs)."""
+    core = REPO / "components/train_model/core.py"
+    assert len(core.read_text(encoding="utf-8").splitlines()) < 300
+    source = core.read_text(encoding="utf-8")
+    for job in ("class ", "threading.Thread", "signal.signal(", "Meter("):
+        assert job not in source, f"components/train_model/core.py holds a library's job again: {job!r}"
+
+
 def test_the_library_declares_ranges_and_the_images_hold_the_exact_versions():
     """Installed beside a team's stack (its Airflow image, its MLflow server, its CUDA torch), trainpipe
     must not force a version: every requirement is a range from the lowest tested version to below

@@ -97,13 +97,13 @@ def test_what_every_attempt_spent_is_kept_beside_the_checkpoints(tmp_path):
 
 
 def test_max_cost_on_an_unpriced_profile_is_one_line(tmp_path):
-    from trainpipe.components.train_model.core import _Spending
+    from trainpipe.components.train_model.core import spending_of
     from trainpipe.components.train_model.spec import TrainModelConfig
 
     config = TrainModelConfig(data=str(tmp_path), output_dir=str(tmp_path / "out"), max_cost=10)
     with pytest.raises(InputError, match=r"^max_cost: the hardware profile 'cpu' declares no prices"):
-        _Spending(config, "cpu")
-    assert _Spending(config.model_copy(update={"max_cost": None, "max_gpu_hours": 1.0}), "cpu").budget is not None
+        spending_of(config, "cpu")
+    assert spending_of(config.model_copy(update={"max_cost": None, "max_gpu_hours": 1.0}), "cpu").budget is not None
 
 
 prices = st.builds(

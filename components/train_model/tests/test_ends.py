@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from trainpipe.components.train_model import core
 from trainpipe.contract.errors import BudgetReached, UserCodeError
+from trainpipe.training.control import PlatformStop, Stopped
 from trainpipe.training.worker import team_error
 
 pytestmark = pytest.mark.unit
@@ -94,8 +95,8 @@ def test_a_budgets_stop_says_where_it_left_the_run(record, said, tmp_path):
 
 def test_the_platforms_stop_while_no_rank_trains_raises_where_the_step_is_and_only_once():
     before = signal.getsignal(signal.SIGTERM)
-    with core._PlatformStop() as stop:
-        with pytest.raises(core._Stopped) as got:
+    with PlatformStop() as stop:
+        with pytest.raises(Stopped) as got:
             os.kill(os.getpid(), signal.SIGTERM)
             for _ in range(10**6):  # the handler runs between two bytecodes of this thread
                 pass
@@ -138,7 +139,7 @@ def test_a_stop_outside_the_ranks_says_where_a_retry_resumes(tmp_path, checkpoin
         (out / "checkpoints" / f"ckpt-{step:010d}").mkdir(parents=True)
     (out / "model.safetensors").parent.mkdir(parents=True, exist_ok=True)
     (out / "model.safetensors").write_bytes(b"half")
-    stop = core._PlatformStop()
+    stop = PlatformStop()
     stop.when = "after its ranks' last step, before the model was logged"
     error = core._stopped(TrainModelConfig(data=str(csv), output_dir=str(out)), stop, "SIGTERM")
     kept = "a retry resumes from ckpt-0000000012" if checkpoints else "a retry starts over"
@@ -158,7 +159,7 @@ def test_a_stop_after_a_rank_failed_on_bad_input_is_that_failure_not_a_preemptio
     (out / core.ERRORS_DIR).mkdir(parents=True)
     message = "label_column: 'label' is not a column of the data (columns: a)"
     (out / core.ERRORS_DIR / "rank0.json").write_text(json.dumps({"type": "InputError", "message": message}))
-    stop = core._PlatformStop()
+    stop = PlatformStop()
     stop.when = "after its ranks' last step, before the model was logged"
     error = core._stopped(TrainModelConfig(data=str(csv), output_dir=str(out)), stop, "SIGTERM")
     assert isinstance(error, InputError) and str(error) == message and error.exit_code == 2

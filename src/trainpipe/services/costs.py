@@ -14,9 +14,11 @@ import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from trainpipe.contract import errors
 from trainpipe.contract.config import StrictModel
 
 
@@ -187,6 +189,85 @@ class Budget:
         return None
 
 
+#: Which rerun resumes: a pipeline engine gives each run its own output folder (a new run starts over there).
+SAME = " (on the same checkpoints: the same output_dir, or a checkpoint_dir the runs share)"
+
+
+class Spending:
+    """What a training spends, against its budget: every earlier attempt (the record beside its
+    checkpoints) and this one: its ranks, measured while they run, and this process's own CPU (its
+    start-up, the MLflow run opened beside the ranks, logging the model after them).
+
+    Args:
+        checkpoints: The training's checkpoint folder, where every attempt's spending is kept.
+        prices: The hardware profile's prices (None: unpriced).
+        profile: The profile's name (for the refusal of a cost budget on an unpriced profile).
+        max_cost: The cost budget at those prices, or None.
+        max_gpu_hours: The GPU-hours budget, or None.
+        gpus: The accelerators the ranks hold (0 on CPU).
+
+    Raises:
+        InputError: max_cost on a hardware profile without prices.
+        BudgetReached: earlier attempts already spent the budget (nothing starts).
+    """
+
+    def __init__(
+        self,
+        checkpoints: Path,
+        prices: Prices | None,
+        *,
+        profile: str,
+        max_cost: float | None = None,
+        max_gpu_hours: float | None = None,
+        gpus: int = 0,
+    ) -> None:
+        self.prices = prices
+        if max_cost is not None and prices is None:
+            raise errors.InputError(
+                f"max_cost: the hardware profile {profile!r} declares no prices (give it prices:, or set max_gpu_hours)"
+            )
+        self.dir = Path(checkpoints)
+        self.before = spent_before(self.dir)
+        limited = max_cost is not None or max_gpu_hours is not None
+        self.budget = Budget(max_cost, max_gpu_hours, prices) if limited else None
+        self.gpus = gpus
+        self.reason: str | None = None
+        self.training_wall: float | None = None
+        if self.budget is not None and self.before is not None and (said := self.budget.reached(self.before)):
+            raise errors.BudgetReached(f"{said}; nothing started: a rerun with a larger budget resumes{SAME}")
+        self.meter = Meter()
+
+    def start(self) -> None:
+        """The ranks start now: this attempt's wall time is measured from here (its own CPU from its start)."""
+        self.meter = Meter(whole_process=True)
+        self.training_wall = None
+
+    def spent(self) -> bool:
+        """Whether the budget is spent (the launcher asks once a second)."""
+        assert self.budget is not None
+        self.reason = self.budget.reached(self.meter.live(self.gpus) + self.before)
+        return self.reason is not None
+
+    def record(self) -> None:
+        """What this attempt used so far (``this``) and every attempt so far (``total``, kept beside the
+        checkpoints). The first record, as the ranks end, also fixes the training's wall time."""
+        self.this = self.meter.usage(self.gpus)
+        self.total = self.this + self.before
+        if self.training_wall is None:
+            self.training_wall = self.this.wall_seconds
+        record_spent(self.dir, self.total)
+
+
+def where_stopped(err: dict[str, Any] | None) -> str:
+    """Where a budget's stop left the training, from the ranks' record of it (the step, the checkpoint)."""
+    step, ckpt = (err or {}).get("step"), (err or {}).get("checkpoint")
+    if ckpt:
+        return f"stopped at step {step} with a checkpoint: a rerun with a larger budget resumes from {ckpt}{SAME}"
+    if err is None:  # the ranks were stopped before they could say where
+        return f"stopped: a rerun with a larger budget resumes from the newest checkpoint, if one was written{SAME}"
+    return f"stopped at step {step or 0}: no checkpoint was written, so a rerun with a larger budget starts over"
+
+
 def series(
     usage: Usage, cost: float | None, currency: str | None, labels: dict[str, str]
 ) -> list[tuple[str, str, dict[str, str], float]]:
@@ -213,4 +294,4 @@ def series(
     return out
 
 
-__all__ = ["Budget", "Meter", "Prices", "Usage", "record_spent", "series", "spent_before"]
+__all__ = ["Budget", "Meter", "Prices", "Spending", "Usage", "record_spent", "series", "spent_before", "where_stopped"]

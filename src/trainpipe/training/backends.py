@@ -7,7 +7,9 @@ the existing ones) a plan in :data:`trainpipe.training.launch.LAUNCHERS`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainpipe.contract.imports import import_module
@@ -96,3 +98,13 @@ if TYPE_CHECKING:
     BackendName = str
 else:
     BackendName = Literal[tuple(BACKENDS)]
+
+
+def uses_cuda(device: str) -> bool:
+    """Whether ranks given the ``device`` setting train on GPUs (what ``auto`` picks), without importing torch."""
+    if device != "auto":
+        return device == "cuda"
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())

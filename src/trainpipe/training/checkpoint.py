@@ -226,3 +226,18 @@ class CheckpointManager:
             "totals": {k: round(v, 6) for k, v in self.totals.items()},
             "recent": {k: list(v) for k, v in self.recent.items()},
         }
+
+
+def discard_outputs(out: Path) -> None:
+    """What a failed run wrote into its output folder besides its checkpoints (the ranks' errors and telemetry,
+    the weights, their description and digest, the metrics, the serving examples): no half-made model is left to
+    be read, and a rerun resumes from the checkpoints."""
+    from trainpipe.contract.layout import EPOCH_METRICS_FILE, ERRORS_DIR, MODEL_FILE, MODEL_META, TELEMETRY_DIR
+    from trainpipe.services.serving.package import INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE
+    from trainpipe.training.weights_file import DIGEST_SUFFIX
+
+    for name in (ERRORS_DIR, TELEMETRY_DIR):
+        shutil.rmtree(out / name, ignore_errors=True)
+    for name in (MODEL_FILE, MODEL_META, EPOCH_METRICS_FILE, INPUT_EXAMPLE_FILE, OUTPUT_EXAMPLE_FILE):
+        (out / name).unlink(missing_ok=True)
+    (out / f"{MODEL_FILE}{DIGEST_SUFFIX}").unlink(missing_ok=True)

@@ -22,7 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from trainpipe.contract import errors
+
+if TYPE_CHECKING:
+    from trainpipe.training.tracking_run import TrackingThread
 
 #: The signals that ask a training to checkpoint and stop (exit 75) so that a retry resumes it.
 PREEMPT_SIGNALS = ("SIGTERM", "SIGUSR1")
@@ -149,3 +154,59 @@ class EpochGate:
             with contextlib.suppress(OSError):
                 self._sock.close()
             self._sock = None
+
+
+class Stopped(BaseException):
+    """The platform's stop signal, raised where the launcher was (no rank running): see :class:`PlatformStop`."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal = signal_name
+
+
+class PlatformStop:
+    """The platform's stop (SIGTERM: a pod deleted, a preemption; SIGUSR1: Slurm's warning) while no rank
+    trains: before the ranks start, or once they finished while the step logs the model. It ends the step
+    at once, exit 75 and one line, its MLflow run marked KILLED (never left RUNNING) and its checkpoints
+    kept, so the retry resumes (after the last step: it only logs the model). While the ranks run the
+    launcher handles these signals, and passes on to this one a signal the ranks finished before acting on.
+
+    Attributes:
+        signal: The signal's name, once one came.
+        tracking: The training's MLflow run being opened (:class:`trainpipe.training.tracking_run.TrackingThread`).
+        when: Where the step was, for the one line ("before its ranks started").
+        failure: A rank's own error, once the step is failing on it (a stop then changes nothing of that).
+    """
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.tracking: TrackingThread | None = None
+        self.when = "before its ranks started"
+        self.failure: errors.TrainpipeError | None = None
+        self._previous: dict[str, Any] = {}
+
+    def __enter__(self) -> PlatformStop:
+        if threading.current_thread() is threading.main_thread():
+            for name in PREEMPT_SIGNALS:
+                self._previous[name] = signal.signal(getattr(signal, name), self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, handler in self._previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.signal is None:  # one stop: a second signal while it stops changes nothing
+            self.signal = signal.Signals(signum).name
+            raise Stopped(self.signal)
+
+
+def rank_failure(folder: Path) -> errors.TrainpipeError | None:
+    """A rank's own error in the ranks' error ``folder``, recorded before a stop came: what the step failed on
+    (a retry would fail again); None when no rank recorded one, or only a preemption or a budget's stop."""
+    for path in sorted(folder.glob("rank*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            err = json.loads(path.read_text(encoding="utf-8"))
+            if err.get("type") not in ("Preempted", "BudgetReached"):
+                return getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
+    return None
