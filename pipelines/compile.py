@@ -264,8 +264,10 @@ def validate_pipeline_yaml(path: str | os.PathLike[str]) -> None:
         raise InputError(f"pipeline: {path} is not a valid KFP pipeline spec: {exc}") from None
 
 
-def run_local(config: PipelineConfig) -> dict[str, Any]:
-    """Run the pipeline end to end on ``kfp.local.SubprocessRunner`` in this environment.
+def run_local(config: PipelineConfig, runner: Any = None, pipeline_root: str | Path | None = None) -> dict[str, Any]:
+    """Run the pipeline end to end on a ``kfp.local`` runner: ``SubprocessRunner`` in this environment unless
+    another is given (``DockerRunner``: each task in its image; it mounts ``pipeline_root``, which then must hold
+    everything the tasks read, as the workspace does).
 
     Returns:
         The register step's outputs and where the run's artifacts lie.
@@ -275,9 +277,9 @@ def run_local(config: PipelineConfig) -> dict[str, Any]:
     from trainpipe.pipelines.training_pipeline import build_pipeline
     from trainpipe.services.profiles import get_profile
 
-    root = Path(config.workspace) / "kfp-local"
+    root = Path(pipeline_root) if pipeline_root is not None else Path(config.workspace) / "kfp-local"
     root.mkdir(parents=True, exist_ok=True)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
+    local.init(runner=runner or local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     # kfp.local honours retry policies but cannot tell a permanent exit code from a
     # transient one: locally, wait 1 s (not 30 s) before retrying, so a failed suite
     # stops the run in seconds.

@@ -80,29 +80,19 @@ def _docker_host(url: str):
 
 
 def run_on_docker(config_path: Path, socket: str) -> dict:
-    """The pipeline built as ``trainpipe.pipelines.compile.run_local`` builds it, run on DockerRunner with the
+    """The pipeline as ``trainpipe.pipelines.compile.run_local`` builds and runs it, on DockerRunner with the
     workspace as its pipeline root; each component's result."""
     from kfp import local
 
+    from trainpipe.pipelines.compile import run_local
     from trainpipe.pipelines.config import load_pipeline_config
-    from trainpipe.pipelines.training_pipeline import build_pipeline
-    from trainpipe.services.profiles import get_profile
     from trainpipe.services.runs import collect_results
 
     config = load_pipeline_config(config_path)
-    runner = local.DockerRunner(network_mode="none", read_only=True)
-    local.init(runner=runner, pipeline_root=str(config.workspace), raise_on_error=True)
-    profile = get_profile(config.profile).model_copy(update={"retry_backoff_s": 1})
-    pipeline = build_pipeline(
-        profile,
-        trusted_code=config.trusted_code(),
-        optimize=config.optimize.for_profile(profile),
-        require_approval=config.require_approval,
-        tune=config.tune_settings(),
-    )
     started = time.time()
     with _docker_host(socket), exit_codes_kept():
-        pipeline(**config.pipeline_arguments())
+        runner = local.DockerRunner(network_mode="none", read_only=True)
+        run_local(config, runner=runner, pipeline_root=config.workspace)
     return collect_results(config.workspace, since=started)
 
 
