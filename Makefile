@@ -235,14 +235,15 @@ lock: | $(VENV)/bin/uv
 # Build the images with podman: the cpu and data images here (the gpu image needs nvidia/cuda's devel image and
 # torch's CUDA wheels from registries; elsewhere it is built too). The base is the Dockerfile's pinned
 # python:3.11-slim-bookworm where a registry serves it, else a Debian bookworm base made once with debootstrap
-# and cached under ~/.cache/trainpipe/images (scripts/build_images.sh). Each image's build time and size are
-# printed; a rebuild with nothing changed takes its layers from podman's cache. The registry and the tags come
-# from trainpipe.services.images, as the compiled pipelines and DAGs use them.
+# and cached under ~/.cache/trainpipe/images (scripts/build_images.sh). The Horovod wheel `make horovod` built is
+# lent to the cpu image's build, which then need not compile it, when it was built with the cpu lock's torch.
+# Each image's build time and size are printed; a rebuild with nothing changed takes its layers from podman's
+# cache. The registry and the tags come from trainpipe.services.images, as the compiled pipelines and DAGs use them.
 REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE_KINDS ?= data cpu gpu
 
 images: $(STAMP) podman
-	PYTHON=$(PY) scripts/build_images.sh $(REVISION) $(IMAGE_KINDS)
+	PYTHON=$(PY) HOROVOD_WHEELS=$(WHEELHOUSE) scripts/build_images.sh $(REVISION) $(IMAGE_KINDS)
 
 push: images
 	for kind in $(IMAGE_KINDS); do \

@@ -6,12 +6,14 @@
 # in seconds. A rebuild with nothing changed takes its layers from podman's cache.
 #
 # What the build needs from this machine is mounted for the build only, never copied into a layer: the CA bundle
-# pip trusts (a TLS-intercepting proxy's) and, where it lies on disk, the folder of torch's CPU wheel.
+# pip trusts (a TLS-intercepting proxy's), where it lies on disk the folder of torch's CPU wheel, and for the cpu image
+# the folder of the Horovod wheel this machine built against the same torch.
 #
 # Usage: build_images.sh REVISION KIND...   (the image references come from trainpipe.services.images, via PYTHON)
 # Environment: PYTHON (the dev venv's), PYTHON_BASE (a base of your own), IMAGES_CACHE (the base's cache folder),
 #   PIP_CERT (the CA bundle; default: the one pip is configured with here, if any), TORCH_WHEELS (a folder holding
-#   torch's CPU wheel; default: pip's find-links here, if one holds it).
+#   torch's CPU wheel; default: pip's find-links here, if one holds it), HOROVOD_WHEELS (a folder holding Horovod's
+#   wheel and its .built-with record; default: make horovod's, ~/.cache/trainpipe/wheels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/podman.sh
@@ -96,6 +98,23 @@ for wheels in ${TORCH_WHEELS:-${PIP_FIND_LINKS:-$("$PY" -m pip config get global
     fi
 done
 
+# Horovod's wheel for the cpu image: the one this machine built (make horovod) where its .built-with record names the
+# torch the cpu lock pins (torch's C++ API is not stable across versions), so the image does not compile the sdist
+# again. The image checks the wheel's hash and that it loads against its own torch and glibc, and builds the sdist
+# where it does not.
+cpu_volumes=()
+cpu_args=()
+lock_torch="$(sed -n 's/^torch==\([^ ]*\) .*/\1/p' images/cpu/requirements.lock)"
+hvd_wheels="${HOROVOD_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/trainpipe/wheels}"
+hvd_wheel="$hvd_wheels/horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+if [ -f "$hvd_wheel" ] && grep -qx "torch==$lock_torch" "$hvd_wheel.built-with" 2> /dev/null; then
+    cpu_volumes+=(--volume "$hvd_wheels:/run/trainpipe-build/horovod:ro")
+    cpu_args+=(--build-arg HOROVOD_WHEELS=/run/trainpipe-build/horovod
+        --build-arg HOROVOD_WHEEL_SHA256="$(sha256sum "$hvd_wheel" | cut -d' ' -f1)")
+elif [ -f "$hvd_wheel" ]; then
+    echo "build_images: $hvd_wheel is not recorded as built with torch $lock_torch; the cpu image builds Horovod's sdist"
+fi
+
 for kind in "$@"; do
     if [ "$kind" = gpu ] && [ "$base" = "$LOCAL_BASE" ]; then
         echo "build_images: gpu skipped: it needs nvidia/cuda's devel image and torch's CUDA wheels from a registry"
@@ -104,6 +123,11 @@ for kind in "$@"; do
     ref="$("$PY" -c "from trainpipe.services.images import reference; print(reference('$kind'))")"
     start=$SECONDS
     kind_args=("${args[@]}" --build-arg PYTHON_BASE="$base" --build-arg KIND="$kind")
+    kind_volumes=("${volumes[@]}")
+    if [ "$kind" = cpu ]; then
+        kind_args+=("${cpu_args[@]}")
+        kind_volumes+=("${cpu_volumes[@]}")
+    fi
     # Nothing changed since the image was built (what the build reads, its arguments, the base): nothing to do.
     # podman's own cache would come to the same image, but only after hashing the 4 GB environment it copies.
     inputs="$(inputs_digest "$kind" "$base" "${kind_args[@]}")"
@@ -115,8 +139,8 @@ for kind in "$@"; do
     # Two passes: the dependency stages (the only ones that need the network) with the mounts, then the image
     # without them, its dependency stages from the first pass's cache. A mount's target would otherwise be left
     # behind, empty, in the runtime stages' layers.
-    if [ "${#volumes[@]}" -gt 0 ]; then
-        podman build --network host --layers -f images/Dockerfile --target deps "${volumes[@]}" "${kind_args[@]}" .
+    if [ "${#kind_volumes[@]}" -gt 0 ]; then
+        podman build --network host --layers -f images/Dockerfile --target deps "${kind_volumes[@]}" "${kind_args[@]}" .
     fi
     podman build --network host --layers -f images/Dockerfile "${kind_args[@]}" \
         --build-arg REVISION="$REVISION" --build-arg IMAGE_REF="$ref" --label trainpipe.build-inputs="$inputs" -t "$ref" .
