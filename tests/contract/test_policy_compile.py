@@ -52,7 +52,7 @@ def test_compiled_pipeline_carries_the_policy_to_every_task_and_its_root(tmp_pat
     executors = [
         ex for ex in spec["deploymentSpec"]["executors"].values() if "container" in ex
     ]  # the importer has none
-    assert len(executors) == 7  # the reference pipeline's steps: every component but optimize_model
+    assert len(executors) == 7  # the reference pipeline's steps with its optional ones (tune, optimize) off
     for ex in executors:
         env = {e["name"]: e["value"] for e in ex["container"].get("env", [])}
         assert json.loads(env["TRAINPIPE_POLICY"])["allowed_regions"] == ["me-central-1"]

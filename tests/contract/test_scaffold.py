@@ -109,6 +109,25 @@ def test_make_component_leaves_the_component_tiers_green(tmp_path):
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
+def test_what_the_scaffolds_write_passes_ruff_as_written(tmp_path):
+    """`make lint` runs ruff's lint and format check over the checkout: a scaffolded component and a scaffolded
+    training package pass both before anyone edits them (a face written on two lines failed the format check)."""
+    from trainpipe.app.scaffold import scaffold, scaffold_training
+
+    scaffold("count_rows", tmp_path / "components", tmp_path / "tests")
+    scaffold_training("my_team", tmp_path / "team", tmp_path / "team_tests")
+    ruff = [str(Path(sys.executable).parent / "ruff")]
+    for check in (["check"], ["format", "--check"]):
+        proc = subprocess.run(
+            [*ruff, *check, "--config", str(REPO / "pyproject.toml"), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
+
+
 def test_a_bad_name_is_refused_in_one_line():
     proc = subprocess.run(
         [sys.executable, "-m", "trainpipe.app.cli", "scaffold", "Bad-Name"],

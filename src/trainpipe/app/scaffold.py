@@ -12,6 +12,7 @@ result JSON, and lineage.
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
 from pathlib import Path
@@ -40,7 +41,7 @@ SUMMARY_FILE = "summary.json"
 class {cls}Params(StrictModel):
     """Settings of {name} that are not artifacts."""
 
-    min_rows: int = Field(1, ge=0, description="fewer rows than this is a bad input")
+    min_rows: int = Field(1, ge=1, description="fewer rows than this is a bad input (an empty table always is)")
 
 
 class {cls}Config({cls}Params):
@@ -137,8 +138,14 @@ def publish(result: dict[str, Any], artifacts: dict[str, Any]) -> int:
     return int(result["rows"])
 
 
-FACE = Face(NAME, {cls}Params, [In("data"), Out("summary", "Artifact", field="output_dir")],
-            "Count the dataset's rows; returns the count.", publish, returns="int")
+FACE = Face(
+    NAME,
+    {cls}Params,
+    [In("data"), Out("summary", "Artifact", field="output_dir")],
+    "Count the dataset's rows; returns the count.",
+    publish,
+    returns="int",
+)
 {name} = FACE.component()
 ''',
     "airflow_task.py": '''"""Airflow 3 face of {name}. Holds no logic: it runs the entrypoint."""
@@ -335,7 +342,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-PACKAGE_DIR = {package_dir!r}
+PACKAGE_DIR = {package_dir}
 
 
 def _train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -348,12 +355,10 @@ def _train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     frame = pd.DataFrame(x, columns=["a", "b", "c", "d"])
     frame.assign(label=(x[:, 0] + x[:, 1] > 0).astype(int)).to_csv(data, index=False)
     env = {{**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_DIR, os.environ.get("PYTHONPATH", "")])}}
-    command = [
-        sys.executable, "-m", "trainpipe.components.train_model",
-        "--data", str(data), "--output-dir", str(tmp_path / "m"),
-        "--tracking-uri", f"sqlite:///{{tmp_path / 'mlflow.db'}}", "--train-function", "{name}.train:train",
-        "--nproc-per-node", "1", "--epochs", "3", "--batch-size", "32", *args,
-    ]
+    tracking = f"sqlite:///{{tmp_path / 'mlflow.db'}}"
+    flags = ["--data", str(data), "--output-dir", str(tmp_path / "m"), "--tracking-uri", tracking]
+    flags += ["--train-function", "{name}.train:train", "--nproc-per-node", "1", "--epochs", "3", "--batch-size", "32"]
+    command = [sys.executable, "-m", "trainpipe.components.train_model", *flags, *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
@@ -383,5 +388,5 @@ def scaffold_training(name: str, directory: str | Path, tests_dir: str | Path) -
     folder = Path(directory) / name
     if folder.exists():
         raise InputError(f"NAME: {str(folder)!r} already exists")
-    values = {"name": name, "package_dir": str(Path(directory).resolve())}
+    values = {"name": name, "package_dir": json.dumps(str(Path(directory).resolve()))}
     return _write(folder, TRAINING_FILES, Path(tests_dir) / f"test_training_{name}.py", TRAINING_TEST, values)
