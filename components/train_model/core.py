@@ -37,7 +37,7 @@ from trainpipe.training.control import PlatformStop, Stopped, rank_failure
 from trainpipe.training.faults import Fault
 from trainpipe.training.metrics import diverged_at
 from trainpipe.training.preflight import check_inputs, rank_env
-from trainpipe.training.tracking_run import TrackingThread, checkpoint_dir, log_training
+from trainpipe.training.tracking_run import TrackingThread, log_training
 
 
 def train_model(config: TrainModelConfig, lineage: Lineage, runtime: Runtime | None = None) -> TrainModelResult:
@@ -145,7 +145,7 @@ def _stopped(config: TrainModelConfig, stop: PlatformStop, signal_name: str) -> 
             stop.tracking.end("KILLED" if failure is None else "FAILED")
     if failure is not None:
         return failure
-    done = completed_checkpoints(checkpoint_dir(config))
+    done = completed_checkpoints(config.checkpoint_folder)
     step = int(done[-1].name.split("-")[1]) if done else None
     kept = f"a retry resumes from {checkpoint_name(step)}" if step is not None else "a retry starts over"
     return errors.Preempted(f"preempted by {signal_name} {stop.when}: {kept}", step=step)
@@ -190,7 +190,7 @@ def spending_of(config: TrainModelConfig, hardware_profile: str) -> Spending:
         BudgetReached: earlier attempts already spent the budget (nothing starts).
     """
     return Spending(
-        checkpoint_dir(config),
+        config.checkpoint_folder,
         prices_of(hardware_profile),
         profile=profile_name(hardware_profile),
         max_cost=config.max_cost,

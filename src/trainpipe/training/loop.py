@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainpipe.contract.errors import InputError, Preempted, TrainpipeError
 from trainpipe.contract.io import atomic_write_text
-from trainpipe.contract.layout import CHECKPOINT_DIR, EPOCH_METRICS_FILE
+from trainpipe.contract.layout import EPOCH_METRICS_FILE
 from trainpipe.training import control as control_points
 from trainpipe.training import sources
 from trainpipe.training.checkpoint import CheckpointManager, StateIO, checkpoint_name
@@ -206,7 +206,7 @@ class Loop:
             TrainpipeError: the ranks loaded different checkpoints.
         """
         s = self.settings
-        folder = Path(s.checkpoint_dir) if s.checkpoint_dir else self.out / CHECKPOINT_DIR
+        folder = s.checkpoint_folder
         every_steps, every_s = s.checkpoint_every_steps, s.checkpoint_every_s
         checkpoints = CheckpointManager(folder, s.keep_checkpoints, every_steps, every_s, io, chief=self.is_chief)
         self.checkpoints = checkpoints

@@ -6,13 +6,14 @@ is this type and its result. Imports nothing heavy: schedulers and the compiler 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from trainpipe.contract.config import StrictModel
 from trainpipe.contract.entrypoint import OUTPUT, SOURCE, settings_input
-from trainpipe.contract.layout import TUNED_SETTINGS_FILE
+from trainpipe.contract.layout import CHECKPOINT_DIR, TUNED_SETTINGS_FILE
 from trainpipe.contract.tasks import Task
 from trainpipe.training.backends import BACKENDS, BackendName
 from trainpipe.training.builtin import NAMES as BUILTIN_FUNCTIONS
@@ -278,3 +279,9 @@ class TrainModelConfig(TrainModelParams):
         description="tune_model's output: its best trial's settings override these (lineage records the study)",
         json_schema_extra=settings_input(TUNED_SETTINGS_FILE, made_by="tune_model"),  # laid over these, then checked
     )
+
+    @property
+    def checkpoint_folder(self) -> Path:
+        """Where the checkpoints are (and what every attempt spent, and the training's MLflow run): checkpoint_dir,
+        else ``<output_dir>/checkpoints``."""
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.output_dir) / CHECKPOINT_DIR

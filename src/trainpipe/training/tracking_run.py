@@ -18,7 +18,7 @@ from typing import Any
 
 from trainpipe.contract import errors
 from trainpipe.contract.io import file_digest
-from trainpipe.contract.layout import CHECKPOINT_DIR, EPOCH_METRICS_FILE, MODEL_FILE, MODEL_META
+from trainpipe.contract.layout import EPOCH_METRICS_FILE, MODEL_FILE, MODEL_META
 from trainpipe.contract.lineage import Lineage, SnapshotLineage
 from trainpipe.contract.policy import Policy
 from trainpipe.contract.text import redact
@@ -159,15 +159,11 @@ def training_key(config: TrainModelConfig, snapshot: SnapshotLineage | None) -> 
     return hashlib.sha256(f"{snapshot.md5 if snapshot else ''}|{settings}".encode()).hexdigest()
 
 
-def checkpoint_dir(config: TrainModelConfig) -> Path:
-    return Path(config.checkpoint_dir or Path(config.output_dir) / CHECKPOINT_DIR)
-
-
 def remember_run(config: TrainModelConfig, run_id: str, exp_id: str, key: str) -> None:
     """Keep the training's MLflow run beside its checkpoints: a rerun that resumes from them continues that run."""
     from trainpipe.contract.io import atomic_write_json
 
-    folder = checkpoint_dir(config)
+    folder = config.checkpoint_folder
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(folder / RUN_FILE, {"run_id": run_id, "experiment_id": exp_id, "key": key})
 
@@ -176,7 +172,7 @@ def remembered_run(client: Any, exp_id: str, config: TrainModelConfig, key: str)
     """The run kept beside the checkpoints, when it is this training's (same data and settings) in this
     experiment and still there; else None."""
     try:
-        kept = json.loads((checkpoint_dir(config) / RUN_FILE).read_text(encoding="utf-8"))
+        kept = json.loads((config.checkpoint_folder / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("key") != key or kept.get("experiment_id") != exp_id:
