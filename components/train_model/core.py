@@ -33,7 +33,7 @@ from trainpipe.services.profiles import metrics_port, prices_of, profile_name
 from trainpipe.training import launch
 from trainpipe.training.backends import uses_cuda
 from trainpipe.training.checkpoint import discard_outputs
-from trainpipe.training.control import PlatformStop, Stopped, rank_failure
+from trainpipe.training.control import PlatformStop, Stopped, rank_error, rank_failure
 from trainpipe.training.faults import Fault
 from trainpipe.training.metrics import diverged_at
 from trainpipe.training.preflight import check_inputs, rank_env
@@ -171,7 +171,7 @@ def _failed(
     if err is not None and err.get("detail"):  # the team's whole error, for the log; the one line follows
         print(f"train_model: {config.train_function} raised (its whole error):\n{err['detail']}", file=sys.stderr)
     if err is not None:
-        raise getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
+        raise rank_error(err)
     if preempted:
         raise errors.Preempted(
             "preempted: the ranks stopped before writing a checkpoint; a retry resumes from the newest one"

@@ -420,8 +420,8 @@ def _run(
             and not (f in sources and not (Path(getattr(config, f)) / artifacts.MARKER).exists())
         ]
         record = lineage_mod.merge(upstream).with_(**lineage_mod.run_sections(ns.get("orchestrator"), ns.get("run_id")))
-        outs = [getattr(config, f) for f in output_fields(model) if getattr(config, f)]
-        for f, out in ((f, getattr(config, f)) for f in output_fields(model) if getattr(config, f)):
+        outs = {f: getattr(config, f) for f in output_fields(model) if getattr(config, f)}
+        for f, out in outs.items():
             artifacts.begin_output(out, f)  # each named in its refusal
         runtime = runtime.trusting(getattr(config, "trusted_packages", None) or ())  # the step's own setting
         if dry is not None and dry_run.folder() is not None:
@@ -433,7 +433,7 @@ def _run(
             result.lineage = result.lineage.with_(steps=[*result.lineage.steps, name])
         payload = result.model_dump(mode="json")
         final_lineage = payload["lineage"]
-        for out in outs:
+        for out in outs.values():
             artifacts.finish_output(out, name, payload, final_lineage)
         if audit_log is not None:
             _audit(audit_log, name, model, config, ns, payload, result, None)

@@ -201,6 +201,12 @@ class PlatformStop:
             raise Stopped(self.signal)
 
 
+def rank_error(record: dict[str, Any]) -> errors.TrainpipeError:
+    """The error a rank recorded (``<output_dir>/.errors/rank<N>.json``: its type's name and its one line), as the
+    launcher raises it again: the same type, so the same exit code."""
+    return getattr(errors, record.get("type", ""), errors.TrainpipeError)(record.get("message", "a rank failed"))
+
+
 def rank_failure(folder: Path) -> errors.TrainpipeError | None:
     """A rank's own error in the ranks' error ``folder``, recorded before a stop came: what the step failed on
     (a retry would fail again); None when no rank recorded one, or only a preemption or a budget's stop."""
@@ -208,5 +214,5 @@ def rank_failure(folder: Path) -> errors.TrainpipeError | None:
         with contextlib.suppress(OSError, ValueError):
             err = json.loads(path.read_text(encoding="utf-8"))
             if err.get("type") not in ("Preempted", "BudgetReached"):
-                return getattr(errors, err.get("type", ""), errors.TrainpipeError)(err.get("message", "a rank failed"))
+                return rank_error(err)
     return None
