@@ -11,8 +11,10 @@ and throughput at batch 256. Only a variant within ``max_metric_drop`` of fp32 c
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from trainpipe.components.optimize_model.choice import _reason, _select, _write_model, report
@@ -35,6 +37,21 @@ from trainpipe.data.splits import split_rows
 from trainpipe.services.serving.package import load_artifact
 
 
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads at ``threads`` while the variants are made and measured, and as they were
+    afterwards: a process that runs other steps after this one (Airflow's ``dag.test()``, a caller of the core)
+    keeps its own, so their float results do not depend on whether this step ran first."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def optimize_model(
     config: OptimizeModelConfig, lineage: Lineage, runtime: Runtime | None = None
 ) -> OptimizeModelResult:
@@ -54,8 +71,6 @@ def optimize_model(
             its ONNX outputs differ from torch's beyond ``onnx_atol``, the sparsity is impossible for
             a layer, the calibration set is empty, or the data does not fit the model.
     """
-    import torch
-
     runtime = runtime or Runtime()
     model = load_artifact(config.model, runtime)
     framework = model.meta.get("framework", "torch")
@@ -76,20 +91,22 @@ def optimize_model(
         import copy
 
         prune(copy.deepcopy(model.module), config.sparsity, config.pruning)
-    torch.set_num_threads(config.threads)
-    measure = _Measure(config, model, metric, x_test, y_raw)
     weights = Path(config.model) / MODEL_FILE
     out = Path(config.output_dir)
-    with tempfile.TemporaryDirectory(prefix="trainpipe-optimize-") as tmp:
-        rows = (x_test, y_raw, x_train, y_train)
-        variants, files, exporter = _make(config, model, measure, wants, calibration, rows, Path(tmp))
-        chosen = _select(variants, config.select)
-        sha = None
-        if chosen is not None:
-            sha = file_digest(files[chosen.name], "sha256")
-            _write_model(out / OPTIMIZED_MODEL_DIR, files[chosen.name], model, chosen, x_test, exporter, sha, weights)
-        else:
-            shutil.rmtree(out / OPTIMIZED_MODEL_DIR, ignore_errors=True)
+    with _torch_threads(config.threads):
+        measure = _Measure(config, model, metric, x_test, y_raw)
+        with tempfile.TemporaryDirectory(prefix="trainpipe-optimize-") as tmp:
+            rows = (x_test, y_raw, x_train, y_train)
+            variants, files, exporter = _make(config, model, measure, wants, calibration, rows, Path(tmp))
+            chosen = _select(variants, config.select)
+            sha = None
+            if chosen is not None:
+                sha = file_digest(files[chosen.name], "sha256")
+                _write_model(
+                    out / OPTIMIZED_MODEL_DIR, files[chosen.name], model, chosen, x_test, exporter, sha, weights
+                )
+            else:
+                shutil.rmtree(out / OPTIMIZED_MODEL_DIR, ignore_errors=True)
     import onnxruntime
 
     result = OptimizeModelResult(
