@@ -25,6 +25,7 @@ SPACE = {
     "batch_size": {"type": "categorical", "choices": [32, 64]},
 }
 TRAIN = {"epochs": 2, "nproc_per_node": 2}
+SHARED = {**TRAIN, "train_function": "teampkg.barrier:train"}  # builtin:mlp; two workers each take a trial
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,9 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
     tmp_path, snapshot, mlflow_server
 ):
     """Slow on purpose (about a minute): two workers share one study of 4 trials, each a real training of 2
-    gloo ranks, then the best settings train again and the report renders in Chromium. Four trials are the
-    fewest that show the sharing: the workers start together and a trial takes seconds, so each takes at least
-    one (two would let one worker take both while the other still imports)."""
+    gloo ranks, then the best settings train again and the report renders in Chromium. The built-in MLP trains
+    behind a barrier (teampkg.barrier): a worker's first trial waits until the other worker has begun one, so each
+    takes at least one however long the other takes to start."""
     import mlflow
     import optuna
     from optuna.trial import TrialState
@@ -64,8 +65,20 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
         storage = psycopg2_url(db)
         common = ["--storage", storage, "--n-trials", "4", "--seed", "7", "--tracking-uri", mlflow_server]
         common += ["--experiment-name", "tune-pg", "--study-name", "digits", "--run-id", "pg-run"]  # one run's workers
+        barrier = {**TEAM, "TEAMPKG_BARRIER": str(tmp_path / "barrier")}
         workers = [
-            _worker(snapshot, tmp_path / f"w{i}", *common, "--summarize", "false", "--worker", str(i)) for i in (0, 1)
+            _worker(
+                snapshot,
+                tmp_path / f"w{i}",
+                *common,
+                "--summarize",
+                "false",
+                "--worker",
+                str(i),
+                env={**barrier, "TEAMPKG_WORKER": str(i)},
+                train=SHARED,
+            )
+            for i in (0, 1)
         ]
         ran = [_finish(w)["ran_here"] for w in workers]
         assert sum(ran) == 4 and all(ran), ran  # both workers took trials of the one study
@@ -79,8 +92,9 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
                 "--space",
                 json.dumps(SPACE),
                 "--train",
-                json.dumps(TRAIN),
+                json.dumps(SHARED),
                 *common,
+                env=TEAM,
             )
         )
         study = optuna.load_study(study_name="digits", storage=storage)
@@ -118,7 +132,7 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
     if report["adopted"]:
         assert best["train_config"]["hidden_units"] in ([16], [48, 16]) and best["epochs"] == 2
     else:  # no trial beat the baseline: the train section as given
-        assert best == TRAIN, best
+        assert best == SHARED, best
     rows = tmp_path / "w0" / "studies" / "digits" / "tuning_rows.parquet"
     again = result_of(
         run_component(
@@ -137,6 +151,7 @@ def test_two_workers_share_a_postgresql_study_and_the_best_settings_train_to_the
             "label",
             "--tracking-uri",
             mlflow_server,
+            env=TEAM,
         )
     )
     assert again["lineage"]["tuning"]["study_name"] == "digits"
