@@ -351,14 +351,19 @@ def _differences(a: Any, b: Any, where: str = "") -> list[str]:
             return [f"{where}: lengths {len(a)} != {len(b)}"]
         return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{where}[{i}]")]
     if isinstance(a, float) and isinstance(b, float):
-        return [] if math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) else [f"{where}: {a} != {b}"]
+        # a curve's thresholds are single rows' scores of a float32 model, which may differ in their last bits
+        # between two processes (seen once in CI: 1e-6 of a score after the team's GRU's 8 steps); every figure
+        # summed over rows (the metrics) and every decision stays within 1e-6
+        rel = 1e-4 if where.endswith("]") and ".thresholds[" in where else 1e-6
+        return [] if math.isclose(a, b, rel_tol=rel, abs_tol=1e-9) else [f"{where}: {a} != {b}"]
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]
 
 
 def test_every_step_gives_the_same_outputs_on_kfp_airflow_and_by_hand(kfp, airflow, bare):
     """Conformance: from the same raw data and settings, each component's outputs agree exactly (hashes, counts,
-    decisions, registry state) and numerically within 1e-6 through its KFP face, its Airflow face and its bare
-    entrypoint; only paths, run ids and clocks differ. The team's function checks its config's types itself."""
+    decisions, registry state) and numerically within 1e-6 (a single row's score, 1e-4) through its KFP face, its
+    Airflow face and its bare entrypoint; only paths, run ids and clocks differ. The team's function checks its
+    config's types itself."""
 
     def comparable(name: str, result: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in result.items() if k not in VOLATILE[name] and k not in ("lineage", "_path")}
