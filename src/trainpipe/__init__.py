@@ -8,7 +8,8 @@ import os
 from importlib.util import find_spec
 
 from trainpipe.contract import moved
-from trainpipe.contract.plugins import defer_feast_headers, defer_kfp_client
+from trainpipe.contract.plugins import defer_feast_headers
+from trainpipe.faces.kfp_loading import defer_kfp_client
 
 __version__ = "0.1.0"
 
