@@ -84,3 +84,82 @@ def test_a_transient_failure_records_nothing_and_the_retry_runs_the_step(tmp_pat
         assert proc.returncode == 75, proc.stderr[-2000:]
         assert not (out / FAILED_RECORD).exists()
         assert _executions(audit, "train_model") == attempt
+
+
+def _body(component: str, settings: dict, output: Path, **env: str) -> subprocess.Popen:
+    """A KFP body as its executor runs it: one process, one thread, calling the runtime; it prints the result."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import json\n"
+            + ATTEMPT.replace("run_entrypoint(", "print(json.dumps(run_entrypoint(").rstrip("\n")
+            + "))\n",
+            component,
+            json.dumps(settings),
+            str(output),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+
+
+def test_the_step_runs_in_a_fork_of_the_body_and_gives_what_a_new_interpreter_gives(tmp_path, tiny_csv):
+    """The body forks its step (no second interpreter importing trainpipe again); with TRAINPIPE_KFP_NO_FORK=1 it
+    starts ``python -m`` as before: the same result, the same one line, and stdout holds nothing but the result."""
+    from trainpipe.faces.kfp_runtime import NO_FORK_ENV
+
+    results = {}
+    for way, env in (("fork", {}), ("subprocess", {NO_FORK_ENV: "1"})):
+        out = tmp_path / way
+        settings = {"data": str(tiny_csv), "output_dir": str(out), "label_column": "target"}
+        body = _body("validate_data", settings, out, **env)
+        stdout, stderr = body.communicate(timeout=300)
+        assert body.returncode == 0, stderr[-2000:]
+        assert len(stdout.splitlines()) == 1, stdout  # the result travels to the body, not to its log
+        assert "trainpipe validate_data: ok in" in stderr
+        results[way] = json.loads(stdout)
+    keep = ("success", "rows", "data_md5", "successful", "evaluated", "suite_name")
+    assert {k: results["fork"][k] for k in keep} == {k: results["subprocess"][k] for k in keep}
+    assert results["fork"]["success"] is True and results["fork"]["rows"] == 240
+
+
+def test_a_killed_body_takes_its_forked_step_and_the_steps_ranks_with_it(tmp_path, digits_csv):
+    """SIGKILL to the body (KFP's pod deleted past its grace, an OOM): the forked step gets SIGTERM from the kernel,
+    stops its ranks and exits before its 50 epochs end (no model written); no process of the step outlives it."""
+    import signal
+    import time
+
+    from trainpipe.contract.lifeline import descendants
+
+    out = tmp_path / "model"
+    settings = {
+        "data": str(digits_csv),
+        "output_dir": str(out),
+        "label_column": "label",
+        "nproc_per_node": 2,
+        "epochs": 50,
+        "train_function": "teampkg.slow:train",
+        "train_config": {"sleep_s": 0.05},
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    fixtures = str(Path(__file__).resolve().parents[1] / "fixtures")
+    body = _body("train_model", settings, out, PYTHONPATH=fixtures, TRAINPIPE_TRUSTED_MODEL_CODE="teampkg")
+    deadline = time.monotonic() + 300
+    ranks: list[int] = []
+    while len(ranks) < 3 and time.monotonic() < deadline:  # the step and its two ranks are up
+        assert body.poll() is None, body.communicate()[1][-2000:]
+        ranks = descendants(body.pid)
+        time.sleep(0.1)
+    assert len(ranks) >= 3, ranks
+    body.send_signal(signal.SIGKILL)
+    body.wait(timeout=30)
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in ranks):
+        time.sleep(0.1)
+    left = [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
+    assert not left, f"outlived the body: {left}"
+    from trainpipe.contract.layout import MODEL_FILE
+
+    assert not (out / MODEL_FILE).exists(), "the step trained to its end: it never learned that its body died"
