@@ -9,14 +9,11 @@ from importlib.util import find_spec
 
 from trainpipe.contract import moved
 from trainpipe.contract.plugins import defer_feast_headers
-from trainpipe.faces.kfp_loading import defer_kfp_client
 
 __version__ = "0.1.0"
 
 # Feast's MLflow plugin would otherwise load all of Feast into every process that imports MLflow.
 defer_feast_headers()
-# kfp's client (about 1 s) loads when it is named, not with every pipeline built or run
-defer_kfp_client()
 # the library's modules that moved into folders keep their old names for one release (with a warning)
 moved.install()
 

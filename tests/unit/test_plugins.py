@@ -55,7 +55,7 @@ def test_only_feasts_provider_is_replaced_and_other_groups_pass_through():
 
 def test_kfp_builds_compiles_and_runs_locally_without_its_client_which_loads_when_named():
     code = (
-        "import os, sys, trainpipe\n"
+        "import os, sys, trainpipe.app\n"
         "print('kfp' in sys.modules)\n"
         "import kfp\n"
         "from kfp import compiler, dsl\n"
@@ -73,6 +73,6 @@ def test_kfp_builds_compiles_and_runs_locally_without_its_client_which_loads_whe
 
 
 def test_kfp_imported_before_trainpipe_is_left_as_it_is():
-    code = "import kfp, trainpipe, sys\nprint('kfp.client' in sys.modules, hasattr(kfp, 'Client'))"
+    code = "import kfp, trainpipe.app, sys\nprint('kfp.client' in sys.modules, hasattr(kfp, 'Client'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True"]

@@ -3,10 +3,10 @@ imported here until kfp itself is.
 
 ``import kfp`` loads ``kfp.client`` (the API server's generated client and the Kubernetes client: about 1 s of one
 core) unless ``_KFP_RUNTIME`` is set, as it is inside a KFP task, yet building a pipeline, compiling it and
-``kfp.local`` never use it. :func:`defer_kfp_client` (called by ``import trainpipe``) has kfp's ``__init__`` run as
-inside a task, for that moment only, and gives the package a module ``__getattr__`` (PEP 562) for what it then
-leaves out: ``kfp.Client``, ``kfp.client``, ``kfp.components`` and ``kfp.dsl`` load on first use. A kfp imported
-before trainpipe is left as it is.
+``kfp.local`` never use it. :func:`defer_kfp_client`, called where the faces, the pipelines and the application are
+imported (before their own kfp), has kfp's ``__init__`` run as inside a task, for that moment only, and gives the
+package a module ``__getattr__`` (PEP 562) for what it then leaves out: ``kfp.Client``, ``kfp.client``,
+``kfp.components`` and ``kfp.dsl`` load on first use. A kfp imported before them is left as it is.
 """
 
 from __future__ import annotations
