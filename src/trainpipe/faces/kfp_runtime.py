@@ -111,13 +111,18 @@ def _forked(module: str, argv: list[str]) -> tuple[int, str]:
 
 
 def _exit_child(code: int) -> None:
-    """End a forked step as a process ends: its threads' work done and its exit handlers run, then at once."""
+    """End a forked step as an interpreter ends: its threads' work done as at shutdown (a thread pool told to
+    finish, then every other thread waited for) and its exit handlers run, then at once (no module teardown)."""
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter itself calls at exit
+    if shutdown is not None:
+        shutdown()
+    else:  # pragma: no cover (CPython has it)
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
