@@ -1,6 +1,5 @@
 """Feast's MLflow header plugin is deferred, not dropped: MLflow imports without Feast, and the header
-Feast adds inside its own calls is still added. kfp's client is deferred too: building, compiling and running a
-pipeline locally load no ``kfp.client``, and ``kfp.Client`` still answers where it is named."""
+Feast adds inside its own calls is still added."""
 
 from __future__ import annotations
 
@@ -51,28 +50,3 @@ def test_only_feasts_provider_is_replaced_and_other_groups_pass_through():
     assert list(deferred(group=plugins.GROUP)) == [plugins.STAND_IN, other]
     assert list(deferred(group="other.group")) == [elsewhere]
     assert plugins.STAND_IN.load() is plugins.FeastHeaders
-
-
-def test_kfp_builds_compiles_and_runs_locally_without_its_client_which_loads_when_named():
-    code = (
-        "import os, sys, trainpipe.app\n"
-        "print('kfp' in sys.modules)\n"
-        "import kfp\n"
-        "from kfp import compiler, dsl\n"
-        "import kfp.local\n"
-        "print('kfp.client' in sys.modules, os.environ.get('_KFP_RUNTIME'))\n"
-        "from kfp import Client\n"
-        "print(Client is kfp.Client, kfp.components.__name__, 'kfp.client' in sys.modules)\n"
-        "try:\n"
-        "    kfp.no_such_name\n"
-        "except AttributeError as exc:\n"
-        "    print(exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == ["False", "False None", "True kfp.components True", "module 'kfp' has no attribute 'no_such_name'"]
-
-
-def test_kfp_imported_before_trainpipe_is_left_as_it_is():
-    code = "import kfp, trainpipe.app, sys\nprint('kfp.client' in sys.modules, hasattr(kfp, 'Client'))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["True", "True"]

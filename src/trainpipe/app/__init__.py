@@ -5,8 +5,3 @@ It sits above everything else and may import all of it: the DAGs and pipelines i
 the components it forwards to, the library. Nothing imports it (``make lint``'s import-linter contracts
 say so), so the library needs no exemption to stay below the compositions.
 """
-
-from trainpipe.faces.kfp_loading import defer_kfp_client
-
-# before kfp is imported: its client (about 1 s) loads when it is named, not with every pipeline built or run
-defer_kfp_client()

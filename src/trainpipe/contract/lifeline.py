@@ -73,13 +73,6 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
-def bind_to_parent(parent: int, signum: int = signal.SIGTERM) -> bool:
-    """In a child (a fork, before it runs anything): get ``signum`` when ``parent`` dies, as :func:`guard` does for
-    a command; False when ``parent`` died before that was in place (the child should exit then)."""
-    _prctl(_PR_SET_PDEATHSIG, int(signum))
-    return os.getppid() == parent
-
-
 def descendants(root: int) -> list[int]:
     """Every process below ``root`` (from ``/proc``; none where there is no ``/proc``), parents first."""
     children: dict[int, list[int]] = {}

@@ -1,7 +1,5 @@
 """What a KFP component body calls inside its container: the same entrypoint a
-person would run by hand (``python -m trainpipe.components.<name>``), in a fork of the
-body's process where it can be (the interpreter and the step's settings model already
-loaded: about 0.4 s a step), else as a subprocess. Imports nothing heavy.
+person would run by hand, as a subprocess. Imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ from typing import Any
 #: Left in a task's output by an attempt that failed for good; a retried attempt (KFP's retry policy
 #: cannot tell a permanent exit code from a transient one) exits with it at once instead of running again.
 FAILED_RECORD = ".trainpipe-failed.json"
-#: Set to 1 and every step runs as a subprocess (a new interpreter) instead of a fork of the body's process.
-NO_FORK_ENV = "TRAINPIPE_KFP_NO_FORK"
 
 
 def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output: str | None = None) -> dict[str, Any]:
@@ -48,11 +44,8 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
         sys.exit(int(previous["exit_code"]))
     with error_record() as (record_at, fds):  # a file with no name: a killed body leaves none behind
         cmd = component_command(name, settings, orchestrator="kfp", run_id=run_id, error_record=record_at)
-        if _can_fork():
-            code, out = _forked(cmd[2], cmd[3:])
-        else:
-            env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
-            code, out = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()), pass_fds=fds)
+        env = dict(os.environ, TRAINPIPE_ORCHESTRATOR="kfp")
+        code, out = stream(cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()), pass_fds=fds)
         message = ErrorRecord.explain(name, code, record_at) if code != 0 else ""
     if code != 0:
         note_failure(name, code, message)
@@ -62,74 +55,6 @@ def run_entrypoint(name: str, settings: dict[str, Any], run_id: str = "", output
             atomic_write_json(record, {"exit_code": code, "message": message})
         sys.exit(code)
     return json.loads(out.strip().splitlines()[-1])
-
-
-def _can_fork() -> bool:
-    """A fork is safe where this process has one thread (KFP's executor starts none) and the system forks."""
-    import threading
-
-    return hasattr(os, "fork") and threading.active_count() == 1 and os.environ.get(NO_FORK_ENV) != "1"
-
-
-def _forked(module: str, argv: list[str]) -> tuple[int, str]:
-    """``python -m <module> <argv>`` in a fork of this process: what it wrote to stdout (its result) and its exit
-    code (``-n`` for signal ``n``), as :func:`~trainpipe.faces.command.stream` gives a subprocess's. Its stderr is
-    this process's. It dies with this process (SIGTERM: a training checkpoints), as a guarded subprocess does."""
-    from trainpipe.contract.lifeline import bind_to_parent
-
-    read, write = os.pipe()
-    parent = os.getpid()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 1
-        try:
-            os.close(read)
-            os.dup2(write, 1)
-            os.close(write)
-            if bind_to_parent(parent):
-                os.environ["TRAINPIPE_ORCHESTRATOR"] = "kfp"
-                import runpy
-
-                sys.argv = [module, *argv]
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
-                code = 0
-        except SystemExit as exc:  # the entrypoint's own exit (exit_now while another thread still works)
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        except BaseException:  # noqa: BLE001 (what escaped the entrypoint: said, then exit 1)
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            _exit_child(code)
-    os.close(write)
-    with os.fdopen(read, encoding="utf-8", errors="replace") as fh:
-        out = fh.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out
-
-
-def _exit_child(code: int) -> None:
-    """End a forked step as an interpreter ends: its threads' work done as at shutdown (a thread pool told to
-    finish, then every other thread waited for) and its exit handlers run, then at once (no module teardown)."""
-    import atexit
-    import threading
-
-    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter itself calls at exit
-    if shutdown is not None:
-        shutdown()
-    else:  # pragma: no cover (CPython has it)
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001,S110 (a closed stream: nothing left to say)
-            pass
-    os._exit(code)
 
 
 def check_dataset_hash(snapshot: Any, dataset_md5: str) -> None:
