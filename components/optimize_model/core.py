@@ -41,7 +41,7 @@ from trainpipe.services.serving.package import load_artifact
 def _torch_threads(threads: int) -> Iterator[None]:
     """torch's intra-op threads at ``threads`` while the variants are made and measured, and as they were
     afterwards: a process that runs other steps after this one (Airflow's ``dag.test()``, a caller of the core)
-    keeps its own, so their float results do not depend on whether this step ran first."""
+    keeps its own thread count."""
     import torch
 
     before = torch.get_num_threads()

@@ -99,7 +99,7 @@ def test_every_variant_is_measured_against_fp32_on_the_held_out_rows_and_gated_o
     assert list(v) == ["fp32", "onnx", "int8_dynamic", "int8_static", "pruned"]
     assert r["metric"] == "accuracy" and r["max_metric_drop"] == 0.005 and r["threads"] == 1 and r["n_test"] == 373
     # measured on one thread, then the process's own again: a step after it in one process (Airflow's dag.test())
-    # predicts as it would alone (a float32 matmul on 1 thread and on 2 may differ in its last bits)
+    # runs on the threads it would have alone
     assert trained["threads_after"] == 3
     assert r["calibration_rows"] == 512 and r["onnxruntime"] == "1.32.0"
     assert v["fp32"]["metric"] > 0.97
