@@ -290,6 +290,7 @@ def run_local(config: PipelineConfig, runner: Any = None, pipeline_root: str | P
         optimize=config.optimize.for_profile(profile),
         require_approval=config.require_approval,
         tune=config.tune_settings(),
+        cluster=False,  # kfp.local's runners ignore the Kubernetes platform settings
     )
     task = pipeline(**config.pipeline_arguments())
     return {"pipeline_root": str(root), "outputs": getattr(task, "outputs", {})}

@@ -18,16 +18,17 @@ from trainpipe.services.images import RUN_AS
 from trainpipe.services.profiles import HardwareProfile, Resources
 
 
-def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: bool = True) -> Any:
+def _configure(task: Any, res: Resources, profile: HardwareProfile, caching: bool = True, cluster: bool = True) -> Any:
     task.set_cpu_request(res.cpu_request).set_cpu_limit(res.cpu_limit)
     task.set_memory_request(res.memory_request).set_memory_limit(res.memory_limit)
     if res.accelerator_type and res.accelerator_count:
         task.set_accelerator_type(res.accelerator_type).set_accelerator_limit(res.accelerator_count)
-    # trainpipe's images run as UID/GID 10001; KFP's compiler adds allowPrivilegeEscalation: false,
-    # drops every capability and sets seccompProfile RuntimeDefault (Pod Security "restricted").
-    from kfp import kubernetes
+    if cluster:
+        # trainpipe's images run as UID/GID 10001; KFP's compiler adds allowPrivilegeEscalation: false,
+        # drops every capability and sets seccompProfile RuntimeDefault (Pod Security "restricted").
+        from kfp import kubernetes
 
-    kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
+        kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
     # backoff_max_duration caps one wait at ten minutes (KFP's default is an hour): a service
     # that comes back is retried within minutes.
     task.set_retry(
@@ -75,21 +76,31 @@ def _kubernetes_settings(profile: HardwareProfile, trained: Any, tasks: list[Any
 
 
 def configure(
-    chosen: list[graph.Step], made: dict[str, list[Any]], profile: HardwareProfile, hardware: str, policy_json: str
+    chosen: list[graph.Step],
+    made: dict[str, list[Any]],
+    profile: HardwareProfile,
+    hardware: str,
+    policy_json: str,
+    cluster: bool = True,
 ) -> None:
     """What every task is given beside its inputs: resources, retries and caching, the hardware profile's
-    content (the steps that read it: its content, not its path), the cluster's settings and the policy."""
+    content (the steps that read it: its content, not its path), the cluster's settings and the policy.
+
+    ``cluster`` False leaves out what only Kubernetes reads (kfp-kubernetes' platform settings: the security
+    context, scheduling, secrets, labels, volumes): ``kfp.local``'s runners ignore a pipeline's platform spec,
+    and kfp-kubernetes brings the Kubernetes client into the process that builds it."""
     from trainpipe.contract.policy import ENV as POLICY_ENV
 
     trained = next(made[s.name][0] for s in chosen if s.trains)
     every = []
     for s in chosen:
         for task in made[s.name]:
-            _configure(task, profile.train if s.trains else profile.default, profile, caching=s.cached)
+            _configure(task, profile.train if s.trains else profile.default, profile, caching=s.cached, cluster=cluster)
             if "profile" in s.given:
                 task.set_env_variable(name=PROFILE_ENV, value=hardware)
             every.append(task)
-    _kubernetes_settings(profile, trained, every)
+    if cluster:
+        _kubernetes_settings(profile, trained, every)
     if policy_json != "{}":
         for task in every:
             task.set_env_variable(name=POLICY_ENV, value=policy_json)

@@ -77,6 +77,7 @@ def build_pipeline(
     require_approval: bool = False,
     tune: dict[str, Any] | None = None,
     defaults: dict[str, Any] | None = None,
+    cluster: bool = True,
 ) -> Any:
     """The reference pipeline with one hardware profile's settings.
 
@@ -99,6 +100,8 @@ def build_pipeline(
             A ``storage`` of ``REQUIRED`` is the run's parameter ``tune_storage`` (:func:`section_settings`).
         defaults: The pipeline parameters' defaults a config compiles in (KFP values by parameter name,
             :data:`~trainpipe.faces.surface.REQUIRED` for one a run must pass); the others keep the specs'.
+        cluster: False for a run on ``kfp.local``: the same graph, settings and retries, without the
+            Kubernetes platform settings its runners ignore (:func:`~trainpipe.pipelines.kfp_tasks.configure`).
     """
     from trainpipe.contract.policy import to_env
 
@@ -141,7 +144,7 @@ def build_pipeline(
                 made[s.name] = [bind(faces[s.name], p, **given)]
         while branches:
             branches.pop()[1].__exit__(None, None, None)
-        configure(chosen, made, profile, profile_env(profile), policy_json)
+        configure(chosen, made, profile, profile_env(profile), policy_json, cluster=cluster)
 
     description = "Validate, snapshot, check drift, train, profile, evaluate and register a model."
     return dsl.pipeline(name=PIPELINE_NAME, description=description, pipeline_root=pipeline_root)(

@@ -323,3 +323,22 @@ def test_the_two_renderings_stay_small():
         len((REPO / "pipelines" / f).read_text().splitlines()) for f in ("training_pipeline.py", "dag_topology.py")
     )
     assert lines < 450, lines
+
+
+def test_the_local_build_is_the_cluster_pipeline_without_its_kubernetes_settings(tmp_path):
+    """``trainpipe run``'s kfp-local engine builds the pipeline with ``cluster=False``: kfp.local's runners ignore
+    the platform spec, and kfp-kubernetes would bring the Kubernetes client into the engine's process. What
+    kfp.local does run (the pipeline spec: tasks, inputs, retries, caching, resources, env) must be the same."""
+    from kfp import compiler
+
+    from trainpipe.pipelines.training_pipeline import build_pipeline
+    from trainpipe.services.profiles import PROFILES
+
+    docs = {}
+    for cluster in (True, False):
+        out = tmp_path / f"p-{cluster}.yaml"
+        compiler.Compiler().compile(build_pipeline(PROFILES["cpu"], cluster=cluster), package_path=str(out))
+        docs[cluster] = list(yaml.safe_load_all(out.read_text()))
+    assert len(docs[True]) == 2 and docs[True][1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert len(docs[False]) == 1  # no platform spec at all
+    assert docs[False][0] == docs[True][0]

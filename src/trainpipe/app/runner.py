@@ -25,7 +25,32 @@ def dags_folder() -> Path:
     return Path(trainpipe.dags.__file__).resolve().parent
 
 
+#: What kfp's executor sets in a task's container (``kfp.dsl.component_factory``): ``kfp/__init__.py`` then skips
+#: importing ``kfp.client``, ``kfp.components`` and ``kfp.dsl``.
+KFP_RUNTIME = "_KFP_RUNTIME"
+
+
+def import_kfp_without_its_client() -> None:
+    """Import kfp's package as its executor does in a task's container, without ``kfp.client`` (the API server's
+    client: kfp_server_api, the Kubernetes client, google-auth; most of a second here), which a local run never
+    uses. The variable is set only while kfp's ``__init__`` runs, at this process's start, before any thread or
+    child exists and before anything else imports kfp: ``kfp.dsl`` and ``kfp.local``, imported after, are whole,
+    and no task inherits it."""
+    if "kfp" in sys.modules:
+        return
+    before = os.environ.get(KFP_RUNTIME)
+    os.environ[KFP_RUNTIME] = "true"
+    try:
+        import kfp  # noqa: F401
+    finally:
+        if before is None:
+            del os.environ[KFP_RUNTIME]
+        else:
+            os.environ[KFP_RUNTIME] = before
+
+
 def run_kfp_local(config_path: Path) -> int:
+    import_kfp_without_its_client()
     from trainpipe.pipelines.compile import run_local
     from trainpipe.pipelines.config import load_pipeline_config
 
