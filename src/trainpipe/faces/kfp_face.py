@@ -5,7 +5,8 @@ Each ``components/<name>/kfp_component.py`` builds a :class:`Face` and makes the
 The component function is written from the spec: one parameter per setting, with the spec's name,
 KFP type and default (:mod:`trainpipe.faces.surface`), its description in the docstring (the KFP UI
 shows it), the artifacts, and ``run_id`` (and ``dataset_md5`` for faces that read the snapshot).
-Its body, which KFP ships into the container, hands everything to :meth:`Face.run`. So a setting
+Its body, which KFP ships into the container, hands everything to
+:func:`~trainpipe.faces.kfp_runtime.run_face`, which starts the step before it imports the face. So a setting
 added to a spec is on the face, in the compiled pipeline and in the KFP UI with no other edit, and
 a setting the spec lacks is refused where a pipeline passes it (KFP's own check of the call).
 
@@ -26,12 +27,8 @@ from kfp import dsl
 from pydantic import BaseModel
 
 from trainpipe.faces import surface
+from trainpipe.faces.kfp_runtime import DATASET_MD5, RUN_ID
 from trainpipe.services.images import image_for
-
-#: Parameters every face has beside the settings: the orchestrator's run id (in the lineage).
-RUN_ID = "run_id"
-#: A data-reading face's parameter that puts the snapshot's DVC md5 into the task's cache key.
-DATASET_MD5 = "dataset_md5"
 
 
 @dataclass(frozen=True)
@@ -120,9 +117,10 @@ class Face:
         returns = f" -> {self.returns}" if self.returns else ""
         lines = [f"def {self.name}(", *params, f"){returns}:", f"    {_docstring(self)}", ""]
         lines += [
-            f"    from trainpipe.components.{self.name}.kfp_component import FACE",
+            "    values = dict(locals())  # the arguments, before a name is bound here",
+            "    from trainpipe.faces.kfp_runtime import run_face",
             "",
-            "    return FACE.run(locals())",
+            f"    return run_face({self.name!r}, values, {self.fields()!r}, {self.unset()!r})",
             "",
         ]
         return "\n".join(lines)
@@ -238,18 +236,21 @@ class Face:
 
     # --- in the container -------------------------------------------------------------------------
 
-    def run(self, values: dict[str, Any]) -> Any:
-        """What the component function does: the entrypoint with its settings, then :attr:`publish`."""
-        from trainpipe.faces.kfp_runtime import check_dataset_hash, run_entrypoint
+    def fields(self) -> dict[str, str | None]:
+        """Each artifact's parameter and the path setting it fills (None: one filled from the result)."""
+        return {a.name: a.field for a in self.artifacts}
 
-        arts = {a.name: values[a.name] for a in self.artifacts}
-        if self.reads_snapshot:
-            check_dataset_hash(arts["data"], values[DATASET_MD5])
-        settings = {a.field: arts[a.name].path if arts[a.name] is not None else None for a in self.artifacts if a.field}
-        settings.update(surface.from_kfp({p.name: values[p.name] for p in self.settings}, self.params))
-        (main,) = [a for a in self.artifacts if a.field == "output_dir"]
-        result = run_entrypoint(self.name, settings, run_id=values[RUN_ID], output=arts[main.name].path)
-        return self.publish(result, arts) if self.publish is not None else None
+    def unset(self) -> list[str]:
+        """The settings whose KFP stand-in means None (the body reads them without the spec)."""
+        return surface.unset_names(self.params, [p.name for p in self.settings])
+
+    def run(self, values: dict[str, Any]) -> Any:
+        """What the component function does: the entrypoint with its settings, then :attr:`publish`
+        (a body compiled before the body called :func:`~trainpipe.faces.kfp_runtime.run_face` itself)."""
+        from trainpipe.faces.kfp_runtime import run_face
+
+        names = [*self.fields(), *(p.name for p in self.settings), RUN_ID, DATASET_MD5]
+        return run_face(self.name, {k: values[k] for k in names if k in values}, self.fields(), self.unset())
 
 
 def _docstring(face: Face) -> str:

@@ -211,10 +211,24 @@ def from_kfp(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     default is None (so the entrypoint leaves the setting out); JSON text stays text (the
     entrypoint reads it as JSON, with the types it was written with), its pipeline parameters' slots
     filled in."""
+    return from_kfp_values(values, unset_names(model, values))
+
+
+def unset_names(model: type[BaseModel], names: typing.Iterable[str] | None = None) -> list[str]:
+    """The settings (of ``names``, or all) whose KFP stand-in means None: optional, None by default."""
+    fields = model.model_fields
+    return [
+        n
+        for n in (fields if names is None else names)
+        if not fields[n].is_required() and fields[n].get_default(call_default_factory=True) is None
+    ]
+
+
+def from_kfp_values(values: dict[str, Any], unset: typing.Collection[str]) -> dict[str, Any]:
+    """:func:`from_kfp` with the settings whose stand-in means None named (``unset``): what a component
+    function's body does in its container, where the spec is not imported."""
     out: dict[str, Any] = {}
     for name, value in values.items():
-        field = model.model_fields[name]
-        unset = not field.is_required() and field.get_default(call_default_factory=True) is None
         value = from_kfp_text(value) if isinstance(value, str) else value
-        out[name] = None if unset and value == UNSET.get(type(value), object()) else value
+        out[name] = None if name in unset and value == UNSET.get(type(value), object()) else value
     return out
