@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from trainpipe.contract import lifeline
 from trainpipe.training import launch
 
 pytestmark = pytest.mark.unit
@@ -58,13 +59,13 @@ run_plan(Plan([cmd], [{{}}], 0, "t"), Path("{tmp_path}/errors"))
 def test_a_process_whose_launcher_died_before_it_ran_leaves_at_once(tmp_path):
     marker = tmp_path / "ran"
     proc = subprocess.run(
-        [sys.executable, "-c", launch.GUARD, "touch", str(marker)],
+        lifeline.guarded(["touch", str(marker)], launch.GUARD_SIGNAL),
         env={**os.environ, launch.PARENT_ENV: "1"},
         timeout=30,
     )
     assert proc.returncode == 1 and not marker.exists()
     ok = subprocess.run(
-        [sys.executable, "-c", launch.GUARD, "touch", str(marker)],
+        lifeline.guarded(["touch", str(marker)], launch.GUARD_SIGNAL),
         env={**os.environ, launch.PARENT_ENV: str(os.getpid())},
         timeout=30,
     )

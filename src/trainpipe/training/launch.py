@@ -272,21 +272,21 @@ LAUNCHERS: dict[str, Callable[[Any, Path, dict[str, str]], Plan]] = {
 }
 
 
-#: ``python -c GUARD cmd...``: die with the launcher (SIGKILL), then become ``cmd`` (torchrun, horovodrun:
-#: launchers that are not trainpipe's worker, which sets the same thing itself). Each process the launcher
-#: starts gets :data:`PARENT_ENV`: it checks it is still this parent's child once it asked to die with it.
-GUARD = lifeline.guard(signal.SIGKILL)
+#: What a guarded program gets when the launcher dies (:func:`~trainpipe.contract.lifeline.guarded`): torchrun
+#: and horovodrun, launchers that are not trainpipe's worker, which sets the same thing itself. Each process the
+#: launcher starts gets :data:`PARENT_ENV`: it checks it is still this parent's child once it asked to die with it.
+GUARD_SIGNAL = signal.SIGKILL
 
 
 def _dies_with_launcher(cmd: list[str]) -> list[str]:
-    """The command as started: the worker guards itself; any other program through :data:`GUARD`.
+    """The command as started: the worker guards itself; any other program guarded (:data:`GUARD_SIGNAL`).
 
     Not ``preexec_fn``: that runs Python in the child between fork and exec, which can deadlock
     while the launcher has other threads (the relays of the group it just stopped), and Popen
     then waits for that child forever. CI saw a restarted group hang that way with no output."""
     if cmd[1:3] == ["-m", WORKER]:
         return cmd
-    return [sys.executable, "-c", GUARD, *cmd]
+    return lifeline.guarded(cmd, GUARD_SIGNAL)
 
 
 def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
