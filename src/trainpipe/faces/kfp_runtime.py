@@ -77,7 +77,6 @@ def run_entrypoint(
         The component's result JSON.
     """
     from trainpipe.contract.errors import is_retryable_exit
-    from trainpipe.contract.result import ErrorRecord
     from trainpipe.faces.command import component_command, error_record, note_failure, stream
 
     record = os.path.join(output, FAILED_RECORD) if output else None
@@ -98,7 +97,7 @@ def run_entrypoint(
         code, out = stream(
             cmd, env, lambda text: (sys.stderr.write(text), sys.stderr.flush()), on_start=on_start, pass_fds=fds
         )
-        message = ErrorRecord.explain(name, code, record_at) if code != 0 else ""
+        message = _explain(name, code, record_at) if code != 0 else ""
     if code != 0:
         note_failure(name, code, message)
         if record and not is_retryable_exit(code):
@@ -133,3 +132,10 @@ def log_metrics(metrics_artifact: Any, values: dict[str, Any]) -> None:
     for key, value in values.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:  # NaN is not JSON
             metrics_artifact.log_metric(key, float(value))
+
+
+def _explain(name: str, code: int, record_at: str) -> str:
+    """A failed step's one line, from its error record (the record's model is imported only for a failure)."""
+    from trainpipe.contract.result import ErrorRecord
+
+    return ErrorRecord.explain(name, code, record_at)

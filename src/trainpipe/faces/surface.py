@@ -25,7 +25,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+if typing.TYPE_CHECKING:
+    from pydantic import BaseModel
 
 #: What stands for "unset" (a spec default of None) on KFP, by the parameter's type.
 UNSET: dict[type, Any] = {int: 0, float: 0.0, str: "", dict: {}, list: []}
@@ -61,6 +62,8 @@ def _is_open(annotation: Any) -> bool:
 
 def kfp_type(annotation: Any) -> tuple[type, bool]:
     """The KFP parameter type a spec field's annotation becomes, and whether it travels as JSON text."""
+    from pydantic import BaseModel  # here, not at import: a task's body reads values without pydantic
+
     options = _options(annotation)
     if len(options) != 1:
         raise TypeError(f"a setting of type {annotation} has no single KFP parameter type")
@@ -86,6 +89,8 @@ def kfp_value(value: Any, param: KfpParam) -> Any:
         if param.type not in UNSET:
             raise TypeError(f"{param.name}: a {param.type.__name__} setting cannot be unset on KFP")
         return UNSET[param.type]
+    from pydantic import BaseModel
+
     if isinstance(value, (BaseModel, list, dict)):
         from pydantic_core import to_jsonable_python
 
