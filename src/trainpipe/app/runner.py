@@ -89,6 +89,9 @@ def run_airflow_local(config_path: Path) -> int:
 ENGINES = {"kfp-local": run_kfp_local, "airflow-local": run_airflow_local}
 
 
+#: ``trainpipe run --dry-run`` (:data:`trainpipe.contract.dry.ENV`, whose module imports pydantic).
+DRY_RUN_ENV = "TRAINPIPE_DRY_RUN"
+
 #: The failure report's component when the engine refused the config before any step ran.
 LOAD = "config"
 
@@ -98,6 +101,7 @@ def main(argv: list[str]) -> int:
     from trainpipe.faces.command import note_failure
 
     engine, config = argv[0], Path(argv[1])
+    host = _warm_host()
     try:
         return ENGINES[engine](config)
     except TrainpipeError as exc:  # a refusal while loading the config or building the run: the user's one line
@@ -110,6 +114,22 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        if host is not None:
+            from trainpipe.contract import warm
+
+            warm.stop(host)
+
+
+def _warm_host() -> object | None:
+    """The steps' warm host (:mod:`~trainpipe.contract.warm`), started before the engine imports anything, so
+    that it imports the steps' libraries on the second core meanwhile; none for a dry run (no step imports them)."""
+    from trainpipe.contract import warm
+
+    if os.environ.get(DRY_RUN_ENV) or os.environ.get(warm.HOST_ENV) == "off":
+        return None
+    host, os.environ[warm.HOST_ENV] = warm.start()
+    return host
 
 
 if __name__ == "__main__":

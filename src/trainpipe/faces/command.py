@@ -85,11 +85,20 @@ def stream(cmd: list[str], env: dict[str, str], emit: Any, on_start: Any = None,
     Returns ``(exit code, stdout)``; a failure's line is in the step's error record, not here."""
     import threading
 
+    from trainpipe.contract import warm
     from trainpipe.contract.lifeline import PARENT_ENV, guarded
 
-    # the step dies with whoever runs it (a killed Airflow task, a KFP body): SIGTERM, so it checkpoints
-    env = {**env, PARENT_ENV: str(os.getpid())}
-    proc = subprocess.Popen(guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen)
+    # forked by the run's warm host where there is one (trainpipe run's local engines): the libraries it imported
+    # once are not imported again; it sends the step SIGTERM when this process dies, as the guard below does
+    proc: Any = None
+    if set(popen) <= {"pass_fds", "start_new_session"}:
+        proc = warm.spawn(cmd, env, stdout=True, stderr=True, text=True, **popen)
+    if proc is None:
+        # the step dies with whoever runs it (a killed Airflow task, a KFP body): SIGTERM, so it checkpoints
+        env = {**env, PARENT_ENV: str(os.getpid())}
+        proc = subprocess.Popen(
+            guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen
+        )
     if on_start is not None:
         on_start(proc)
     chunks: list[str] = []

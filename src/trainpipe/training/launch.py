@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainpipe.contract import lifeline
+from trainpipe.contract import lifeline, warm
 from trainpipe.contract.errors import EXIT_TRANSIENT, RETRYABLE_EXIT_CODES, InputError
 from trainpipe.contract.lifeline import PARENT_ENV
 from trainpipe.training.backends import BACKENDS
@@ -289,6 +289,17 @@ def _dies_with_launcher(cmd: list[str]) -> list[str]:
     return lifeline.guarded(cmd, GUARD_SIGNAL)
 
 
+def _start(cmd: list[str], env: dict[str, str]) -> Any:
+    """One process of the group, in its own session, its stderr piped to the relay: a rank of trainpipe's worker
+    forked by the run's warm host where there is one (its torch imported once for every rank,
+    :mod:`~trainpipe.contract.warm`), else started (:func:`_dies_with_launcher`)."""
+    if cmd[1:3] == ["-m", WORKER]:
+        forked = warm.spawn(cmd, env, stderr=True, start_new_session=True, deathsig=GUARD_SIGNAL)
+        if forked is not None:
+            return forked
+    return subprocess.Popen(_dies_with_launcher(cmd), env=env, start_new_session=True, stderr=subprocess.PIPE)
+
+
 def permanent_error(errors_dir: Path) -> dict[str, Any] | None:
     """The first error a rank reported that a restart cannot fix, if any."""
     if not errors_dir.is_dir():
@@ -365,7 +376,8 @@ class _Preemption:
     def on_signal(self, signum: int, procs: list[subprocess.Popen[bytes]], platform: bool = True) -> None:
         """Stop the ranks on ``signum``: the platform's (said at once in the log), or this launcher's own for a
         spent budget (``platform=False``: the step's last line says it, once)."""
-        if os.getppid() != self._parent:  # the task that started this step died: nobody reads its output now
+        if os.getppid() != self._parent or warm.asker_gone():  # the task that started this step died: nobody
+            # reads its output now
             _silence_stdio()
         if platform and self.received is None:
             self.received = signum
@@ -525,12 +537,7 @@ def _attempts(
         extras = plan.per_attempt() if plan.per_attempt is not None else [{}] * len(plan.commands)
         parent = {"TRAINPIPE_ATTEMPT": str(attempt), PARENT_ENV: str(os.getpid()), **common}
         procs[:] = [
-            subprocess.Popen(
-                _dies_with_launcher(cmd),
-                env={**os.environ, **env, **extra, **parent},
-                start_new_session=True,
-                stderr=subprocess.PIPE,
-            )
+            _start(cmd, {**os.environ, **env, **extra, **parent})
             for cmd, env, extra in zip(plan.commands, plan.envs, extras, strict=True)
         ]
         for p in procs:
