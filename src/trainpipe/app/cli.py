@@ -220,6 +220,10 @@ class _Compiling:
     def _run(self, profile: str, settings: dict[str, typing.Any]) -> None:
         # kfp writes the file last, by its suffix: it lives the milliseconds between that write and its removal
         tmp = self.target.with_name(f".{self.target.stem}.{os.getpid()}{self.target.suffix}")
+        # the YAML is read once the run has ended: it takes a core when the run leaves one idle, not while the
+        # engine and the steps' warm host start (Linux's nice is a thread's own; elsewhere the thread keeps its own)
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         try:
             from trainpipe.pipelines.compile import compile_pipeline
 

@@ -133,4 +133,7 @@ def _warm_host() -> object | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from trainpipe.contract.entrypoint import exit_now
+
+    # not module by module: tearing down Airflow's and kfp's modules took the airflow-local run 2 s after its end
+    exit_now(main(sys.argv[1:]))
