@@ -247,3 +247,14 @@ def test_a_dry_run_starts_no_host(monkeypatch):
     monkeypatch.delenv(dry.ENV)
     monkeypatch.setenv(warm.HOST_ENV, "off")
     assert runner._warm_host() is None
+
+
+def test_a_host_that_loaded_cudas_driver_serves_no_one(monkeypatch):
+    """A process forked after ``cuInit`` cannot use the GPU: the host refuses, and the step starts as before."""
+    from trainpipe.contract.warm import Host
+
+    host = Host.__new__(Host)
+    host.orphaned, host.python = False, {"PYTHONX": "1"}
+    assert host._refusal({"python": {"PYTHONX": "1"}}) == ""
+    monkeypatch.setattr(warm, "_cuda_driver_loaded", lambda: True)
+    assert "CUDA" in host._refusal({"python": {"PYTHONX": "1"}})

@@ -308,6 +308,8 @@ class Host:
             return "other PYTHON* settings"
         if threading.active_count() != 1:
             return "a thread is alive in the host"
+        if _cuda_driver_loaded():
+            return "CUDA's driver is loaded in the host (a forked process cannot use it)"
         return ""
 
     def _reap(self) -> None:
@@ -384,6 +386,16 @@ def fcntl_dupfd(fd: int, lowest: int) -> int:
     import fcntl
 
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether this process has loaded CUDA's driver (``cuInit``): a process forked after that cannot use the GPU
+    (importing torch does not load it; asking it for the devices does)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            return any("/libcuda.so" in line for line in fh)
+    except OSError:
+        return False
 
 
 def _prctl_deathsig(sig: int) -> None:
