@@ -308,6 +308,10 @@ def test_each_engine_trains_the_team_function_on_the_feature_set_and_registers_i
     assert tags["trainpipe.optimized_version"] == "reference-onnx/1"
     train = run.results["train_model"]
     assert train["cost"] > 0 and train["currency"] == "EUR", "the priced profile named in the config was not used"
+    # the ranks were forked by the run's warm host, not started by train_model: their CPU time is still the step's
+    ranks = [json.loads(p.read_text()) for p in Path(train["_path"]).glob("telemetry/rank*.json")]
+    assert len(ranks) == TRAIN["nproc_per_node"], ranks
+    assert train["usage"]["cpu_core_seconds"] >= sum(r["cpu_s"] for r in ranks), (train["usage"], ranks)
 
     import pandas as pd
 

@@ -32,7 +32,7 @@ with open(f"/proc/{os.getpid()}/cmdline", "rb") as fh:
     cmdline = [c.decode(errors="surrogateescape") for c in fh.read().rstrip(b"\\0").split(b"\\0")]
 print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0], "name": __name__,
                   "env": {k: v for k, v in os.environ.items() if k.startswith("PROBE_")}, "stdin": line,
-                  "cmdline": cmdline, "session": os.getsid(0) == os.getpid()}))
+                  "cmdline": cmdline, "session": os.getsid(0) == os.getpid(), "umask": os.umask(0o22)}))
 sys.stderr.write("to stderr\\n")
 sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
 """
@@ -258,3 +258,43 @@ def test_a_host_that_loaded_cudas_driver_serves_no_one(monkeypatch):
     assert host._refusal({"python": {"PYTHONX": "1"}}) == ""
     monkeypatch.setattr(warm, "_cuda_driver_loaded", lambda: True)
     assert "CUDA" in host._refusal({"python": {"PYTHONX": "1"}})
+
+
+def test_the_umask_is_the_askers(host, modules):
+    """A step sets umask 027 (docs/security.md); the ranks it asks for write their files with it, as its children
+    would."""
+    before = os.umask(0o027)
+    try:
+        fresh, forked = _both(modules, [], dict(os.environ))
+    finally:
+        os.umask(before)
+    assert forked["umask"] == fresh["umask"] == 0o027
+
+
+def test_what_a_forked_process_used_is_counted_by_whoever_asked(host, modules, tmp_path):
+    """CPU time and peak memory of a rank the host forked count for the launcher that asked for it, running
+    (psutil) and once ended (as ``RUSAGE_CHILDREN`` counts a child's): a training's cost and its max_cost."""
+    from trainpipe.services.costs import Meter
+
+    burn = modules / "burn_warm.py"
+    burn.write_text(
+        "import sys, time\nfrom pathlib import Path\nout = Path(sys.argv[1])\nend = time.process_time() + 0.3\n"
+        "while time.process_time() < end:\n    pass\n(out / 'burnt').write_text('')\n"
+        "while not (out / 'go').exists():\n    time.sleep(0.01)\n"
+    )
+    meter = Meter()
+    step = warm.spawn([sys.executable, "-m", "burn_warm", str(tmp_path)], dict(os.environ), cwd=str(modules))
+    assert step is not None and warm.forked_running() == [step.pid]
+    _until(lambda: (tmp_path / "burnt").exists(), "the step burnt its CPU")
+    assert meter.live().cpu_core_seconds >= 0.3
+    (tmp_path / "go").write_text("")
+    assert step.wait() == 0 and warm.forked_running() == []
+    usage = meter.usage()
+    assert usage.cpu_core_seconds >= 0.3 and usage.peak_memory_mb > 0
+
+
+@given(st.lists(st.from_regex(r"[a-z_][a-z0-9_.]{0,12}", fullmatch=True), max_size=4), st.booleans())
+def test_the_preload_list_replaces_or_adds_to_the_default(names, add):
+    text = ("+" if add else "") + " , ".join(names)
+    assert warm.preload_list(text) == (warm.PRELOAD if add else ()) + tuple(names)
+    assert warm.preload_list(None) == warm.PRELOAD

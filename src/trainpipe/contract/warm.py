@@ -48,8 +48,19 @@ PRELOAD = (
     "sklearn.metrics",
     "matplotlib.pyplot",
 )
-#: Another list for a run (comma-separated modules; empty: none), where a team's steps need others.
+#: Another list for a run (comma-separated modules; empty: none; ``+mod,...``: the default and these).
 PRELOAD_ENV = "TRAINPIPE_WARM_PRELOAD"
+
+
+def preload_list(wanted: str | None) -> tuple[str, ...]:
+    """What the host imports: :data:`PRELOAD`, or the modules :data:`PRELOAD_ENV` names (comma-separated; empty:
+    none), added to :data:`PRELOAD` when the list starts with ``+``."""
+    if wanted is None:
+        return PRELOAD
+    names = tuple(m.strip() for m in wanted.lstrip().removeprefix("+").split(",") if m.strip())
+    return PRELOAD + names if wanted.lstrip().startswith("+") else names
+
+
 #: Bytes of the host's command line kept for each step's own (``/proc/PID/cmdline``, what ``ps`` shows).
 TITLE_ROOM = 4096
 
@@ -104,6 +115,7 @@ def spawn(
         "fds": targets,
         "session": start_new_session,
         "deathsig": int(deathsig),
+        "umask": _umask(),
         "python": _python_settings(env),
     }
     body = json.dumps(request).encode()
@@ -130,6 +142,7 @@ class Forked:
 
     def __init__(self, pid: int, conn: socket.socket, stdout: Any, stderr: Any) -> None:
         self.pid, self._conn, self.stdout, self.stderr = pid, conn, stdout, stderr
+        _LIVE.add(pid)
         self.stdin = None
         self.returncode: int | None = None
         self.args: list[str] = []
@@ -155,6 +168,10 @@ class Forked:
         # a host that died took the step with it (its lifeline): as killed
         self.returncode = int(reply["code"]) if reply and "code" in reply else -signal.SIGKILL
         self._conn.close()
+        _LIVE.discard(self.pid)
+        if reply:
+            _ENDED["cpu"] += float(reply.get("cpu", 0.0))
+            _ENDED["maxrss_kb"] = max(_ENDED["maxrss_kb"], int(reply.get("maxrss_kb", 0)))
         return True
 
     def send_signal(self, sig: int) -> None:
@@ -166,6 +183,23 @@ class Forked:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+#: What this process asked the host for and has not collected yet (its ranks, running).
+_LIVE: set[int] = set()
+#: What the processes this process asked for used, once ended: CPU seconds, peak RSS.
+_ENDED: dict[str, Any] = {"cpu": 0.0, "maxrss_kb": 0}
+
+
+def forked_running() -> list[int]:
+    """The processes the host forked for this one that are still running (a meter reads their CPU time)."""
+    return sorted(_LIVE)
+
+
+def forked_ended() -> tuple[float, int]:
+    """What the processes the host forked for this one used, once they ended and were waited for: CPU seconds
+    (theirs and their children's) and the largest peak RSS in kilobytes, as ``RUSAGE_CHILDREN`` counts a child's."""
+    return float(_ENDED["cpu"]), int(_ENDED["maxrss_kb"])
 
 
 def asker_gone() -> bool:
@@ -183,6 +217,18 @@ def asker_gone() -> bool:
 def _address(path: str) -> str:
     """``@name``: a socket in Linux's abstract namespace (no file to leave behind when the host is killed)."""
     return "\0" + path[1:] if path.startswith("@") else path
+
+
+def _umask() -> int | None:
+    """This process's umask, without setting it (``os.umask`` would, for a moment, for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _is_open(fd: int) -> bool:
@@ -315,7 +361,7 @@ class Host:
     def _reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -325,7 +371,12 @@ class Host:
                 if step == pid:
                     del self.steps[conn]
                     with contextlib.suppress(OSError):
-                        conn.sendall(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                        ended = {
+                            "code": os.waitstatus_to_exitcode(status),
+                            "cpu": usage.ru_utime + usage.ru_stime,  # its own and its waited-for children's
+                            "maxrss_kb": usage.ru_maxrss,
+                        }
+                        conn.sendall(json.dumps(ended).encode() + b"\n")
                     conn.close()
 
     def _asker_gone(self, conn: socket.socket) -> None:
@@ -364,6 +415,8 @@ class Host:
             if request["session"]:
                 os.setsid()
             os.chdir(request["cwd"])
+            if request.get("umask") is not None:
+                os.umask(int(request["umask"]))
             env = dict(request["env"])
             if PARENT_ENV in env:  # whoever checks its parent is still there: the host is its parent now
                 env[PARENT_ENV] = str(os.getppid())
@@ -472,8 +525,7 @@ def main(argv: list[str]) -> int:
     """``python -m trainpipe.contract.warm FD PARENT [PADDING]``: serve on the listening socket FD until the
     engine's process (PARENT) is gone and the steps forked have ended; the padding is the room each step's
     command line takes."""
-    wanted = os.environ.get(PRELOAD_ENV)
-    preload = PRELOAD if wanted is None else tuple(m.strip() for m in wanted.split(",") if m.strip())
+    preload = preload_list(os.environ.get(PRELOAD_ENV))
     host = Host(socket.socket(fileno=int(argv[0])), preload)
     _prctl_deathsig(ORPHANED)
     host.orphaned = os.getppid() != int(argv[1])  # it died before the host asked to hear of it

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from trainpipe.contract import errors
+from trainpipe.contract import errors, warm
 from trainpipe.contract.config import StrictModel
 
 
@@ -84,6 +84,21 @@ class Usage(BaseModel):
         return out
 
 
+def _running_below() -> list[Any]:
+    """This process's running descendants, and those the steps' warm host forked for it (its ranks) with theirs."""
+    import psutil
+
+    found: list[Any] = []
+    roots: list[tuple[int, bool]] = [(0, False)] + [(pid, True) for pid in warm.forked_running()]
+    for pid, itself in roots:
+        try:
+            root = psutil.Process(pid or None)
+            found += ([root] if itself else []) + root.children(recursive=True)
+        except psutil.Error:
+            continue
+    return found
+
+
 class Meter:
     """Measures a step: its own process and the processes it starts and waits for (its ranks), from the
     meter's making to :meth:`usage` (its own process's CPU from the process's start with ``whole_process``:
@@ -97,8 +112,9 @@ class Meter:
 
     @staticmethod
     def _children_cpu() -> float:
+        """Every child's that ended, the ranks the steps' warm host forked for this process included."""
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return ru.ru_utime + ru.ru_stime
+        return ru.ru_utime + ru.ru_stime + warm.forked_ended()[0]
 
     @staticmethod
     def _own_cpu() -> float:
@@ -115,15 +131,12 @@ class Meter:
         import psutil
 
         running = 0.0
-        try:
-            for child in psutil.Process().children(recursive=True):
-                try:
-                    t = child.cpu_times()
-                    running += t.user + t.system
-                except psutil.Error:
-                    continue
-        except psutil.Error:
-            pass
+        for proc in _running_below():
+            try:
+                t = proc.cpu_times()
+                running += t.user + t.system
+            except psutil.Error:
+                continue
         done = self.usage(gpus, nodes)
         return done.model_copy(update={"cpu_core_seconds": round(done.cpu_core_seconds + running, 3)})
 
@@ -131,7 +144,9 @@ class Meter:
         """What was used since the meter started: ``gpus`` accelerators held for the wall time."""
         wall = round(time.perf_counter() - self._t0 if wall_seconds is None else wall_seconds, 3)
         peak_kb = max(  # Linux: kilobytes
-            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            warm.forked_ended()[1],
         )
         cpu = max(self._children_cpu() - self._cpu0, 0.0) + max(self._own_cpu() - self._own0, 0.0)
         return Usage(
