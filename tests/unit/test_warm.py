@@ -255,7 +255,8 @@ def test_a_host_that_loaded_cudas_driver_serves_no_one(monkeypatch):
 
     host = Host.__new__(Host)
     host.orphaned, host.python = False, {"PYTHONX": "1"}
-    assert host._refusal({"python": {"PYTHONX": "1"}}) == ""
+    # this test's process may hold threads (pytest's, other tests'): a host would refuse for that too
+    assert "CUDA" not in host._refusal({"python": {"PYTHONX": "1"}})
     monkeypatch.setattr(warm, "_cuda_driver_loaded", lambda: True)
     assert "CUDA" in host._refusal({"python": {"PYTHONX": "1"}})
 

@@ -352,10 +352,10 @@ class Host:
             return "the run is ending"
         if request.get("python") != self.python:
             return "other PYTHON* settings"
-        if threading.active_count() != 1:
-            return "a thread is alive in the host"
         if _cuda_driver_loaded():
             return "CUDA's driver is loaded in the host (a forked process cannot use it)"
+        if threading.active_count() != 1:
+            return "a thread is alive in the host"
         return ""
 
     def _reap(self) -> None:
